@@ -1,0 +1,45 @@
+"""aiosb: an asyncio-native messaging framework for Azure Service Bus.
+
+Start with :func:`connect`::
+
+    async with aiosb.connect("memory://contoso") as ns:
+        await ns.create_queue("orders")
+        async with ns.sender("orders") as sender:
+            await sender.send(aiosb.Message(b"hello"))
+"""
+
+from __future__ import annotations
+
+from . import errors
+from .auth import SasCredential
+from .client import Namespace, Receiver, Sender, Transaction, connect
+from .entities import (
+    NEVER,
+    QueueProperties,
+    RuntimeProperties,
+    SubscriptionProperties,
+    TopicProperties,
+)
+from .errors import ServiceBusError
+from .message import Message, ReceivedMessage
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "NEVER",
+    "Message",
+    "Namespace",
+    "QueueProperties",
+    "ReceivedMessage",
+    "Receiver",
+    "RuntimeProperties",
+    "SasCredential",
+    "Sender",
+    "ServiceBusError",
+    "SubscriptionProperties",
+    "TopicProperties",
+    "Transaction",
+    "__version__",
+    "connect",
+    "errors",
+]

@@ -1,0 +1,716 @@
+"""The client: :func:`connect`, :class:`Namespace`, :class:`Sender` and :class:`Receiver`.
+
+The client is the same over every transport. It owns what transports leave out:
+operation timeouts, retries of transient errors with backoff, argument checking, ping
+filtering (PN-14), and the bookkeeping of senders and receivers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import datetime as _dt
+import random
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Literal, TypeVar
+
+from .auth import SasCredential
+from .entities import (
+    QueueProperties,
+    RuntimeProperties,
+    SubscriptionProperties,
+    TopicProperties,
+    parse_entity_path,
+)
+from .errors import (
+    ClientClosed,
+    EntityNotFound,
+    InvalidArgument,
+    InvalidOperation,
+    OperationTimeout,
+    ServiceBusError,
+)
+from .message import PING_CONTENT_TYPE, Message, ReceivedMessage
+from .transport import ManagementRequest, ReceiveRequest, Settlement, Transport
+
+__all__ = ["Namespace", "Receiver", "Sender", "Transaction", "connect"]
+
+T = TypeVar("T")
+Duration = _dt.timedelta | float | int
+_MAX_TRANSACTION_MESSAGES = 100
+
+
+def _seconds(name: str, value: Duration | None, *, allow_none: bool = False) -> float | None:
+    if value is None:
+        if allow_none:
+            return None
+        raise InvalidArgument(f"{name} must be a duration, not None.")
+    if isinstance(value, _dt.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidArgument(f"{name} must be a timedelta or seconds, not {value!r}.")
+    if seconds < 0:
+        raise InvalidArgument(f"{name} is {value}; it must not be negative.")
+    return seconds
+
+
+def connect(
+    url: str,
+    *,
+    credential: SasCredential | tuple[str, str] | None = None,
+    operation_timeout: Duration = _dt.timedelta(seconds=60),
+    **options: Any,
+) -> Namespace:
+    """Connect to a namespace; use the result as an async context manager.
+
+    Args:
+        url: ``memory://NAME`` (the embedded emulator; two connects to one name in one
+            process share it; ``?tier=premium`` picks the tier on first use).
+        credential: ``("KeyName", "key")`` or a :class:`~aiosb.SasCredential`, for
+            namespaces that check signatures.
+        operation_timeout: Bounds each operation including its retries of transient
+            errors; a receive waits its ``max_wait`` on top of it.
+        **options: ``retry_backoff`` (first retry delay, default 0.1 s),
+            ``retry_backoff_max`` (default 5 s), ``tier`` (memory namespaces).
+
+    Returns:
+        An unopened :class:`Namespace`: ``async with aiosb.connect(url) as ns: ...``.
+
+    Raises:
+        InvalidArgument: A URL or option aiosb does not understand.
+    """
+    if isinstance(credential, tuple):
+        credential = SasCredential(*credential)
+    timeout = _seconds("operation_timeout", operation_timeout)
+    if not timeout:
+        raise InvalidArgument("operation_timeout must be positive.")
+    backoff = _seconds("retry_backoff", options.pop("retry_backoff", 0.1))
+    backoff_max = _seconds("retry_backoff_max", options.pop("retry_backoff_max", 5.0))
+    transport = _open_transport(url, credential, options)
+    return Namespace(
+        transport,
+        url=url,
+        operation_timeout=timeout,  # type: ignore[arg-type]
+        retry_backoff=backoff,  # type: ignore[arg-type]
+        retry_backoff_max=backoff_max,  # type: ignore[arg-type]
+    )
+
+
+def _open_transport(url: str, credential: SasCredential | None, options: dict[str, Any]) -> Transport:
+    if not isinstance(url, str) or not url:
+        raise InvalidArgument(f"connect needs a URL or connection string, not {url!r}.")
+    if url.lower().startswith("endpoint="):
+        raise InvalidOperation(
+            "Connection strings select the AMQP transport, which this version of aiosb "
+            "does not include yet; use memory://NAME for the embedded emulator."
+        )
+    parsed = urllib.parse.urlsplit(url)
+    scheme = parsed.scheme.lower()
+    if scheme == "memory":
+        from .transport.memory import MemoryTransport
+
+        query = dict(urllib.parse.parse_qsl(parsed.query))
+        tier = options.pop("tier", None) or query.pop("tier", None)
+        unknown = sorted(set(options) | set(query))
+        if unknown:
+            raise InvalidArgument(f"unknown option(s) for memory://: {', '.join(unknown)}.")
+        name = parsed.netloc or parsed.path.strip("/")
+        return MemoryTransport(name, tier=tier)
+    if scheme in ("http", "https"):
+        raise InvalidOperation(
+            f"The HTTP transport ({scheme}://) is not part of this version of aiosb yet; "
+            "use memory://NAME for the embedded emulator."
+        )
+    raise InvalidArgument(
+        f"unsupported URL {url!r}: use memory://NAME, http://HOST:PORT/NAME, "
+        "https://NAME.servicebus.windows.net or a connection string."
+    )
+
+
+class Namespace:
+    """A connection to one namespace: management, senders and receivers.
+
+    Create it with :func:`connect` and use it as an async context manager. Closing it
+    closes every sender and receiver made from it.
+
+    Attributes:
+        name: The namespace name.
+        transport: The backend it talks through.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        url: str = "",
+        operation_timeout: float = 60.0,
+        retry_backoff: float = 0.1,
+        retry_backoff_max: float = 5.0,
+    ) -> None:
+        self.transport = transport
+        self.url = url
+        self.operation_timeout = operation_timeout
+        self._backoff = retry_backoff
+        self._backoff_max = retry_backoff_max
+        self._state: Literal["new", "open", "closed"] = "new"
+        self._links: set[Sender | Receiver] = set()
+
+    @property
+    def name(self) -> str:
+        """The namespace name."""
+        return self.transport.namespace
+
+    def __repr__(self) -> str:
+        return f"<Namespace {self.name} {self._state} via {type(self.transport).__name__}>"
+
+    async def __aenter__(self) -> Namespace:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def open(self) -> None:
+        """Open the transport (done by ``async with``)."""
+        if self._state == "closed":
+            raise ClientClosed(f"namespace {self.name!r} was closed; connect again.")
+        if self._state == "new":
+            opener = getattr(self.transport, "open", None)
+            if opener is not None:
+                await opener()
+            self._state = "open"
+
+    async def aclose(self) -> None:
+        """Close every sender and receiver, then the transport (idempotent)."""
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        for link in list(self._links):
+            await link.aclose()
+        await self.transport.aclose()
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise ClientClosed(
+                f"namespace {self.name!r} is {'closed' if self._state == 'closed' else 'not open'}"
+                "; use 'async with aiosb.connect(...)'."
+            )
+
+    async def _call(
+        self, fn: Callable[..., Awaitable[T]], *args: Any, wait: float | None = 0.0
+    ) -> T:
+        """Run one transport operation within the operation timeout (plus ``wait``),
+        retrying transient errors with backoff; ``wait=None`` means no deadline."""
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        deadline = None if wait is None else loop.time() + self.operation_timeout + wait
+        attempt = 0
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    return await fn(*args)
+            except ServiceBusError as exc:
+                if not exc.retryable or isinstance(exc, OperationTimeout):
+                    raise
+                attempt += 1
+                delay = min(self._backoff * 2 ** (attempt - 1), self._backoff_max)
+                delay *= random.uniform(0.8, 1.2)
+                if deadline is not None and loop.time() + delay >= deadline:
+                    raise OperationTimeout(
+                        f"{fn.__name__} on namespace {self.name!r} did not succeed within "
+                        f"{self.operation_timeout:g} s: {attempt} attempts failed, the last "
+                        f"with: {exc.message}"
+                    ) from exc
+                await asyncio.sleep(delay)
+            except TimeoutError:
+                raise OperationTimeout(
+                    f"{fn.__name__} on namespace {self.name!r} got no answer within "
+                    f"{self.operation_timeout:g} s."
+                ) from None
+
+    # -- data ------------------------------------------------------------------------
+
+    def sender(self, entity: str) -> Sender:
+        """A sender for a queue or topic; use it as an async context manager."""
+        self._check_open()
+        parsed = parse_entity_path(entity)
+        if parsed.subscription is not None or parsed.sub_queue is not None:
+            raise InvalidOperation(f"Cannot send to {entity!r}: send to a queue or topic.")
+        return Sender(self, entity)
+
+    def receiver(
+        self,
+        entity: str,
+        *,
+        mode: Literal["peek_lock", "receive_and_delete"] = "peek_lock",
+        session_id: str | None = None,
+        sub_queue: str | None = None,
+        prefetch_count: int = 0,
+    ) -> Receiver:
+        """A receiver for a queue or subscription (``"topic/subscriptions/name"``).
+
+        Args:
+            entity: The entity path.
+            mode: ``"peek_lock"`` (settle each message) or ``"receive_and_delete"``.
+            session_id: Receive one session's messages (session-enabled entities).
+            sub_queue: ``"deadletter"`` for the dead-letter queue.
+            prefetch_count: How many messages ``async for`` asks for at once.
+        """
+        self._check_open()
+        if mode not in ("peek_lock", "receive_and_delete"):
+            raise InvalidArgument(f"mode is {mode!r}; use 'peek_lock' or 'receive_and_delete'.")
+        if not isinstance(prefetch_count, int) or prefetch_count < 0:
+            raise InvalidArgument(f"prefetch_count is {prefetch_count!r}; it must be 0 or more.")
+        parsed = parse_entity_path(entity, sub_queue)
+        return Receiver(self, entity, mode, session_id, parsed.sub_queue, prefetch_count, parsed)
+
+    def _track(self, link: Sender | Receiver) -> None:
+        self._links.add(link)
+
+    def _untrack(self, link: Sender | Receiver) -> None:
+        self._links.discard(link)
+
+    # -- management --------------------------------------------------------------------
+
+    async def _manage(self, action: str, kind: str | None, path: str = "", props: Any = None) -> Any:
+        request = ManagementRequest(action, kind, path, props)  # type: ignore[arg-type]
+        return await self._call(self.transport.manage, request)
+
+    async def create_queue(self, name: str, **properties: Any) -> QueueProperties:
+        """Create a queue; ``properties`` take the SDK's names (``lock_duration``, ...).
+
+        Raises:
+            EntityAlreadyExists: A queue or topic with that name exists.
+            InvalidArgument: An unknown property or a value out of range.
+        """
+        return await self._manage("create", "queue", name, QueueProperties.build(name, properties))
+
+    async def get_queue(self, name: str) -> QueueProperties:
+        """The queue's description. Raises :class:`EntityNotFound` if there is none."""
+        return await self._manage("get", "queue", name)
+
+    async def update_queue(self, queue: str | QueueProperties, **changes: Any) -> QueueProperties:
+        """Change a queue's properties (all but partitioning, sessions, duplicate detection)."""
+        return await self._update("queue", queue, changes)
+
+    async def delete_queue(self, name: str) -> None:
+        """Delete a queue and its messages."""
+        await self._manage("delete", "queue", name)
+
+    async def queue_exists(self, name: str) -> bool:
+        """Whether the queue exists."""
+        return await self._exists("queue", name)
+
+    async def list_queues(self) -> list[QueueProperties]:
+        """Every queue's description."""
+        return await self._manage("list", "queue")
+
+    async def create_topic(self, name: str, **properties: Any) -> TopicProperties:
+        """Create a topic; see :meth:`create_queue`."""
+        return await self._manage("create", "topic", name, TopicProperties.build(name, properties))
+
+    async def get_topic(self, name: str) -> TopicProperties:
+        """The topic's description."""
+        return await self._manage("get", "topic", name)
+
+    async def update_topic(self, topic: str | TopicProperties, **changes: Any) -> TopicProperties:
+        """Change a topic's properties."""
+        return await self._update("topic", topic, changes)
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete a topic with its subscriptions."""
+        await self._manage("delete", "topic", name)
+
+    async def topic_exists(self, name: str) -> bool:
+        """Whether the topic exists."""
+        return await self._exists("topic", name)
+
+    async def list_topics(self) -> list[TopicProperties]:
+        """Every topic's description."""
+        return await self._manage("list", "topic")
+
+    async def create_subscription(
+        self, topic: str, name: str, **properties: Any
+    ) -> SubscriptionProperties:
+        """Create a subscription of ``topic``; it takes every message sent to the topic."""
+        props = SubscriptionProperties.build(name, {**properties, "topic_name": topic})
+        return await self._manage("create", "subscription", f"{topic}/subscriptions/{name}", props)
+
+    async def get_subscription(self, topic: str, name: str) -> SubscriptionProperties:
+        """The subscription's description."""
+        return await self._manage("get", "subscription", f"{topic}/subscriptions/{name}")
+
+    async def update_subscription(
+        self, topic: str, subscription: str | SubscriptionProperties, **changes: Any
+    ) -> SubscriptionProperties:
+        """Change a subscription's properties."""
+        if isinstance(subscription, str):
+            current = await self.get_subscription(topic, subscription)
+        else:
+            current = subscription
+        props = self._changed(current, changes)
+        path = f"{topic}/subscriptions/{props.name}"
+        return await self._manage("update", "subscription", path, props)
+
+    async def delete_subscription(self, topic: str, name: str) -> None:
+        """Delete a subscription and its messages."""
+        await self._manage("delete", "subscription", f"{topic}/subscriptions/{name}")
+
+    async def subscription_exists(self, topic: str, name: str) -> bool:
+        """Whether the subscription exists."""
+        return await self._exists("subscription", f"{topic}/subscriptions/{name}")
+
+    async def list_subscriptions(self, topic: str) -> list[SubscriptionProperties]:
+        """Every subscription of ``topic``."""
+        return await self._manage("list", "subscription", topic)
+
+    async def runtime_properties(self, entity: str) -> RuntimeProperties:
+        """Counts of an entity: active, scheduled, dead-lettered, deferred messages."""
+        return await self._manage("runtime", None, entity)
+
+    async def _exists(self, kind: str, path: str) -> bool:
+        try:
+            await self._manage("get", kind, path)
+        except EntityNotFound:
+            return False
+        return True
+
+    @staticmethod
+    def _changed(current: Any, changes: dict[str, Any]) -> Any:
+        fields = {f.name for f in dataclasses.fields(current)}
+        unknown = sorted(set(changes) - fields)
+        if unknown:
+            raise InvalidArgument(f"unknown {current.kind} propert(ies): {', '.join(unknown)}.")
+        return dataclasses.replace(current, **changes)
+
+    async def _update(self, kind: str, entity: Any, changes: dict[str, Any]) -> Any:
+        current = await self._manage("get", kind, entity) if isinstance(entity, str) else entity
+        props = self._changed(current, changes)
+        return await self._manage("update", kind, props.name, props)
+
+
+class Transaction:
+    """Sends buffered inside ``async with sender.transaction()``, committed at its end."""
+
+    def __init__(self, sender: Sender) -> None:
+        self.sender = sender
+        self.messages: list[Message] = []
+        self._token: contextvars.Token[Transaction | None] | None = None
+
+    async def __aenter__(self) -> Transaction:
+        if self.sender._transaction.get() is not None:
+            raise InvalidOperation("A transaction is already open on this sender in this task.")
+        self._token = self.sender._transaction.set(self)
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self.sender._transaction.reset(self._token)  # type: ignore[arg-type]
+        if exc_type is None and self.messages:
+            await self.sender._send_now(self.messages)
+
+    def add(self, messages: list[Message]) -> None:
+        if len(self.messages) + len(messages) > _MAX_TRANSACTION_MESSAGES:
+            raise InvalidOperation(
+                f"A transaction holds at most {_MAX_TRANSACTION_MESSAGES} messages; this one "
+                f"would hold {len(self.messages) + len(messages)}."
+            )
+        self.messages.extend(messages)
+
+
+class Sender:
+    """Sends to one queue or topic. Safe under many concurrent ``send`` calls.
+
+    Use it as an async context manager (``async with ns.sender("orders") as s``).
+    """
+
+    def __init__(self, namespace: Namespace, entity: str) -> None:
+        self.namespace = namespace
+        self.entity = entity
+        self._closed = False
+        self._transaction: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar(
+            f"aiosb-tx-{id(self)}", default=None
+        )
+        namespace._track(self)
+
+    def __repr__(self) -> str:
+        return f"<Sender {self.namespace.name}/{self.entity} {'closed' if self._closed else 'open'}>"
+
+    async def __aenter__(self) -> Sender:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the sender (idempotent)."""
+        self._closed = True
+        self.namespace._untrack(self)
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ClientClosed(f"the sender for {self.entity!r} is closed.")
+
+    async def send(self, message: Message | Sequence[Message]) -> None:
+        """Send one message, or a list as one batch (all of it or none).
+
+        Inside ``async with sender.transaction()`` the messages are held and sent with
+        the transaction's commit.
+
+        Raises:
+            MessageSizeExceeded: A message or the batch is over the size limit.
+            OperationTimeout: No success within the operation timeout.
+        """
+        self._check()
+        messages = [message] if isinstance(message, Message) else list(message)
+        if not messages:
+            return
+        tx = self._transaction.get()
+        if tx is not None:
+            tx.add(messages)
+            return
+        await self._send_now(messages)
+
+    async def _send_now(self, messages: list[Message]) -> None:
+        ns = self.namespace
+        await ns._call(ns.transport.send, self.entity, messages)
+
+    async def schedule(
+        self, message: Message | Sequence[Message], at: _dt.datetime
+    ) -> int | list[int]:
+        """Schedule message(s) for ``at``; return the sequence number(s) to cancel with.
+
+        The enqueue time is ``at``, so a message's expiry is ``at + time_to_live`` (EX-5).
+        """
+        self._check()
+        if not isinstance(at, _dt.datetime) or at.tzinfo is None:
+            raise InvalidArgument(f"schedule needs a timezone-aware datetime, not {at!r}.")
+        single = isinstance(message, Message)
+        messages = [message] if single else list(message)  # type: ignore[list-item]
+        stamped = [dataclasses.replace(m, scheduled_enqueue_time=at) for m in messages]
+        ns = self.namespace
+        seqs = await ns._call(ns.transport.schedule, self.entity, stamped)
+        return seqs[0] if single else seqs
+
+    async def cancel_scheduled(self, sequence_number: int | Sequence[int]) -> None:
+        """Cancel scheduled message(s) by sequence number."""
+        self._check()
+        seqs = [sequence_number] if isinstance(sequence_number, int) else list(sequence_number)
+        ns = self.namespace
+        await ns._call(ns.transport.cancel_scheduled, self.entity, seqs)
+
+    def transaction(self) -> Transaction:
+        """An async context manager: sends inside it commit together, or not at all."""
+        self._check()
+        return Transaction(self)
+
+
+class Receiver:
+    """Receives from one queue, subscription or dead-letter queue.
+
+    Use it as an async context manager; ``async for msg in receiver`` receives forever.
+    """
+
+    def __init__(
+        self,
+        namespace: Namespace,
+        entity: str,
+        mode: Literal["peek_lock", "receive_and_delete"],
+        session_id: str | None,
+        sub_queue: str | None,
+        prefetch_count: int,
+        parsed: Any,
+    ) -> None:
+        self.namespace = namespace
+        self.entity = entity
+        self.mode = mode
+        self.session_id = session_id
+        self.sub_queue = sub_queue
+        self.prefetch_count = prefetch_count
+        self._path = str(parsed).lower()
+        self._entity_path = parsed.path
+        self._last_peeked = 0
+        self._closed = False
+        namespace._track(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Receiver {self.namespace.name}/{self._path} {self.mode} "
+            f"{'closed' if self._closed else 'open'}>"
+        )
+
+    async def __aenter__(self) -> Receiver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the receiver (idempotent); unsettled locks expire on their own."""
+        self._closed = True
+        self.namespace._untrack(self)
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ClientClosed(f"the receiver for {self.entity!r} is closed.")
+
+    def _request(self, **kw: Any) -> ReceiveRequest:
+        return ReceiveRequest(
+            mode=self.mode, sub_queue=self.sub_queue, session_id=self.session_id, **kw
+        )
+
+    async def receive(
+        self, max_messages: int = 1, max_wait: Duration | None = None
+    ) -> list[ReceivedMessage]:
+        """Receive up to ``max_messages``, waiting up to ``max_wait`` for the first.
+
+        Returns as soon as at least one message is available (with those available at
+        that moment, up to ``max_messages``), or an empty list when ``max_wait`` runs
+        out. ``max_wait=None`` waits until a message arrives.
+        """
+        self._check()
+        if not isinstance(max_messages, int) or max_messages < 1:
+            raise InvalidArgument(f"max_messages is {max_messages!r}; it must be at least 1.")
+        wait = _seconds("max_wait", max_wait, allow_none=True)
+        ns = self.namespace
+        loop = asyncio.get_running_loop()
+        deadline = None if wait is None else loop.time() + wait
+        while True:
+            request = self._request(max_messages=max_messages, max_wait=wait)
+            messages = await ns._call(ns.transport.receive, self._entity_path, request, wait=wait)
+            if messages and any(m.content_type == PING_CONTENT_TYPE for m in messages):
+                messages = await self._drop_pings(messages)
+                if not messages and (deadline is None or loop.time() < deadline):
+                    wait = None if deadline is None else max(0.0, deadline - loop.time())
+                    continue
+            return messages
+
+    async def _drop_pings(self, messages: list[ReceivedMessage]) -> list[ReceivedMessage]:
+        """A broker that delivers pings breaks PN-14; settle them and hand on the rest."""
+        pings = [m for m in messages if m.content_type == PING_CONTENT_TYPE]
+        if self.mode == "peek_lock":
+            await self._settle("complete", pings)
+        return [m for m in messages if m.content_type != PING_CONTENT_TYPE]
+
+    def __aiter__(self) -> AsyncIterator[ReceivedMessage]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[ReceivedMessage]:
+        while not self._closed:
+            for message in await self.receive(max(1, self.prefetch_count), None):
+                yield message
+
+    async def receive_deferred(self, sequence_numbers: int | Sequence[int]) -> list[ReceivedMessage]:
+        """Receive deferred messages by sequence number."""
+        self._check()
+        seqs = [sequence_numbers] if isinstance(sequence_numbers, int) else list(sequence_numbers)
+        ns = self.namespace
+        request = self._request(max_messages=max(1, len(seqs)), sequence_numbers=seqs)
+        return await ns._call(ns.transport.receive, self._entity_path, request)
+
+    async def peek(self, max_messages: int = 1, *, from_sequence_number: int | None = None) -> list[ReceivedMessage]:
+        """Browse up to ``max_messages`` without locking them.
+
+        Starts after the last message this receiver peeked (or at
+        ``from_sequence_number``), and asks again until it has ``max_messages`` or
+        nothing is left, since a broker may return fewer than asked (PT-13).
+        """
+        self._check()
+        if not isinstance(max_messages, int) or max_messages < 1:
+            raise InvalidArgument(f"max_messages is {max_messages!r}; it must be at least 1.")
+        start = self._last_peeked + 1 if from_sequence_number is None else from_sequence_number
+        ns = self.namespace
+        found: list[ReceivedMessage] = []
+        while len(found) < max_messages:
+            request = self._request(
+                max_messages=max_messages - len(found), peek=True, from_sequence_number=start
+            )
+            batch = await ns._call(ns.transport.receive, self._entity_path, request)
+            if not batch:
+                break
+            found.extend(batch)
+            start = batch[-1].sequence_number + 1
+        if found:
+            self._last_peeked = found[-1].sequence_number
+        return found
+
+    # -- settlement ------------------------------------------------------------------
+
+    def _tokens(self, messages: list[ReceivedMessage]) -> list[str]:
+        if self.mode != "peek_lock":
+            raise InvalidOperation(
+                "Messages received in receive_and_delete mode are settled already."
+            )
+        tokens = []
+        for msg in messages:
+            if not isinstance(msg, ReceivedMessage):
+                raise InvalidArgument(f"can only settle received messages, not {msg!r}.")
+            if msg.lock_token is None:
+                raise InvalidOperation(
+                    f"Message {msg.sequence_number} holds no lock (peeked, or received and "
+                    "deleted): there is nothing to settle."
+                )
+            if msg.entity_path.lower() != self._path:
+                raise InvalidOperation(
+                    f"Message {msg.sequence_number} was received from {msg.entity_path!r}, "
+                    f"not {self._path!r}: settle it with the receiver it came from."
+                )
+            tokens.append(msg.lock_token)
+        return tokens
+
+    async def _settle(self, action: str, messages: Any, **kw: Any) -> list[float] | None:
+        self._check()
+        msgs = [messages] if isinstance(messages, ReceivedMessage) else list(messages)
+        tokens = self._tokens(msgs)
+        if not tokens:
+            return None
+        ns = self.namespace
+        settlement = Settlement(action, tokens, self.sub_queue, **kw)  # type: ignore[arg-type]
+        return await ns._call(ns.transport.settle, self._entity_path, settlement)
+
+    async def complete(self, message: ReceivedMessage | Sequence[ReceivedMessage]) -> None:
+        """Complete (delete) locked message(s).
+
+        Raises:
+            MessageLockLost: The lock expired or the message was settled already.
+        """
+        await self._settle("complete", message)
+
+    async def abandon(
+        self, message: ReceivedMessage, *, properties_to_modify: dict[str, Any] | None = None
+    ) -> None:
+        """Give the message back: it is delivered again (or dead-lettered once its
+        delivery count reaches ``max_delivery_count``, or expired per EX-3)."""
+        await self._settle("abandon", message, properties_to_modify=properties_to_modify)
+
+    async def dead_letter(
+        self,
+        message: ReceivedMessage,
+        reason: str | None = None,
+        description: str | None = None,
+        *,
+        properties_to_modify: dict[str, Any] | None = None,
+    ) -> None:
+        """Move the message to the dead-letter queue with a reason and description."""
+        await self._settle(
+            "dead_letter",
+            message,
+            reason=reason,
+            description=description,
+            properties_to_modify=properties_to_modify,
+        )
+
+    async def defer(
+        self, message: ReceivedMessage, *, properties_to_modify: dict[str, Any] | None = None
+    ) -> None:
+        """Set the message aside; fetch it later with :meth:`receive_deferred`."""
+        await self._settle("defer", message, properties_to_modify=properties_to_modify)
+
+    async def renew_lock(self, message: ReceivedMessage) -> _dt.datetime:
+        """Extend the message's lock by the entity's lock duration; return the new expiry."""
+        until = await self._settle("renew", message)
+        message.locked_until_timestamp = until[0]  # type: ignore[index]
+        return message.locked_until  # type: ignore[return-value]

@@ -1,0 +1,69 @@
+"""The embedded Service Bus emulator.
+
+Namespaces live in this process and are created on first use::
+
+    ns = aiosb.emulator.namespace("contoso")          # the same object every time
+    with ns.faults.fail("orders", kind="timeout"):    # an outage, healed on exit
+        ...
+
+``aiosb.connect("memory://contoso")`` talks to the same namespace. Use
+:func:`reset` (or the ``aiosb_emulator`` pytest fixture) to start each test afresh.
+"""
+
+from __future__ import annotations
+
+from ._broker import MAX_DELIVERY_EXCEEDED, TTL_EXPIRED, EmulatorNamespace
+from ._faults import OPERATIONS, Fault, Faults
+
+__all__ = [
+    "MAX_DELIVERY_EXCEEDED",
+    "OPERATIONS",
+    "TTL_EXPIRED",
+    "EmulatorNamespace",
+    "Fault",
+    "Faults",
+    "namespace",
+    "namespaces",
+    "reset",
+]
+
+_registry: dict[str, EmulatorNamespace] = {}
+
+
+def namespace(name: str, *, tier: str | None = None) -> EmulatorNamespace:
+    """The emulator namespace ``name`` of this process, created on first use.
+
+    Args:
+        name: The namespace name (case-insensitive).
+        tier: ``"standard"`` (the default), ``"premium"`` or ``"basic"``; only taken
+            when the namespace is created. Asking an existing namespace for another
+            tier is an error.
+
+    Raises:
+        InvalidArgument: A name or tier that is not valid.
+        InvalidOperation: ``tier`` differs from the existing namespace's tier.
+    """
+    key = name.lower() if isinstance(name, str) else name
+    ns = _registry.get(key)
+    if ns is None:
+        ns = _registry[key] = EmulatorNamespace(name, tier or "standard")
+    elif tier is not None and tier != ns.tier:
+        from ..errors import InvalidOperation
+
+        raise InvalidOperation(
+            f"namespace {name!r} exists on the {ns.tier} tier; it cannot be reopened as {tier}."
+        )
+    return ns
+
+
+def namespaces() -> list[EmulatorNamespace]:
+    """Every emulator namespace of this process."""
+    return list(_registry.values())
+
+
+def reset() -> None:
+    """Forget every emulator namespace (their entities, messages and faults)."""
+    for ns in _registry.values():
+        ns.faults.heal()
+        ns.detach_all()
+    _registry.clear()

@@ -1,0 +1,1148 @@
+"""The embedded broker: namespaces, entities and message stores.
+
+Design, in short:
+
+* A namespace owns its entities (queues, topics, subscriptions). A queue or
+  subscription has a main store and a dead-letter store; a topic has a store only for
+  its scheduled messages, and fans every message out to its subscriptions.
+* A store keeps its messages by sequence number. Available messages wait in sequence
+  order (a deque for new ones, a heap for returned ones); locked ones are indexed by
+  lock token. Every deadline (lock expiry, message expiry, scheduled activation) goes on
+  the store's timeline, a heap with lazy deletion that is compacted as it grows.
+* The namespace keeps one timeline of stores and entities with something due, and one
+  ``loop.call_at`` timer for its earliest entry while a connection is open. Each
+  operation also runs what is due before it acts, so results are exact whether or not
+  the timer has fired yet.
+* All state changes are synchronous; only fault injection and long-poll receives
+  await. Concurrent calls are therefore safe without locks.
+
+Time is UTC epoch seconds read from the event loop clock (:class:`~aiosb._clock.LoopClock`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as _dt
+import itertools
+import math
+import os
+import re
+from collections import deque
+from collections.abc import Sequence
+from heapq import heapify, heappop, heappush
+from typing import Any
+
+from .._clock import LoopClock
+from ..entities import (
+    FRAGMENTS,
+    NEVER,
+    TIERS,
+    QueueProperties,
+    RuntimeProperties,
+    SubscriptionProperties,
+    TopicProperties,
+    parse_entity_path,
+)
+from ..errors import (
+    EntityAlreadyExists,
+    EntityNotFound,
+    EntityUnavailable,
+    InvalidArgument,
+    InvalidOperation,
+    MessageLockLost,
+    MessageNotFound,
+    MessageSizeExceeded,
+    QuotaExceeded,
+)
+from ..message import PING_CONTENT_TYPE, Message, ReceivedMessage
+from ..transport import ManagementRequest, ReceiveRequest, Settlement
+from ._faults import Faults
+
+__all__ = ["EmulatorNamespace", "TTL_EXPIRED", "MAX_DELIVERY_EXCEEDED"]
+
+INF = math.inf
+TTL_EXPIRED = "TTLExpiredException"
+MAX_DELIVERY_EXCEEDED = "MaxDeliveryCountExceeded"
+_NEVER_S = NEVER.total_seconds()
+_UTC = _dt.UTC
+_MAX_FORWARD_HOPS = 4
+_MAX_ENTITIES = 10_000
+_MAX_PARTITIONED = 100
+_NAMESPACE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,49}")
+
+# Record states.
+AVAILABLE, LOCKED, DEFERRED, SCHEDULED, GONE = range(5)
+# Timeline kinds (a lock entry carries its lock token instead).
+_EXPIRE = object()
+_ACTIVATE = object()
+
+
+def _seconds(delta: _dt.timedelta) -> float:
+    seconds = delta.total_seconds()
+    return INF if seconds >= _NEVER_S else seconds
+
+
+def _utc(ts: float | None) -> _dt.datetime | None:
+    return None if ts is None else _dt.datetime.fromtimestamp(ts, _UTC)
+
+
+class _Ids:
+    """Cheap unique ids shaped like GUIDs: a random prefix and a counter."""
+
+    __slots__ = ("_count", "_prefix")
+
+    def __init__(self) -> None:
+        raw = os.urandom(10).hex()
+        self._prefix = f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-"
+        self._count = itertools.count(1)
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._count):012x}"
+
+
+class _Record:
+    """One message held by a store: the sent fields plus broker state."""
+
+    __slots__ = (
+        "body",
+        "content_type",
+        "correlation_id",
+        "deferred",
+        "delivery_count",
+        "dl_desc",
+        "dl_reason",
+        "dl_source",
+        "enqueued",
+        "expires",
+        "lock_token",
+        "locked_until",
+        "message_id",
+        "partition_key",
+        "props",
+        "reply_to",
+        "reply_to_session_id",
+        "scheduled",
+        "seq",
+        "session_id",
+        "size",
+        "state",
+        "subject",
+        "to",
+        "ttl",
+    )
+
+    def __init__(self, msg: Message, message_id: str, size: int) -> None:
+        self.body = msg.body
+        self.message_id = message_id
+        self.session_id = msg.session_id
+        self.partition_key = msg.partition_key
+        ttl = msg.time_to_live
+        self.ttl = INF if ttl is None else _seconds(ttl)
+        self.scheduled = msg.scheduled_enqueue_time
+        self.content_type = msg.content_type
+        self.correlation_id = msg.correlation_id
+        self.subject = msg.subject
+        self.reply_to = msg.reply_to
+        self.reply_to_session_id = msg.reply_to_session_id
+        self.to = msg.to
+        props = msg.application_properties
+        self.props = dict(props) if props else None
+        self.size = size
+        self.seq = 0
+        self.enqueued = 0.0
+        self.expires: float | None = None
+        self.delivery_count = 0
+        self.lock_token: str | None = None
+        self.locked_until: float | None = None
+        self.state = AVAILABLE
+        self.deferred = False
+        self.dl_reason: str | None = None
+        self.dl_desc: str | None = None
+        self.dl_source: str | None = None
+
+    def clone(self) -> _Record:
+        """A fresh copy with the sent fields and times, and no delivery state."""
+        new = _Record.__new__(_Record)
+        for name in _Record.__slots__:
+            setattr(new, name, getattr(self, name))
+        if self.props:
+            new.props = dict(self.props)
+        new.delivery_count = 0
+        new.lock_token = None
+        new.locked_until = None
+        new.state = AVAILABLE
+        new.deferred = False
+        return new
+
+    def received(self, entity_path: str) -> ReceivedMessage:
+        """The plain-data view handed to a receiver."""
+        ttl = self.ttl
+        props = self.props
+        return ReceivedMessage(
+            self.body,
+            message_id=self.message_id,
+            session_id=self.session_id,
+            partition_key=self.partition_key,
+            time_to_live=None if ttl == INF else _dt.timedelta(seconds=ttl),
+            scheduled_enqueue_time=self.scheduled,
+            content_type=self.content_type,
+            correlation_id=self.correlation_id,
+            subject=self.subject,
+            reply_to=self.reply_to,
+            reply_to_session_id=self.reply_to_session_id,
+            to=self.to,
+            application_properties=dict(props) if props else {},
+            sequence_number=self.seq,
+            enqueued_timestamp=self.enqueued,
+            expires_timestamp=self.expires,
+            delivery_count=self.delivery_count,
+            lock_token=self.lock_token,
+            locked_until_timestamp=self.locked_until,
+            dead_letter_reason=self.dl_reason,
+            dead_letter_error_description=self.dl_desc,
+            dead_letter_source=self.dl_source,
+            state=_STATE_NAMES[self.state] if not self.deferred else "deferred",
+            entity_path=entity_path,
+        )
+
+
+_STATE_NAMES = {AVAILABLE: "active", LOCKED: "active", DEFERRED: "deferred", SCHEDULED: "scheduled"}
+
+
+class _Store:
+    """The messages of one queue, subscription, dead-letter queue or topic schedule."""
+
+    __slots__ = (
+        "_compact_at",
+        "_order",
+        "due",
+        "entity",
+        "is_dlq",
+        "locked",
+        "ns",
+        "path",
+        "ready",
+        "records",
+        "returned",
+        "scheduled",
+        "size",
+        "timeline",
+        "waiters",
+    )
+
+    def __init__(self, ns: EmulatorNamespace, entity: _Entity, is_dlq: bool) -> None:
+        self.ns = ns
+        self.entity = entity
+        self.is_dlq = is_dlq
+        self.path = entity.path + ("/$DeadLetterQueue" if is_dlq else "")
+        self.records: dict[int, _Record] = {}
+        self.ready: deque[_Record] = deque()
+        self.returned: list[tuple[int, _Record]] = []
+        self.locked: dict[str, _Record] = {}
+        self.timeline: list[tuple[float, int, object, _Record]] = []
+        self.waiters: list[asyncio.Future[None]] = []
+        self.due = INF
+        self.scheduled = 0
+        self.size = 0
+        self._order = itertools.count()
+        self._compact_at = 1024
+
+    # -- timeline ------------------------------------------------------------------
+
+    def _push(self, when: float, kind: object, rec: _Record) -> None:
+        heappush(self.timeline, (when, next(self._order), kind, rec))
+        if when < self.due:
+            self.due = when
+            self.ns._register(when, self)
+        if len(self.timeline) > self._compact_at:
+            self._compact()
+
+    def _live(self, kind: object, rec: _Record, when: float) -> bool:
+        if kind is _EXPIRE:
+            return rec.state in (AVAILABLE, DEFERRED) and rec.expires == when
+        if kind is _ACTIVATE:
+            return rec.state == SCHEDULED
+        return rec.state == LOCKED and rec.lock_token == kind and rec.locked_until == when
+
+    def _compact(self) -> None:
+        self.timeline = [e for e in self.timeline if self._live(e[2], e[3], e[0])]
+        heapify(self.timeline)
+        self._compact_at = 2 * len(self.timeline) + 1024
+
+    def on_due(self, now: float) -> None:
+        """Run every deadline that has come: lock expiries, expiries, activations."""
+        timeline = self.timeline
+        while timeline and timeline[0][0] <= now:
+            when, _, kind, rec = heappop(timeline)
+            if not self._live(kind, rec, when):
+                continue
+            if kind is _EXPIRE:
+                self.expire(rec, now)
+            elif kind is _ACTIVATE:
+                self.activate(rec, now)
+            else:
+                self.unlock(rec, now)
+        self.due = timeline[0][0] if timeline else INF
+        if self.due < INF:
+            self.ns._register(self.due, self)
+
+    # -- adding --------------------------------------------------------------------
+
+    def add(self, rec: _Record, now: float) -> None:
+        """Store ``rec`` as available (it has its sequence number and times set)."""
+        rec.state = AVAILABLE
+        self.records[rec.seq] = rec
+        self.size += rec.size
+        ready = self.ready
+        if ready and rec.seq < ready[-1].seq:  # an activated scheduled message
+            heappush(self.returned, (rec.seq, rec))
+        else:
+            ready.append(rec)
+        if rec.expires is not None and not self.is_dlq:
+            self._push(rec.expires, _EXPIRE, rec)
+        if self.waiters:
+            self.wake()
+
+    def add_scheduled(self, rec: _Record) -> None:
+        """Hold ``rec`` until its enqueue time (EX-5)."""
+        rec.state = SCHEDULED
+        self.records[rec.seq] = rec
+        self.size += rec.size
+        self.scheduled += 1
+        self._push(rec.enqueued, _ACTIVATE, rec)
+
+    def activate(self, rec: _Record, now: float) -> None:
+        """A scheduled message's time has come: make it available (or fan it out)."""
+        self.scheduled -= 1
+        self.remove(rec)
+        self.ns._deliver(self.entity, rec, now, 0, keep_seq=True)
+
+    def make_available(self, rec: _Record) -> None:
+        """Return ``rec`` to the available messages, in sequence order."""
+        if rec.deferred:
+            rec.state = DEFERRED
+            return
+        rec.state = AVAILABLE
+        heappush(self.returned, (rec.seq, rec))
+        if self.waiters:
+            self.wake()
+
+    def wake(self) -> None:
+        """Wake every long-poll receive waiting on this store."""
+        waiters, self.waiters = self.waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    # -- removing ------------------------------------------------------------------
+
+    def remove(self, rec: _Record) -> None:
+        rec.state = GONE
+        if self.records.pop(rec.seq, None) is not None:
+            self.size -= rec.size
+
+    def expire(self, rec: _Record, now: float) -> None:
+        """Expiry has come for an unlocked message: dead-letter or drop it (EX-10)."""
+        self.remove(rec)
+        if self.entity.props.dead_lettering_on_message_expiration:
+            self.ns._dead_letter(
+                self.entity, rec, TTL_EXPIRED, "The message expired and was dead lettered.", now
+            )
+
+    def unlock(self, rec: _Record, now: float, props: dict[str, Any] | None = None) -> None:
+        """The lock ended without completion (abandoned or expired)."""
+        self.locked.pop(rec.lock_token, None)  # type: ignore[arg-type]
+        rec.lock_token = None
+        rec.locked_until = None
+        if props:
+            rec.props = {**(rec.props or {}), **props}
+        if self.is_dlq:
+            self.make_available(rec)
+            return
+        if rec.expires is not None and rec.expires <= now:  # EX-3, EX-11
+            self.expire(rec, now)
+        elif rec.delivery_count >= self.entity.props.max_delivery_count:
+            self.remove(rec)
+            self.ns._dead_letter(
+                self.entity,
+                rec,
+                MAX_DELIVERY_EXCEEDED,
+                f"The message could not be consumed after {rec.delivery_count} "
+                "delivery attempts.",
+                now,
+            )
+        else:
+            self.make_available(rec)
+
+    # -- receiving -----------------------------------------------------------------
+
+    def take(self, count: int, lock_seconds: float | None, now: float) -> list[ReceivedMessage]:
+        """Take up to ``count`` available messages: lock them, or delete them if
+        ``lock_seconds`` is ``None`` (receive-and-delete)."""
+        out: list[ReceivedMessage] = []
+        ready, returned = self.ready, self.returned
+        path = self.path
+        while len(out) < count:
+            if returned and (not ready or returned[0][0] < ready[0].seq):
+                rec = heappop(returned)[1]
+            elif ready:
+                rec = ready.popleft()
+            else:
+                break
+            if rec.state != AVAILABLE:
+                continue
+            expires = rec.expires
+            if expires is not None and expires <= now and not self.is_dlq:
+                self.expire(rec, now)
+                continue
+            rec.delivery_count += 1
+            if lock_seconds is None:
+                self.remove(rec)
+            else:
+                self.lock(rec, now + lock_seconds)
+            out.append(rec.received(path))
+        return out
+
+    def lock(self, rec: _Record, until: float) -> None:
+        token = self.ns._ids()
+        rec.state = LOCKED
+        rec.lock_token = token
+        rec.locked_until = until
+        self.locked[token] = rec
+        self._push(until, token, rec)
+
+    def take_deferred(
+        self, seqs: Sequence[int], lock_seconds: float | None, now: float
+    ) -> list[ReceivedMessage]:
+        recs = []
+        for seq in seqs:
+            rec = self.records.get(seq)
+            if rec is None or rec.state != DEFERRED:
+                raise MessageNotFound(
+                    f"No deferred message with sequence number {seq} in {self.path!r}."
+                )
+            recs.append(rec)
+        out = []
+        for rec in recs:
+            rec.delivery_count += 1
+            if lock_seconds is None:
+                self.remove(rec)
+            else:
+                self.lock(rec, now + lock_seconds)
+            out.append(rec.received(self.path))
+        return out
+
+    def peek(self, count: int, from_seq: int) -> list[ReceivedMessage]:
+        recs = sorted(
+            (r for r in self.records.values() if r.seq >= from_seq), key=lambda r: r.seq
+        )[:count]
+        out = []
+        for rec in recs:
+            msg = rec.received(self.path)
+            msg.lock_token = None
+            msg.locked_until_timestamp = None
+            out.append(msg)
+        return out
+
+    def counts(self) -> tuple[int, int, int]:
+        """(active including locked, deferred, scheduled)."""
+        active = deferred = 0
+        for rec in self.records.values():
+            if rec.deferred:
+                deferred += 1
+            elif rec.state in (AVAILABLE, LOCKED):
+                active += 1
+        return active, deferred, self.scheduled
+
+    def close(self) -> None:
+        """The entity is gone: wake waiters so they see it."""
+        self.wake()
+        self.timeline.clear()
+
+
+class _Entity:
+    """A queue, topic or subscription."""
+
+    def __init__(self, ns: EmulatorNamespace, kind: str, path: str, props: Any, now: float):
+        self.ns = ns
+        self.kind = kind
+        self.path = path
+        self.key = path.lower()
+        self.props = props
+        self.created = self.updated = self.activity = now
+        self.deleted = False
+        self.seq = itertools.count(1)
+        self.topic: _Entity | None = None
+        self.subscriptions: dict[str, _Entity] = {}
+        self.dup: dict[str, float] = {}
+        self.dup_order: deque[tuple[float, str]] = deque()
+        self.apply(props)
+        self.store = _Store(ns, self, False)
+        self.dlq = _Store(ns, self, True) if kind != "topic" else None
+        self._idle_armed = INF
+        self.arm_idle()
+
+    def apply(self, props: Any) -> None:
+        """Take a (validated) description into force."""
+        self.props = props
+        self.ttl = _seconds(props.default_message_time_to_live)
+        self.lock_seconds = (
+            props.lock_duration.total_seconds() if hasattr(props, "lock_duration") else 0.0
+        )
+        self.idle = _seconds(props.auto_delete_on_idle)
+        self.dup_window = (
+            props.duplicate_detection_history_time_window.total_seconds()
+            if getattr(props, "requires_duplicate_detection", False)
+            else 0.0
+        )
+
+    def stores(self) -> list[_Store]:
+        return [self.store] if self.dlq is None else [self.store, self.dlq]
+
+    # -- auto delete on idle (EX-14..16) -------------------------------------------
+
+    def arm_idle(self) -> None:
+        if self.idle == INF:
+            return
+        when = self.activity + self.idle
+        if when < self._idle_armed:
+            self._idle_armed = when
+            self.ns._register(when, self)
+
+    def on_due(self, now: float) -> None:
+        self._idle_armed = INF
+        if self.deleted or self.idle == INF:
+            return
+        if self.busy():
+            self.activity = now
+        if self.activity + self.idle <= now:
+            self.ns._delete_entity(self)
+        else:
+            self.arm_idle()
+
+    def busy(self) -> bool:
+        """Whether the entity counts as in use though no operation touched it."""
+        if getattr(self.props, "forward_to", None):  # EX-16
+            return True
+        stores = [self.store]
+        if self.kind == "topic":
+            stores += [s.store for s in self.subscriptions.values()]
+        return any(s.scheduled or any(not f.done() for f in s.waiters) for s in stores)
+
+    def touch(self, now: float) -> None:
+        """Record activity (EX-15); activity on a subscription counts for its topic."""
+        self.activity = now
+        if self.topic is not None:
+            self.topic.activity = now
+
+    # -- duplicate detection -------------------------------------------------------
+
+    def is_duplicate(self, message_id: str, now: float) -> bool:
+        order, seen = self.dup_order, self.dup
+        horizon = now - self.dup_window
+        while order and order[0][0] <= horizon:
+            _, old = order.popleft()
+            if seen.get(old, INF) <= horizon:
+                del seen[old]
+        if message_id in seen:
+            return True
+        seen[message_id] = now
+        order.append((now, message_id))
+        return False
+
+    def description(self) -> Any:
+        """A copy of the description with times, as ``get`` returns it."""
+        desc = dataclasses.replace(
+            self.props,
+            created_at_utc=_utc(self.created),
+            updated_at_utc=_utc(self.updated),
+            accessed_at_utc=_utc(self.activity),
+        )
+        if getattr(desc, "enable_partitioning", False) and self.ns.tier == "standard":
+            desc.max_size_in_megabytes *= FRAGMENTS["standard"]  # PT-4
+        return desc
+
+
+class EmulatorNamespace:
+    """One emulated Service Bus namespace.
+
+    Get one with :func:`aiosb.emulator.namespace`; connect to it with
+    ``aiosb.connect("memory://NAME")``. Two connections to the same name in one process
+    share it.
+
+    Attributes:
+        name: The namespace name.
+        tier: ``"standard"`` (default), ``"premium"`` or ``"basic"``.
+        faults: The fault injection API (:class:`~aiosb.emulator.Faults`).
+        max_message_size: The largest message and batch, in bytes (256 KB on standard).
+    """
+
+    def __init__(self, name: str, tier: str = "standard") -> None:
+        if not isinstance(name, str) or not _NAMESPACE_NAME.fullmatch(name):
+            raise InvalidArgument(
+                f"namespace name {name!r} is not valid: use 1 to 50 letters, digits and "
+                "hyphens, starting with a letter."
+            )
+        if tier not in TIERS:
+            raise InvalidArgument(f"tier is {tier!r}; it must be one of {', '.join(TIERS)}.")
+        self.name = name
+        self.tier = tier
+        self.max_message_size = 1024 * 1024 if tier == "premium" else 256 * 1024
+        self.clock = LoopClock()
+        self.faults = Faults(name, self._wake_all)
+        self._ids = _Ids()
+        self._entities: dict[str, _Entity] = {}
+        self._paths: dict[tuple[str, str | None], tuple[str, bool]] = {}
+        self._timeline: list[tuple[float, int, Any]] = []
+        self._order = itertools.count()
+        self._next_due = INF
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._users = 0
+        self._handle: asyncio.TimerHandle | None = None
+        self._handle_when = INF
+
+    def __repr__(self) -> str:
+        return (
+            f"<EmulatorNamespace {self.name} tier={self.tier} entities={len(self._entities)} "
+            f"connections={self._users}>"
+        )
+
+    # -- lifetime and time ----------------------------------------------------------
+
+    def attach(self) -> None:
+        """A connection opens: bind to the running loop and arm the timer."""
+        loop = asyncio.get_running_loop()
+        if self._users and self._loop is not loop and not self._loop.is_closed():  # type: ignore[union-attr]
+            raise InvalidOperation(
+                f"memory://{self.name} is open in another event loop; an embedded emulator "
+                "namespace serves one loop at a time (serve it with 'aiosb serve' to share "
+                "it across loops and processes)."
+            )
+        if self._loop is not loop:
+            self._users = 0
+            self._cancel_timer()
+        self._loop = loop
+        self._users += 1
+        self._rearm()
+
+    def detach(self) -> None:
+        """A connection closes: the last one stops the timer."""
+        self._users = max(0, self._users - 1)
+        if not self._users:
+            self._cancel_timer()
+            self._loop = None
+
+    def detach_all(self) -> None:
+        """Forget every connection (the namespace is being reset)."""
+        self._users = 0
+        self._cancel_timer()
+        self._loop = None
+        self._wake_all()
+
+    def _cancel_timer(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+            self._handle_when = INF
+
+    def now(self) -> float:
+        """UTC seconds now, after running everything that is due."""
+        now = self.clock.now()
+        if now >= self._next_due:
+            self._run_due(now)
+        return now
+
+    def _register(self, when: float, target: Any) -> None:
+        heappush(self._timeline, (when, next(self._order), target))
+        if when < self._next_due:
+            self._next_due = when
+            self._rearm()
+
+    def _run_due(self, now: float) -> None:
+        timeline = self._timeline
+        while timeline and timeline[0][0] <= now:
+            target = heappop(timeline)[2]
+            target.on_due(now)
+        self._next_due = timeline[0][0] if timeline else INF
+        self._rearm()
+
+    def _rearm(self) -> None:
+        loop = self._loop
+        when = self._next_due
+        if loop is None or when == INF or when >= self._handle_when:
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle_when = when
+        self._handle = loop.call_at(self.clock.loop_time(when), self._on_timer)
+
+    def _on_timer(self) -> None:
+        when = self._handle_when
+        self._handle = None
+        self._handle_when = INF
+        now = self.clock.now()
+        if now < when:  # float rounding at the timer's edge: the deadline has come
+            self.clock.advance_to(when)
+            now = when
+        self._run_due(now)
+
+    def _wake_all(self) -> None:
+        for entity in list(self._entities.values()):
+            for store in entity.stores():
+                store.wake()
+
+    # -- lookup --------------------------------------------------------------------
+
+    def _resolve(self, path: str, sub_queue: str | None = None) -> tuple[_Entity, bool]:
+        """The entity for ``path`` and whether its dead-letter queue is meant."""
+        cached = self._paths.get((path, sub_queue))
+        if cached is None:
+            parsed = parse_entity_path(path, sub_queue)
+            cached = (parsed.path.lower(), parsed.sub_queue is not None)
+            if len(self._paths) > 10_000:
+                self._paths.clear()
+            self._paths[(path, sub_queue)] = cached
+        entity = self._entities.get(cached[0])
+        if entity is None:
+            raise EntityNotFound(
+                f"The messaging entity {path!r} does not exist in namespace {self.name!r}."
+            )
+        return entity, cached[1]
+
+    def _store(self, path: str, sub_queue: str | None, operation: str) -> tuple[_Entity, _Store]:
+        entity, dlq = self._resolve(path, sub_queue)
+        if entity.kind == "topic":
+            raise InvalidOperation(
+                f"Cannot {operation} from topic {path!r}: receive from one of its "
+                "subscriptions ('{topic}/subscriptions/{name}')."
+            )
+        status = entity.props.status
+        if status in ("Disabled", "ReceiveDisabled"):
+            raise EntityUnavailable(f"The entity {path!r} is {status}: it cannot {operation}.")
+        return entity, entity.dlq if dlq else entity.store  # type: ignore[return-value]
+
+    # -- data operations -----------------------------------------------------------
+
+    async def send(self, path: str, messages: Sequence[Message]) -> None:
+        """Enqueue ``messages`` on a queue or topic as one batch (all or none)."""
+        if self.faults.active:
+            await self.faults.check("send", path)
+        now = self.now()
+        entity = self._send_target(path)
+        records = self._records(entity, messages)
+        entity.touch(now)
+        for rec in records:
+            if rec is None:  # a ping: accepted, never delivered (PN-14)
+                continue
+            if entity.dup_window and entity.is_duplicate(rec.message_id, now):
+                continue
+            at = rec.scheduled
+            if at is not None and at.timestamp() > now:
+                self._schedule(entity, rec, at.timestamp())
+            else:
+                rec.enqueued = now
+                self._deliver(entity, rec, now, 0)
+
+    async def schedule(self, path: str, messages: Sequence[Message]) -> list[int]:
+        """Schedule messages; return their sequence numbers (EX-5)."""
+        if self.faults.active:
+            await self.faults.check("send", path)
+        now = self.now()
+        entity = self._send_target(path)
+        for msg in messages:
+            if msg.scheduled_enqueue_time is None:
+                raise InvalidArgument(
+                    "schedule needs each message's scheduled_enqueue_time to be set."
+                )
+        records = self._records(entity, messages)
+        entity.touch(now)
+        seqs = []
+        for rec in records:
+            if rec is None:
+                continue
+            seqs.append(self._schedule(entity, rec, max(rec.scheduled.timestamp(), now)))
+        return seqs
+
+    async def cancel_scheduled(self, path: str, sequence_numbers: Sequence[int]) -> None:
+        """Cancel scheduled messages (all named ones must be scheduled)."""
+        if self.faults.active:
+            await self.faults.check("send", path)
+        now = self.now()
+        entity = self._send_target(path)
+        store = entity.store
+        recs = []
+        for seq in sequence_numbers:
+            rec = store.records.get(seq)
+            if rec is None or rec.state != SCHEDULED:
+                raise MessageNotFound(
+                    f"No scheduled message with sequence number {seq} in {path!r}."
+                )
+            recs.append(rec)
+        entity.touch(now)
+        for rec in recs:
+            store.scheduled -= 1
+            store.remove(rec)
+
+    async def receive(self, path: str, request: ReceiveRequest) -> list[ReceivedMessage]:
+        """Receive, peek, or fetch deferred messages; long-polls up to ``max_wait``."""
+        if request.max_messages < 1:
+            raise InvalidArgument(f"max_messages is {request.max_messages}; it must be at least 1.")
+        if request.session_id is not None:
+            raise InvalidOperation(
+                "Session receivers are not available in the embedded emulator yet."
+            )
+        max_wait = request.max_wait
+        deadline = None
+        loop = asyncio.get_running_loop()
+        if max_wait is not None:
+            if max_wait < 0:
+                raise InvalidArgument(f"max_wait is {max_wait} seconds; it must not be negative.")
+            deadline = loop.time() + max_wait
+        lock = request.mode == "peek_lock"
+        while True:
+            if self.faults.active:
+                await self.faults.check("receive", path)
+            now = self.now()
+            entity, store = self._store(path, request.sub_queue, "receive")
+            entity.touch(now)
+            if request.peek:
+                return store.peek(request.max_messages, request.from_sequence_number)
+            lock_seconds = entity.lock_seconds if lock else None
+            if request.sequence_numbers is not None:
+                return store.take_deferred(request.sequence_numbers, lock_seconds, now)
+            found = store.take(request.max_messages, lock_seconds, now)
+            if found:
+                return found
+            if deadline is None:
+                remaining = None
+            else:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return found
+            fut = loop.create_future()
+            store.waiters.append(fut)
+            try:
+                async with asyncio.timeout(remaining):
+                    await fut
+            except TimeoutError:
+                return []
+            finally:
+                if not fut.done():
+                    fut.cancel()
+                    try:
+                        store.waiters.remove(fut)
+                    except ValueError:
+                        pass
+
+    async def settle(self, path: str, settlement: Settlement) -> list[float] | None:
+        """Complete, abandon, dead-letter, defer or renew locked messages."""
+        if self.faults.active:
+            await self.faults.check("receive", path)
+        now = self.now()
+        entity, store = self._store(path, settlement.sub_queue, "settle")
+        action = settlement.action
+        if action == "dead_letter" and store.is_dlq:
+            raise InvalidOperation(
+                f"Messages in the dead-letter queue of {entity.path!r} cannot be dead-lettered again."
+            )
+        recs = []
+        for token in settlement.lock_tokens:
+            rec = store.locked.get(token)
+            if rec is None or rec.locked_until <= now:  # type: ignore[operator]
+                raise MessageLockLost(
+                    f"The lock {token!r} is not held on {store.path!r}: it expired, the "
+                    "message was settled already, or it was received from another entity."
+                )
+            recs.append(rec)
+        entity.touch(now)
+        props = settlement.properties_to_modify
+        if action == "complete":
+            for rec in recs:
+                del store.locked[rec.lock_token]  # type: ignore[arg-type]
+                store.remove(rec)
+        elif action == "abandon":
+            for rec in recs:
+                store.unlock(rec, now, props)
+        elif action == "defer":
+            for rec in recs:
+                rec.deferred = True
+                store.unlock(rec, now, props)
+        elif action == "dead_letter":
+            for rec in recs:
+                del store.locked[rec.lock_token]  # type: ignore[arg-type]
+                store.remove(rec)
+                if props:
+                    rec.props = {**(rec.props or {}), **props}
+                self._dead_letter(entity, rec, settlement.reason, settlement.description, now)
+        elif action == "renew":
+            until = now + entity.lock_seconds
+            for rec in recs:
+                rec.locked_until = until
+                store._push(until, rec.lock_token, rec)
+            return [until] * len(recs)
+        else:
+            raise InvalidArgument(f"unknown settlement action {action!r}.")
+        return None
+
+    # -- management ----------------------------------------------------------------
+
+    async def manage(self, request: ManagementRequest) -> Any:
+        """Create, get, update, delete or list entities, or read their counts."""
+        if self.faults.active:
+            await self.faults.check("manage", request.path)
+        now = self.now()
+        action, kind = request.action, request.kind
+        if action == "runtime":
+            return self._runtime(request.path, now)
+        if action == "list":
+            return self._list(kind, request.path)
+        if kind not in ("queue", "topic", "subscription"):
+            raise InvalidArgument(f"unknown entity kind {kind!r}.")
+        if action == "create":
+            return self._create(kind, request.properties, now)
+        entity = self._lookup(kind, request.path)
+        if action == "get":
+            return entity.description()
+        if action == "update":
+            return self._update(entity, request.properties, now)
+        if action == "delete":
+            self._delete_entity(entity)
+            return None
+        raise InvalidArgument(f"unknown management action {action!r}.")
+
+    def _lookup(self, kind: str, path: str) -> _Entity:
+        try:
+            entity, dlq = self._resolve(path)
+        except EntityNotFound:
+            entity, dlq = None, False
+        if entity is None or entity.kind != kind or dlq:
+            raise EntityNotFound(f"The {kind} {path!r} does not exist in namespace {self.name!r}.")
+        return entity
+
+    def _create(self, kind: str, props: Any, now: float) -> Any:
+        props = props.normalised(self.tier)
+        if kind == "subscription":
+            topic = self._lookup("topic", props.topic_name)
+            path = f"{topic.path}/subscriptions/{props.name}"
+            props.topic_name = topic.path
+        else:
+            topic = None
+            path = props.name
+        if path.lower() in self._entities:
+            existing = self._entities[path.lower()]
+            raise EntityAlreadyExists(
+                f"A {existing.kind} named {path!r} exists already in namespace {self.name!r}."
+            )
+        for target_name in ("forward_to", "forward_dead_lettered_messages_to"):
+            target = getattr(props, target_name, None)
+            if target is not None:
+                self._forward_target(target, target_name)
+        if kind != "subscription":
+            if self.tier != "premium" and len(self._entities) >= _MAX_ENTITIES:
+                raise QuotaExceeded(
+                    f"Namespace {self.name!r} has {_MAX_ENTITIES} entities, the most it may hold."
+                )
+            partitioned = sum(
+                1
+                for e in self._entities.values()
+                if getattr(e.props, "enable_partitioning", False)
+            )
+            if props.enable_partitioning and self.tier == "standard" and (
+                partitioned >= _MAX_PARTITIONED
+            ):
+                raise QuotaExceeded(
+                    f"Namespace {self.name!r} has {_MAX_PARTITIONED} partitioned entities, "
+                    "the most a standard namespace may hold (PT-5)."
+                )
+        entity = _Entity(self, kind, path, props, now)
+        if topic is not None:
+            entity.topic = topic
+            topic.subscriptions[entity.key] = entity
+            topic.touch(now)
+        self._entities[entity.key] = entity
+        return entity.description()
+
+    def _forward_target(self, name: str, what: str) -> _Entity:
+        entity = self._entities.get(name.lower())
+        if entity is None or entity.kind == "subscription":
+            raise EntityNotFound(
+                f"{what} names {name!r}, which is not a queue or topic in namespace {self.name!r}."
+            )
+        return entity
+
+    def _update(self, entity: _Entity, props: Any, now: float) -> Any:
+        props = props.normalised(self.tier)
+        if entity.kind == "subscription":
+            props.topic_name = entity.topic.path  # type: ignore[union-attr]
+        fixed = entity.props.changed_fixed(props)
+        if fixed:
+            raise InvalidOperation(
+                f"{', '.join(fixed)} of {entity.path!r} cannot change after creation (PT-3)."
+            )
+        for target_name in ("forward_to", "forward_dead_lettered_messages_to"):
+            target = getattr(props, target_name, None)
+            if target is not None:
+                self._forward_target(target, target_name)
+        entity.apply(props)
+        entity.updated = now
+        entity.touch(now)
+        entity._idle_armed = INF
+        entity.arm_idle()
+        return entity.description()
+
+    def _delete_entity(self, entity: _Entity) -> None:
+        if entity.deleted:
+            return
+        entity.deleted = True
+        self._entities.pop(entity.key, None)
+        for sub in list(entity.subscriptions.values()):
+            self._delete_entity(sub)
+        if entity.topic is not None:
+            entity.topic.subscriptions.pop(entity.key, None)
+        for store in entity.stores():
+            store.close()
+
+    def _list(self, kind: str | None, topic: str) -> list[Any]:
+        if kind == "subscription":
+            parent = self._lookup("topic", topic)
+            return [s.description() for s in parent.subscriptions.values()]
+        return [e.description() for e in self._entities.values() if e.kind == kind]
+
+    def _runtime(self, path: str, now: float) -> RuntimeProperties:
+        entity, _ = self._resolve(path)
+        if entity.kind == "topic":
+            active = deferred = 0
+            scheduled = entity.store.scheduled
+            dead = 0
+            size = entity.store.size + sum(s.store.size for s in entity.subscriptions.values())
+        else:
+            active, deferred, scheduled = entity.store.counts()
+            dead = len(entity.dlq.records)  # type: ignore[union-attr]
+            size = entity.store.size + entity.dlq.size  # type: ignore[union-attr]
+        return RuntimeProperties(
+            name=entity.path,
+            active_message_count=active,
+            scheduled_message_count=scheduled,
+            dead_letter_message_count=dead,
+            deferred_message_count=deferred,
+            total_message_count=active + deferred + scheduled + dead,
+            size_in_bytes=size,
+            subscription_count=len(entity.subscriptions),
+            created_at_utc=_utc(entity.created),
+            updated_at_utc=_utc(entity.updated),
+            accessed_at_utc=_utc(entity.activity),
+        )
+
+    # -- the message path ------------------------------------------------------------
+
+    def _send_target(self, path: str) -> _Entity:
+        entity, dlq = self._resolve(path)
+        if entity.kind == "subscription" or dlq:
+            raise InvalidOperation(
+                f"Cannot send to {path!r}: send to a queue or topic."
+            )
+        status = entity.props.status
+        if status in ("Disabled", "SendDisabled"):
+            raise EntityUnavailable(f"The entity {path!r} is {status}: it cannot take sends.")
+        return entity
+
+    def _records(self, entity: _Entity, messages: Sequence[Message]) -> list[_Record | None]:
+        """Validate a whole batch, then build its records (``None`` for pings)."""
+        limit = self.max_message_size
+        total = 0
+        out: list[_Record | None] = []
+        requires_session = getattr(entity.props, "requires_session", False)
+        ids = self._ids
+        for msg in messages:
+            if not isinstance(msg, Message):
+                raise InvalidArgument(f"can only send Message objects, not {type(msg).__name__}.")
+            size = msg.size
+            if size > limit:
+                raise MessageSizeExceeded(
+                    f"A message of {size} bytes is over the {limit} byte limit of "
+                    f"namespace {self.name!r} ({self.tier} tier)."
+                )
+            total += size
+            if msg.content_type == PING_CONTENT_TYPE:
+                out.append(None)
+                continue
+            if requires_session and msg.session_id is None:
+                raise InvalidOperation(
+                    f"{entity.path!r} requires sessions: set session_id on every message."
+                )
+            out.append(_Record(msg, msg.message_id or ids(), size))
+        if len(out) > 1 and total > limit:
+            raise MessageSizeExceeded(
+                f"A batch of {len(out)} messages and {total} bytes is over the {limit} byte "
+                f"limit of namespace {self.name!r}; send fewer messages at once."
+            )
+        if entity.kind == "queue":
+            capacity = entity.props.max_size_in_megabytes * 1024 * 1024
+            if entity.props.enable_partitioning and self.tier == "standard":
+                capacity *= FRAGMENTS["standard"]
+            if entity.store.size + entity.dlq.size + total > capacity:  # type: ignore[union-attr]
+                raise QuotaExceeded(
+                    f"{entity.path!r} is full: it holds {entity.store.size} bytes and may "
+                    f"hold {capacity}; receive some messages first."
+                )
+        return out
+
+    def _schedule(self, entity: _Entity, rec: _Record, at: float) -> int:
+        rec.seq = next(entity.seq)
+        rec.enqueued = at
+        self._stamp_expiry(entity, rec)
+        entity.store.add_scheduled(rec)
+        return rec.seq
+
+    def _stamp_expiry(self, entity: _Entity, rec: _Record) -> None:
+        ttl = rec.ttl if rec.ttl < entity.ttl else entity.ttl  # EX-7, EX-9
+        rec.ttl = ttl
+        rec.expires = None if ttl == INF else rec.enqueued + ttl  # EX-1, EX-5
+
+    def _deliver(
+        self, entity: _Entity, rec: _Record, now: float, hops: int, keep_seq: bool = False
+    ) -> None:
+        """Put ``rec`` into ``entity``: forward it, fan it out, or store it."""
+        if entity.deleted:
+            return
+        forward = getattr(entity.props, "forward_to", None)
+        if forward and hops < _MAX_FORWARD_HOPS:
+            target = self._entities.get(forward.lower())
+            if target is not None and target.kind != "subscription":
+                self._stamp_expiry(entity, rec)
+                target.touch(now)
+                self._deliver(target, rec, now, hops + 1)
+                return
+        self._stamp_expiry(entity, rec)
+        if entity.kind == "topic":
+            subs = list(entity.subscriptions.values())
+            for i, sub in enumerate(subs):
+                copy = rec if i == len(subs) - 1 else rec.clone()
+                self._deliver(sub, copy, now, hops)
+            return
+        if not keep_seq:
+            rec.seq = next(entity.seq)
+        entity.store.add(rec, now)
+
+    def _dead_letter(
+        self, entity: _Entity, rec: _Record, reason: str | None, description: str | None, now: float
+    ) -> None:
+        copy = rec.clone()
+        copy.dl_reason = reason
+        copy.dl_desc = description
+        copy.dl_source = copy.dl_source or entity.path
+        copy.expires = None  # dead letters do not expire
+        copy.delivery_count = rec.delivery_count
+        target_name = getattr(entity.props, "forward_dead_lettered_messages_to", None)
+        if target_name:
+            target = self._entities.get(target_name.lower())
+            if target is not None and target.kind != "subscription":
+                copy.ttl = INF
+                copy.enqueued = now
+                self._deliver(target, copy, now, 1)
+                return
+        dlq = entity.dlq
+        copy.seq = next(entity.seq)
+        dlq.add(copy, now)  # type: ignore[union-attr]
+

@@ -1,0 +1,231 @@
+"""Messages: what an application sends (:class:`Message`) and receives (:class:`ReceivedMessage`).
+
+Both are plain data: they never hold a connection, pickle cleanly, and can be built
+on one thread (a Spark executor) and sent from another.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import uuid
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any
+
+from .errors import InvalidArgument, InvalidOperation
+
+__all__ = ["MAX_ID_LENGTH", "PING_CONTENT_TYPE", "Message", "PropertyValue", "ReceivedMessage"]
+
+#: MessageId, SessionId and PartitionKey are at most this many characters.
+MAX_ID_LENGTH = 128
+
+#: The content type of a ping (PN-14): a broker never delivers such a message.
+PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
+
+#: Types an application property may hold (the AMQP simple types Service Bus keeps).
+PropertyValue = str | int | float | bool | bytes | None | _dt.datetime | _dt.timedelta | uuid.UUID
+
+_PROPERTY_TYPES = (str, int, float, bool, bytes, type(None), _dt.datetime, _dt.timedelta, uuid.UUID)
+_UTC = _dt.UTC
+
+
+def _check_id(name: str, value: str | None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{name} must be a string, not {type(value).__name__}.")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidArgument(
+            f"{name} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}."
+        )
+
+
+def _value_size(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value.encode()) if not value.isascii() else len(value)
+    if isinstance(value, bytes):
+        return len(value)
+    if value is None:
+        return 1
+    if isinstance(value, uuid.UUID):
+        return 16
+    return 8
+
+
+@dataclass(slots=True, eq=False)
+class Message:
+    """A message to send.
+
+    Args:
+        body: The payload; ``str`` is encoded as UTF-8, ``None`` is an empty body.
+        message_id: The application's id; at most 128 characters. The sender assigns a
+            unique one when it is ``None`` (duplicate detection and partitioning key on it).
+        session_id: The session, for session-enabled entities; at most 128 characters.
+        partition_key: Pins the message to one fragment of a partitioned entity; must
+            equal ``session_id`` when both are set (PT-7).
+        time_to_live: How long the message lives after it is enqueued (EX-1); capped by
+            the entity's ``default_message_time_to_live`` (EX-7). ``None`` means the
+            entity default.
+        scheduled_enqueue_time: Enqueue the message at this instant (timezone-aware).
+        content_type: MIME type of the body.
+        correlation_id: Correlation identifier.
+        subject: Application-specific label.
+        reply_to: Address to reply to.
+        reply_to_session_id: Session to reply to.
+        to: Address the message is for.
+        application_properties: Custom properties (str keys; simple values).
+
+    Raises:
+        InvalidArgument: An id over 128 characters, a naive datetime, a non-positive
+            time to live, or a property of a type Service Bus cannot carry.
+        InvalidOperation: ``session_id`` and ``partition_key`` both set and different.
+    """
+
+    body: bytes = b""
+    _: KW_ONLY
+    message_id: str | None = None
+    session_id: str | None = None
+    partition_key: str | None = None
+    time_to_live: _dt.timedelta | None = None
+    scheduled_enqueue_time: _dt.datetime | None = None
+    content_type: str | None = None
+    correlation_id: str | None = None
+    subject: str | None = None
+    reply_to: str | None = None
+    reply_to_session_id: str | None = None
+    to: str | None = None
+    application_properties: dict[str, PropertyValue] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        body = self.body
+        if type(body) is not bytes:
+            if body is None:
+                self.body = b""
+            elif isinstance(body, str):
+                self.body = body.encode()
+            elif isinstance(body, (bytearray, memoryview)):
+                self.body = bytes(body)
+            else:
+                raise InvalidArgument(
+                    f"body must be bytes or str, not {type(body).__name__}."
+                )
+        _check_id("message_id", self.message_id)
+        _check_id("session_id", self.session_id)
+        _check_id("partition_key", self.partition_key)
+        if (
+            self.partition_key is not None
+            and self.session_id is not None
+            and self.partition_key != self.session_id
+        ):
+            raise InvalidOperation(
+                f"partition_key {self.partition_key!r} differs from session_id "
+                f"{self.session_id!r}; when both are set they must be equal (PT-7)."
+            )
+        ttl = self.time_to_live
+        if ttl is not None:
+            if not isinstance(ttl, _dt.timedelta):
+                raise InvalidArgument(
+                    f"time_to_live must be a timedelta, not {type(ttl).__name__}."
+                )
+            if ttl <= _dt.timedelta(0):
+                raise InvalidArgument(f"time_to_live must be positive, not {ttl}.")
+        at = self.scheduled_enqueue_time
+        if at is not None and (not isinstance(at, _dt.datetime) or at.tzinfo is None):
+            raise InvalidArgument(
+                f"scheduled_enqueue_time must be a timezone-aware datetime, not {at!r}."
+            )
+        props = self.application_properties
+        if props:
+            if not isinstance(props, dict):
+                raise InvalidArgument(
+                    "application_properties must be a dict, "
+                    f"not {type(props).__name__}."
+                )
+            for key, value in props.items():
+                if not isinstance(key, str):
+                    raise InvalidArgument(
+                        f"application property names must be strings, not {key!r}."
+                    )
+                if not isinstance(value, _PROPERTY_TYPES):
+                    raise InvalidArgument(
+                        f"application property {key!r} has a value of type "
+                        f"{type(value).__name__}, which Service Bus cannot carry."
+                    )
+        elif props is None:
+            self.application_properties = {}
+
+    @property
+    def size(self) -> int:
+        """The size Service Bus counts against its limit: body plus properties, in bytes."""
+        size = len(self.body)
+        for value in (
+            self.message_id,
+            self.session_id,
+            self.partition_key,
+            self.content_type,
+            self.correlation_id,
+            self.subject,
+            self.reply_to,
+            self.reply_to_session_id,
+            self.to,
+        ):
+            if value is not None:
+                size += _value_size(value)
+        if self.application_properties:
+            for key, value in self.application_properties.items():
+                size += _value_size(key) + _value_size(value)
+        return size
+
+
+@dataclass(slots=True, eq=False)
+class ReceivedMessage(Message):
+    """A message as a receiver (or a peek) sees it: the sent fields plus broker state.
+
+    Times are kept as UTC epoch seconds (``*_timestamp``) and exposed as timezone-aware
+    datetimes (``enqueued_time``, ``expires_at``, ``locked_until``).
+
+    Attributes:
+        sequence_number: The broker-assigned, entity-unique sequence number.
+        enqueued_timestamp: When the message was enqueued (for a scheduled message, its
+            scheduled time; EX-5).
+        expires_timestamp: When it expires (``None``: never; EX-1).
+        delivery_count: How many times it was delivered (locked) so far.
+        lock_token: The peek-lock token; ``None`` in receive-and-delete mode and peeks.
+        locked_until_timestamp: When the lock expires, if locked.
+        dead_letter_reason: Why it was dead-lettered (``TTLExpiredException`` on expiry).
+        dead_letter_error_description: The description given with the reason.
+        dead_letter_source: The entity it was dead-lettered from (after forwarding).
+        state: ``"active"``, ``"deferred"`` or ``"scheduled"``.
+        entity_path: The entity (and sub-queue) it was received from.
+    """
+
+    sequence_number: int = 0
+    enqueued_timestamp: float = 0.0
+    expires_timestamp: float | None = None
+    delivery_count: int = 0
+    lock_token: str | None = None
+    locked_until_timestamp: float | None = None
+    dead_letter_reason: str | None = None
+    dead_letter_error_description: str | None = None
+    dead_letter_source: str | None = None
+    state: str = "active"
+    entity_path: str = ""
+
+    def __post_init__(self) -> None:  # built from validated data: nothing to check
+        pass
+
+    @property
+    def enqueued_time(self) -> _dt.datetime:
+        """When the message was enqueued (UTC)."""
+        return _dt.datetime.fromtimestamp(self.enqueued_timestamp, _UTC)
+
+    @property
+    def expires_at(self) -> _dt.datetime | None:
+        """When the message expires (UTC), or ``None`` if it never does."""
+        ts = self.expires_timestamp
+        return None if ts is None else _dt.datetime.fromtimestamp(ts, _UTC)
+
+    @property
+    def locked_until(self) -> _dt.datetime | None:
+        """When the peek-lock expires (UTC), or ``None`` if the message is not locked."""
+        ts = self.locked_until_timestamp
+        return None if ts is None else _dt.datetime.fromtimestamp(ts, _UTC)

@@ -1,0 +1,132 @@
+"""The Transport protocol: the one small interface every backend implements.
+
+A transport speaks to one namespace. Its methods take plain data (entity paths,
+:class:`~aiosb.Message` lists, the small request dataclasses below) and raise only
+:mod:`aiosb.errors`. It does not retry: retries of transient errors, operation
+timeouts and pairing live above it, in :mod:`aiosb.client`, the same for every backend.
+
+Backends: ``memory`` (the embedded emulator, :mod:`aiosb.transport.memory`); HTTP and
+AMQP follow the same protocol and pass the same conformance suite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ..message import Message, PropertyValue, ReceivedMessage
+
+__all__ = [
+    "ManagementRequest",
+    "ReceiveRequest",
+    "Settlement",
+    "Transport",
+]
+
+ReceiveMode = Literal["peek_lock", "receive_and_delete"]
+SettleAction = Literal["complete", "abandon", "dead_letter", "defer", "renew"]
+ManageAction = Literal["create", "get", "update", "delete", "list", "runtime"]
+EntityKind = Literal["queue", "topic", "subscription"]
+
+
+@dataclass(slots=True)
+class ReceiveRequest:
+    """What to receive or peek.
+
+    Attributes:
+        mode: ``"peek_lock"`` or ``"receive_and_delete"``.
+        max_messages: Upper bound on messages returned (at least 1).
+        max_wait: Seconds to wait for the first message; ``None`` waits until one
+            arrives, ``0`` returns at once.
+        sub_queue: ``None`` or ``"deadletter"``.
+        session_id: Receive from this session only (session-enabled entities).
+        peek: Browse without locking, from ``from_sequence_number``.
+        from_sequence_number: Where a peek starts.
+        sequence_numbers: Receive these deferred messages (by sequence number).
+    """
+
+    mode: ReceiveMode = "peek_lock"
+    max_messages: int = 1
+    max_wait: float | None = None
+    sub_queue: str | None = None
+    session_id: str | None = None
+    peek: bool = False
+    from_sequence_number: int = 0
+    sequence_numbers: Sequence[int] | None = None
+
+
+@dataclass(slots=True)
+class Settlement:
+    """A settlement of one or more locked messages.
+
+    Attributes:
+        action: ``complete``, ``abandon``, ``dead_letter``, ``defer`` or ``renew``.
+        lock_tokens: The locks to settle.
+        sub_queue: ``None`` or ``"deadletter"`` (where the messages were received).
+        reason: Dead-letter reason.
+        description: Dead-letter error description.
+        properties_to_modify: Application properties to merge (abandon, defer,
+            dead-letter).
+    """
+
+    action: SettleAction
+    lock_tokens: Sequence[str]
+    sub_queue: str | None = None
+    reason: str | None = None
+    description: str | None = None
+    properties_to_modify: dict[str, PropertyValue] | None = None
+
+
+@dataclass(slots=True)
+class ManagementRequest:
+    """A management operation on one entity (or a listing).
+
+    Attributes:
+        action: ``create``, ``get``, ``update``, ``delete``, ``list`` or ``runtime``.
+        kind: ``queue``, ``topic`` or ``subscription`` (``runtime`` takes any path).
+        path: The entity path (``topic/subscriptions/name`` for subscriptions; for a
+            ``list`` of subscriptions, the topic).
+        properties: The description, for ``create`` and ``update``.
+    """
+
+    action: ManageAction
+    kind: EntityKind | None
+    path: str = ""
+    properties: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """One namespace, seen through one backend.
+
+    Every method may raise any :mod:`aiosb.errors` class; none retries.
+    """
+
+    namespace: str
+    """The namespace's name."""
+
+    max_message_size: int
+    """The largest message (and batch) the namespace accepts, in bytes."""
+
+    async def send(self, entity: str, messages: Sequence[Message]) -> None:
+        """Enqueue ``messages`` on ``entity`` as one batch: all of them or none."""
+
+    async def schedule(self, entity: str, messages: Sequence[Message]) -> list[int]:
+        """Schedule messages (each with ``scheduled_enqueue_time``); return their sequence numbers."""
+
+    async def cancel_scheduled(self, entity: str, sequence_numbers: Sequence[int]) -> None:
+        """Cancel scheduled messages by sequence number."""
+
+    async def receive(self, entity: str, request: ReceiveRequest) -> list[ReceivedMessage]:
+        """Receive, peek or fetch deferred messages, as ``request`` says."""
+
+    async def settle(self, entity: str, settlement: Settlement) -> list[float] | None:
+        """Settle locked messages; ``renew`` returns the new lock expiries (UTC seconds)."""
+
+    async def manage(self, request: ManagementRequest) -> Any:
+        """Create, read, update, delete or list entities, or read their counts."""
+
+    async def aclose(self) -> None:
+        """Release everything the transport holds; idempotent."""
