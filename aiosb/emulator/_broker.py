@@ -207,7 +207,13 @@ class _Record:
         )
 
 
-_STATE_NAMES = {AVAILABLE: "active", LOCKED: "active", DEFERRED: "deferred", SCHEDULED: "scheduled"}
+_STATE_NAMES = {
+    AVAILABLE: "active",
+    LOCKED: "active",
+    DEFERRED: "deferred",
+    SCHEDULED: "scheduled",
+    GONE: "active",
+}
 
 
 class _Store:
