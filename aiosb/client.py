@@ -100,7 +100,9 @@ def connect(
     )
 
 
-def _open_transport(url: str, credential: SasCredential | None, options: dict[str, Any]) -> Transport:
+def _open_transport(
+    url: str, credential: SasCredential | None, options: dict[str, Any]
+) -> Transport:
     if not isinstance(url, str) or not url:
         raise InvalidArgument(f"connect needs a URL or connection string, not {url!r}.")
     if url.lower().startswith("endpoint="):
@@ -276,7 +278,9 @@ class Namespace:
 
     # -- management --------------------------------------------------------------------
 
-    async def _manage(self, action: str, kind: str | None, path: str = "", props: Any = None) -> Any:
+    async def _manage(
+        self, action: str, kind: str | None, path: str = "", props: Any = None
+    ) -> Any:
         request = ManagementRequest(action, kind, path, props)  # type: ignore[arg-type]
         return await self._call(self.transport.manage, request)
 
@@ -437,7 +441,9 @@ class Sender:
         namespace._track(self)
 
     def __repr__(self) -> str:
-        return f"<Sender {self.namespace.name}/{self.entity} {'closed' if self._closed else 'open'}>"
+        return (
+            f"<Sender {self.namespace.name}/{self.entity} {'closed' if self._closed else 'open'}>"
+        )
 
     async def __aenter__(self) -> Sender:
         return self
@@ -603,7 +609,9 @@ class Receiver:
             for message in await self.receive(max(1, self.prefetch_count), None):
                 yield message
 
-    async def receive_deferred(self, sequence_numbers: int | Sequence[int]) -> list[ReceivedMessage]:
+    async def receive_deferred(
+        self, sequence_numbers: int | Sequence[int]
+    ) -> list[ReceivedMessage]:
         """Receive deferred messages by sequence number."""
         self._check()
         seqs = [sequence_numbers] if isinstance(sequence_numbers, int) else list(sequence_numbers)
@@ -611,7 +619,9 @@ class Receiver:
         request = self._request(max_messages=max(1, len(seqs)), sequence_numbers=seqs)
         return await ns._call(ns.transport.receive, self._entity_path, request)
 
-    async def peek(self, max_messages: int = 1, *, from_sequence_number: int | None = None) -> list[ReceivedMessage]:
+    async def peek(
+        self, max_messages: int = 1, *, from_sequence_number: int | None = None
+    ) -> list[ReceivedMessage]:
         """Browse up to ``max_messages`` without locking them.
 
         Starts after the last message this receiver peeked (or at

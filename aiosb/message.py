@@ -105,9 +105,7 @@ class Message:
             elif isinstance(body, (bytearray, memoryview)):
                 self.body = bytes(body)
             else:
-                raise InvalidArgument(
-                    f"body must be bytes or str, not {type(body).__name__}."
-                )
+                raise InvalidArgument(f"body must be bytes or str, not {type(body).__name__}.")
         _check_id("message_id", self.message_id)
         _check_id("session_id", self.session_id)
         _check_id("partition_key", self.partition_key)
@@ -137,8 +135,7 @@ class Message:
         if props:
             if not isinstance(props, dict):
                 raise InvalidArgument(
-                    "application_properties must be a dict, "
-                    f"not {type(props).__name__}."
+                    f"application_properties must be a dict, not {type(props).__name__}."
                 )
             for key, value in props.items():
                 if not isinstance(key, str):

@@ -38,10 +38,7 @@ from ..entities import (
     FRAGMENTS,
     NEVER,
     TIERS,
-    QueueProperties,
     RuntimeProperties,
-    SubscriptionProperties,
-    TopicProperties,
     parse_entity_path,
 )
 from ..errors import (
@@ -374,8 +371,7 @@ class _Store:
                 self.entity,
                 rec,
                 MAX_DELIVERY_EXCEEDED,
-                f"The message could not be consumed after {rec.delivery_count} "
-                "delivery attempts.",
+                f"The message could not be consumed after {rec.delivery_count} delivery attempts.",
                 now,
             )
         else:
@@ -440,9 +436,9 @@ class _Store:
         return out
 
     def peek(self, count: int, from_seq: int) -> list[ReceivedMessage]:
-        recs = sorted(
-            (r for r in self.records.values() if r.seq >= from_seq), key=lambda r: r.seq
-        )[:count]
+        recs = sorted((r for r in self.records.values() if r.seq >= from_seq), key=lambda r: r.seq)[
+            :count
+        ]
         out = []
         for rec in recs:
             msg = rec.received(self.path)
@@ -850,7 +846,8 @@ class EmulatorNamespace:
         action = settlement.action
         if action == "dead_letter" and store.is_dlq:
             raise InvalidOperation(
-                f"Messages in the dead-letter queue of {entity.path!r} cannot be dead-lettered again."
+                f"Messages in the dead-letter queue of {entity.path!r} cannot be "
+                "dead-lettered again."
             )
         recs = []
         for token in settlement.lock_tokens:
@@ -950,12 +947,12 @@ class EmulatorNamespace:
                     f"Namespace {self.name!r} has {_MAX_ENTITIES} entities, the most it may hold."
                 )
             partitioned = sum(
-                1
-                for e in self._entities.values()
-                if getattr(e.props, "enable_partitioning", False)
+                1 for e in self._entities.values() if getattr(e.props, "enable_partitioning", False)
             )
-            if props.enable_partitioning and self.tier == "standard" and (
-                partitioned >= _MAX_PARTITIONED
+            if (
+                props.enable_partitioning
+                and self.tier == "standard"
+                and (partitioned >= _MAX_PARTITIONED)
             ):
                 raise QuotaExceeded(
                     f"Namespace {self.name!r} has {_MAX_PARTITIONED} partitioned entities, "
@@ -1045,9 +1042,7 @@ class EmulatorNamespace:
     def _send_target(self, path: str) -> _Entity:
         entity, dlq = self._resolve(path)
         if entity.kind == "subscription" or dlq:
-            raise InvalidOperation(
-                f"Cannot send to {path!r}: send to a queue or topic."
-            )
+            raise InvalidOperation(f"Cannot send to {path!r}: send to a queue or topic.")
         status = entity.props.status
         if status in ("Disabled", "SendDisabled"):
             raise EntityUnavailable(f"The entity {path!r} is {status}: it cannot take sends.")
@@ -1151,4 +1146,3 @@ class EmulatorNamespace:
         dlq = entity.dlq
         copy.seq = next(entity.seq)
         dlq.add(copy, now)  # type: ignore[union-attr]
-

@@ -114,7 +114,7 @@ class Transport(Protocol):
         """Enqueue ``messages`` on ``entity`` as one batch: all of them or none."""
 
     async def schedule(self, entity: str, messages: Sequence[Message]) -> list[int]:
-        """Schedule messages (each with ``scheduled_enqueue_time``); return their sequence numbers."""
+        """Schedule messages (each with ``scheduled_enqueue_time``); return sequence numbers."""
 
     async def cancel_scheduled(self, entity: str, sequence_numbers: Sequence[int]) -> None:
         """Cancel scheduled messages by sequence number."""

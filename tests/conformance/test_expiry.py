@@ -49,8 +49,9 @@ async def test_ex2_an_expired_message_cannot_be_received_or_peeked(ns):
 
 async def test_ex3_a_locked_message_can_be_completed_after_its_expiry(ns):
     """EX-3 and EX-4: expiry does not touch a locked message; completing it is final."""
-    await ns.create_queue("q", dead_lettering_on_message_expiration=True,
-                          lock_duration=timedelta(minutes=2))
+    await ns.create_queue(
+        "q", dead_lettering_on_message_expiration=True, lock_duration=timedelta(minutes=2)
+    )
     await send(ns, "q", Message(b"x", time_to_live=timedelta(seconds=30)))
     async with ns.receiver("q") as receiver:
         (msg,) = await receiver.receive(max_wait=0)
@@ -78,8 +79,9 @@ async def test_ex3_ex11_expiry_takes_effect_when_the_lock_is_abandoned(ns):
 
 async def test_ex11_expiry_takes_effect_when_the_lock_expires(ns):
     """EX-11: a message that expired while locked is dead-lettered when the lock expires."""
-    await ns.create_queue("q", dead_lettering_on_message_expiration=True,
-                          lock_duration=timedelta(seconds=60))
+    await ns.create_queue(
+        "q", dead_lettering_on_message_expiration=True, lock_duration=timedelta(seconds=60)
+    )
     await send(ns, "q", Message(b"x", time_to_live=timedelta(seconds=20)))
     async with ns.receiver("q") as receiver:
         (msg,) = await receiver.receive(max_wait=0)
@@ -234,7 +236,9 @@ async def test_ex14_idle_entity_is_deleted_after_auto_delete_on_idle(ns):
 async def test_ex14_auto_delete_minimum_is_5_minutes_and_bad_input_changes_nothing(ns):
     """EX-14: under 5 minutes is rejected with the value and the limit."""
     with pytest.raises(errors.InvalidArgument, match=r"auto_delete_on_idle is 0:04:59.*0:05:00"):
-        await ns.create_queue("temp", auto_delete_on_idle=timedelta(minutes=5) - timedelta(seconds=1))
+        await ns.create_queue(
+            "temp", auto_delete_on_idle=timedelta(minutes=5) - timedelta(seconds=1)
+        )
     assert not await ns.queue_exists("temp")
 
 
@@ -265,7 +269,7 @@ async def test_ex15_pending_scheduled_messages_keep_a_queue_alive(ns):
     assert await ns.queue_exists("temp")
 
 
-async def test_ex15_subscription_activity_keeps_its_topic_but_topic_sends_do_not_keep_a_subscription(ns):
+async def test_ex15_subscription_activity_keeps_its_topic_but_not_topic_sends_a_subscription(ns):
     """EX-15: subscription operations count for the topic; topic sends not for subscriptions."""
     await ns.create_topic("t", auto_delete_on_idle=5 * MIN)
     await ns.create_subscription("t", "s", auto_delete_on_idle=5 * MIN)

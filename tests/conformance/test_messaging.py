@@ -354,8 +354,9 @@ async def test_forwarding_to_a_missing_entity_is_refused_at_creation(ns):
 async def test_pings_are_accepted_but_never_delivered(ns):
     """PN-14, R-2: a broker never delivers a ping to a receiver."""
     await ns.create_queue("q")
-    ping = Message(content_type=PING_CONTENT_TYPE, time_to_live=timedelta(seconds=1),
-                   session_id="ping-session")
+    ping = Message(
+        content_type=PING_CONTENT_TYPE, time_to_live=timedelta(seconds=1), session_id="ping-session"
+    )
     async with ns.sender("q") as sender:
         await sender.send(ping)
         await sender.send([ping, Message(b"real")])
