@@ -1,0 +1,22 @@
+"""Run the benchmarks: ``python -m benchmarks [NAME ...]`` (default: all)."""
+
+from __future__ import annotations
+
+import sys
+
+from . import s1_emulator
+
+BENCHMARKS = {"s1": s1_emulator.main}
+
+
+def main() -> None:
+    names = sys.argv[1:] or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        sys.exit(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+    for name in names:
+        BENCHMARKS[name]([])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""A small harness: run a coroutine on a chosen loop, time it, print a table, write JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def loops() -> list[str]:
+    """The event loops available here: asyncio's, and uvloop's where installed."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return ["asyncio"]
+    return ["asyncio", "uvloop"]
+
+
+def run(main: Callable[[], Awaitable[Any]], loop: str = "asyncio") -> Any:
+    """Run ``main()`` to completion on a fresh loop of the given kind."""
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(main())
+    return asyncio.run(main())
+
+
+def best_rate(count: int, timings: list[float]) -> dict[str, float]:
+    """Rates from repeated timings of ``count`` operations: best and median."""
+    return {
+        "best_per_s": count / min(timings),
+        "median_per_s": count / statistics.median(timings),
+    }
+
+
+class Stopwatch:
+    """``with Stopwatch() as sw: ...``; then ``sw.seconds``."""
+
+    def __enter__(self) -> Stopwatch:
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._start
+
+
+def report(name: str, title: str, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    """Print ``rows`` as a table and write them with ``summary`` to results/NAME.json."""
+    print(f"\n{title}")
+    if rows:
+        columns = list(rows[0])
+        widths = [max(len(c), *(len(_fmt(r[c])) for r in rows)) for c in columns]
+        print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+        for row in rows:
+            print("  ".join(_fmt(row[c]).ljust(w) for c, w in zip(columns, widths, strict=True)))
+    for key, value in summary.items():
+        print(f"{key}: {_fmt(value)}")
+    RESULTS.mkdir(exist_ok=True)
+    payload = {
+        "benchmark": name,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "rows": rows,
+        "summary": summary,
+    }
+    (RESULTS / f"{name}.json").write_text(json.dumps(payload, indent=2, default=str))
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.0f}" if value >= 100 else f"{value:.3f}"
+    return str(value)
