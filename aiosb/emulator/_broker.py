@@ -403,14 +403,10 @@ class _Store:
     # -- receiving -----------------------------------------------------------------
 
     def take(self, count: int, lock_seconds: float | None, now: float) -> list[ReceivedMessage]:
-        """Take up to ``count`` available messages: lock them, or delete them if
-        ``lock_seconds`` is ``None`` (receive-and-delete)."""
-        out: list[ReceivedMessage] = []
-        locks: list[_Record] = []
+        """Take up to ``count`` available messages, in sequence order, and hand them out."""
+        recs: list[_Record] = []
         ready, returned = self.ready, self.returned
-        path = self.path
-        until = 0.0 if lock_seconds is None else now + lock_seconds
-        while len(out) < count:
+        while len(recs) < count:
             if returned and (not ready or returned[0][0] < ready[0].seq):
                 rec = heappop(returned)[1]
             elif ready:
@@ -423,49 +419,54 @@ class _Store:
             if expires is not None and expires <= now and not self.is_dlq:
                 self.expire(rec, now)
                 continue
-            rec.delivery_count += 1
-            if lock_seconds is None:
-                self.remove(rec)
-            else:
-                locks.append(self.lock(rec, until))
-            out.append(rec.received(path))
-        if locks:
-            self._push(until, _LOCKS, locks)
-        return out
-
-    def lock(self, rec: _Record, until: float) -> _Record:
-        """Lock ``rec`` until ``until``; the caller puts it on the timeline."""
-        token = self.ns._ids()
-        rec.state = LOCKED
-        rec.lock_token = token
-        rec.locked_until = until
-        self.locked[token] = rec
-        return rec
+            recs.append(rec)
+        return self.hand_out(recs, lock_seconds, now)
 
     def take_deferred(
         self, seqs: Sequence[int], lock_seconds: float | None, now: float
     ) -> list[ReceivedMessage]:
+        """Take deferred messages by sequence number (all must be deferred)."""
+        return self.hand_out(self.find(seqs, DEFERRED, "deferred"), lock_seconds, now)
+
+    def hand_out(
+        self, recs: list[_Record], lock_seconds: float | None, now: float
+    ) -> list[ReceivedMessage]:
+        """Deliver ``recs``: lock them for ``lock_seconds``, or delete them if it is
+        ``None`` (receive-and-delete)."""
+        path = self.path
+        out = []
+        if lock_seconds is None:
+            for rec in recs:
+                rec.delivery_count += 1
+                self.remove(rec)
+                out.append(rec.received(path))
+            return out
+        until = now + lock_seconds
+        new_token = self.ns._ids
+        locked = self.locked
+        for rec in recs:
+            rec.delivery_count += 1
+            token = new_token()
+            rec.state = LOCKED
+            rec.lock_token = token
+            rec.locked_until = until
+            locked[token] = rec
+            out.append(rec.received(path))
+        if recs:
+            self._push(until, _LOCKS, recs)
+        return out
+
+    def find(self, seqs: Sequence[int], state: int, what: str) -> list[_Record]:
+        """The records with these sequence numbers, all in ``state``, or MessageNotFound."""
         recs = []
         for seq in seqs:
             rec = self.records.get(seq)
-            if rec is None or rec.state != DEFERRED:
+            if rec is None or rec.state != state:
                 raise MessageNotFound(
-                    f"No deferred message with sequence number {seq} in {self.path!r}."
+                    f"No {what} message with sequence number {seq} in {self.path!r}."
                 )
             recs.append(rec)
-        out = []
-        locks = []
-        until = 0.0 if lock_seconds is None else now + lock_seconds
-        for rec in recs:
-            rec.delivery_count += 1
-            if lock_seconds is None:
-                self.remove(rec)
-            else:
-                locks.append(self.lock(rec, until))
-            out.append(rec.received(self.path))
-        if locks:
-            self._push(until, _LOCKS, locks)
-        return out
+        return recs
 
     def peek(self, count: int, from_seq: int) -> list[ReceivedMessage]:
         recs = sorted((r for r in self.records.values() if r.seq >= from_seq), key=lambda r: r.seq)[
@@ -813,14 +814,7 @@ class EmulatorNamespace:
         now = self.now()
         entity = self._send_target(path)
         store = entity.store
-        recs = []
-        for seq in sequence_numbers:
-            rec = store.records.get(seq)
-            if rec is None or rec.state != SCHEDULED:
-                raise MessageNotFound(
-                    f"No scheduled message with sequence number {seq} in {path!r}."
-                )
-            recs.append(rec)
+        recs = store.find(sequence_numbers, SCHEDULED, "scheduled")
         entity.touch(now)
         for rec in recs:
             store.scheduled -= 1
