@@ -2,42 +2,43 @@
 
 Everything in aiosb that keeps time reads the running loop's clock, so that a test can
 fast-forward it (``looptime``) through minutes of TTLs and lock durations in
-milliseconds. Wall-clock UTC is derived from it: an anchor taken when a clock first sees
-a loop, plus the loop time elapsed since.
+milliseconds. Wall-clock UTC is derived from it: an anchor taken when the clock first
+sees a loop, plus the loop time elapsed since. One clock serves the whole process, so
+the emulator and the pairing runtime on one loop read the very same instant.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 
-__all__ = ["LoopClock"]
+__all__ = ["CLOCK", "LoopClock"]
 
 
 class LoopClock:
     """UTC epoch seconds that follow the running loop's clock and never go backwards.
 
-    A clock re-anchors when it is first used on another loop, and when the loop's own
-    time jumps backwards (``looptime`` resets a loop to 0 when a test starts): UTC then
-    goes on from the last value it gave, so stored instants stay ordered.
+    A loop gets its anchor the first time the clock reads it. When a loop's own time
+    jumps backwards (``looptime`` resets a loop to 0 when a test starts), UTC goes on
+    from the last value given, so stored instants stay ordered.
     """
 
-    __slots__ = ("_last", "_loop", "_offset")
-
     def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._offset = 0.0
+        self._offsets: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, float] = (
+            weakref.WeakKeyDictionary()
+        )
         self._last = 0.0
 
     def now(self) -> float:
         """UTC epoch seconds now, by the running loop's clock."""
         loop = asyncio.get_running_loop()
-        if loop is not self._loop:
-            self._loop = loop
-            self._offset = max(time.time(), self._last) - loop.time()
-        value = loop.time() + self._offset
+        offset = self._offsets.get(loop)
+        if offset is None:
+            offset = self._offsets[loop] = max(time.time(), self._last) - loop.time()
+        value = loop.time() + offset
         if value < self._last:
-            self._offset += self._last - value
+            self._offsets[loop] = offset + self._last - value
             value = self._last
         self._last = value
         return value
@@ -48,5 +49,19 @@ class LoopClock:
             self._last = utc
 
     def loop_time(self, utc: float) -> float:
-        """The loop time at which the clock will read ``utc`` (for ``loop.call_at``)."""
-        return utc - self._offset
+        """The running loop's time at which the clock will read ``utc``."""
+        loop = asyncio.get_running_loop()
+        offset = self._offsets.get(loop)
+        if offset is None:
+            self.now()
+            offset = self._offsets[loop]
+        return utc - offset
+
+    def reset(self) -> None:
+        """Forget every anchor (between tests, with the emulator's reset)."""
+        self._offsets.clear()
+        self._last = 0.0
+
+
+#: The process-wide clock.
+CLOCK = LoopClock()

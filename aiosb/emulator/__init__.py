@@ -12,6 +12,7 @@ Namespaces live in this process and are created on first use::
 
 from __future__ import annotations
 
+from .._clock import CLOCK
 from ._broker import MAX_DELIVERY_EXCEEDED, TTL_EXPIRED, EmulatorNamespace
 from ._faults import OPERATIONS, Fault, Faults
 
@@ -67,3 +68,4 @@ def reset() -> None:
         ns.faults.heal()
         ns.detach_all()
     _registry.clear()
+    CLOCK.reset()

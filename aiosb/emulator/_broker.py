@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from heapq import heapify, heappop, heappush
 from typing import Any
 
-from .._clock import LoopClock
+from .._clock import CLOCK
 from ..entities import (
     FRAGMENTS,
     NEVER,
@@ -625,7 +625,7 @@ class EmulatorNamespace:
         self.name = name
         self.tier = tier
         self.max_message_size = 1024 * 1024 if tier == "premium" else 256 * 1024
-        self.clock = LoopClock()
+        self.clock = CLOCK
         self.faults = Faults(name, self._wake_all)
         self._ids = _Ids()
         self._entities: dict[str, _Entity] = {}
