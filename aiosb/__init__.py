@@ -10,6 +10,8 @@ Start with :func:`connect`::
 
 from __future__ import annotations
 
+import logging
+
 from . import errors
 from .auth import SasCredential
 from .client import Namespace, Receiver, Sender, Transaction, connect
@@ -22,13 +24,19 @@ from .entities import (
 )
 from .errors import ServiceBusError
 from .message import Message, ReceivedMessage
+from .pairing import PairedNamespace, PairedNamespaceOptions, PairedSender
 
 __version__ = "0.1.0"
+
+logging.getLogger("aiosb").addHandler(logging.NullHandler())
 
 __all__ = [
     "NEVER",
     "Message",
     "Namespace",
+    "PairedNamespace",
+    "PairedNamespaceOptions",
+    "PairedSender",
     "QueueProperties",
     "ReceivedMessage",
     "Receiver",

@@ -159,7 +159,9 @@ class Namespace:
         self._backoff = retry_backoff
         self._backoff_max = retry_backoff_max
         self._state: Literal["new", "open", "closed"] = "new"
+        self._closed_because = ""
         self._links: set[Sender | Receiver] = set()
+        self._close_callbacks: list[Callable[[Namespace], None]] = []
 
     @property
     def name(self) -> str:
@@ -188,28 +190,56 @@ class Namespace:
 
     async def aclose(self) -> None:
         """Close every sender and receiver, then the transport (idempotent)."""
+        await self._close("closed")
+
+    async def fault(self, reason: str) -> None:
+        """Close the namespace because something went wrong; later use says ``reason``.
+
+        Pairing faults a partner left open alone (PN-18).
+        """
+        await self._close(f"faulted: {reason}")
+
+    @property
+    def closed(self) -> bool:
+        """Whether the namespace was closed or faulted."""
+        return self._state == "closed"
+
+    def on_close(self, callback: Callable[[Namespace], None]) -> None:
+        """Call ``callback(namespace)`` when it is closed or faulted."""
+        self._close_callbacks.append(callback)
+
+    async def _close(self, because: str) -> None:
         if self._state == "closed":
             return
         self._state = "closed"
+        self._closed_because = because
+        for callback in list(self._close_callbacks):
+            callback(self)
         for link in list(self._links):
             await link.aclose()
         await self.transport.aclose()
 
     def _check_open(self) -> None:
         if self._state != "open":
+            state = self._closed_because or "not open"
             raise ClientClosed(
-                f"namespace {self.name!r} is {'closed' if self._state == 'closed' else 'not open'}"
-                "; use 'async with aiosb.connect(...)'."
+                f"namespace {self.name!r} is {state}; use 'async with aiosb.connect(...)'."
             )
 
     async def _call(
-        self, fn: Callable[..., Awaitable[T]], *args: Any, wait: float | None = 0.0
+        self,
+        fn: Callable[..., Awaitable[T]],
+        *args: Any,
+        wait: float | None = 0.0,
+        timeout: float | None = None,
     ) -> T:
-        """Run one transport operation within the operation timeout (plus ``wait``),
-        retrying transient errors with backoff; ``wait=None`` means no deadline."""
+        """Run one transport operation within the operation timeout (or ``timeout``)
+        plus ``wait``, retrying transient errors with backoff; ``wait=None`` means no
+        deadline."""
         self._check_open()
         loop = asyncio.get_running_loop()
-        deadline = None if wait is None else loop.time() + self.operation_timeout + wait
+        limit = self.operation_timeout if timeout is None else timeout
+        deadline = None if wait is None else loop.time() + limit + wait
         attempt = 0
         while True:
             try:
@@ -224,14 +254,14 @@ class Namespace:
                 if deadline is not None and loop.time() + delay >= deadline:
                     raise OperationTimeout(
                         f"{fn.__name__} on namespace {self.name!r} did not succeed within "
-                        f"{self.operation_timeout:g} s: {attempt} attempts failed, the last "
+                        f"{limit:g} s: {attempt} attempts failed, the last "
                         f"with: {exc.message}"
                     ) from exc
                 await asyncio.sleep(delay)
             except TimeoutError:
                 raise OperationTimeout(
                     f"{fn.__name__} on namespace {self.name!r} got no answer within "
-                    f"{self.operation_timeout:g} s."
+                    f"{limit:g} s."
                 ) from None
 
     # -- data ------------------------------------------------------------------------
@@ -269,6 +299,26 @@ class Namespace:
             raise InvalidArgument(f"prefetch_count is {prefetch_count!r}; it must be 0 or more.")
         parsed = parse_entity_path(entity, sub_queue)
         return Receiver(self, entity, mode, session_id, parsed.sub_queue, prefetch_count, parsed)
+
+    def pair(self, secondary: Namespace, options: Any = None) -> Any:
+        """Pair this (primary) namespace with ``secondary`` for send availability.
+
+        Args:
+            secondary: Where the backlog queues live.
+            options: A :class:`~aiosb.PairedNamespaceOptions` (defaults when ``None``).
+
+        Returns:
+            A :class:`~aiosb.pairing.PairedNamespace`; use it as an async context
+            manager (``async with primary.pair(secondary, options) as paired``).
+        """
+        from .pairing import PairedNamespace, PairedNamespaceOptions
+
+        self._check_open()
+        if not isinstance(secondary, Namespace):
+            raise InvalidArgument(f"pair needs a secondary Namespace, not {secondary!r}.")
+        if secondary is self:
+            raise InvalidArgument("a namespace cannot be paired with itself.")
+        return PairedNamespace(self, secondary, options or PairedNamespaceOptions())
 
     def _track(self, link: Sender | Receiver) -> None:
         self._links.add(link)

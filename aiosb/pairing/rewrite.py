@@ -1,0 +1,160 @@
+"""The backlog rewrite (PN-11) and its inverse, the syphon's restore (PN-17, G-2, G-5).
+
+A backlog queue holds messages for many entities, so the properties that tie a message
+to its entity move into application properties:
+
+=========================  ================================
+original                   stored as
+=========================  ================================
+SessionId                  ``x-ms-sessionid``
+TimeToLive                 ``x-ms-timetolive`` (seconds)
+ScheduledEnqueueTimeUtc    ``x-ms-scheduledenqueuetimeutc`` (ISO 8601)
+(destination entity)       ``x-ms-path``
+=========================  ================================
+
+The backlog copy is in no session and not scheduled. Unlike the classic SDK, its time to
+live is what remains of the original's, so the absolute expiry is kept (G-2): the
+backlog queue, which dead-letters on expiry, surfaces a message that ran out of time
+while it waited, with reason ``TTLExpiredException``. The MessageId is kept, and given
+one if it had none, so a primary with duplicate detection drops a copy that a crash
+between send and complete may make (G-3).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import uuid
+
+from ..errors import MessageSizeExceeded
+from ..message import Message, ReceivedMessage
+
+__all__ = [
+    "PATH",
+    "SCHEDULED",
+    "SESSION_ID",
+    "TIME_TO_LIVE",
+    "Restored",
+    "restore",
+    "to_backlog",
+]
+
+SESSION_ID = "x-ms-sessionid"
+TIME_TO_LIVE = "x-ms-timetolive"
+SCHEDULED = "x-ms-scheduledenqueuetimeutc"
+PATH = "x-ms-path"
+_UTC = _dt.UTC
+
+
+def to_backlog(message: Message, entity: str, now: float, limit: int) -> Message:
+    """The backlog copy of ``message`` bound for ``entity``.
+
+    Args:
+        message: What the application sent.
+        entity: The primary entity path it is for.
+        now: UTC seconds now (when the copy is enqueued).
+        limit: The secondary's message size limit, in bytes.
+
+    Raises:
+        MessageSizeExceeded: The copy no longer fits once the properties are added
+            (PN-12); the sentence names both sizes and the limit.
+    """
+    props = dict(message.application_properties)
+    props[PATH] = entity
+    if message.session_id is not None:
+        props[SESSION_ID] = message.session_id
+    ttl = message.time_to_live
+    at = message.scheduled_enqueue_time
+    if at is not None:
+        props[SCHEDULED] = at.astimezone(_UTC).isoformat()
+    remaining = None
+    if ttl is not None:
+        props[TIME_TO_LIVE] = ttl.total_seconds()
+        start = max(now, at.timestamp()) if at is not None else now
+        remaining = _dt.timedelta(seconds=max(start + ttl.total_seconds() - now, 0.001))
+    partition_key = message.partition_key
+    copy = Message(
+        message.body,
+        message_id=message.message_id or uuid.uuid4().hex,
+        partition_key=partition_key,
+        time_to_live=remaining,
+        content_type=message.content_type,
+        correlation_id=message.correlation_id,
+        subject=message.subject,
+        reply_to=message.reply_to,
+        reply_to_session_id=message.reply_to_session_id,
+        to=message.to,
+        application_properties=props,
+    )
+    size = copy.size
+    if size > limit:
+        raise MessageSizeExceeded(
+            f"A message of {message.size} bytes for {entity!r} is {size} bytes once the "
+            f"backlog properties are added, over the {limit} byte limit (PN-12); make it "
+            "smaller so that it can fail over."
+        )
+    return copy
+
+
+class Restored:
+    """A backlog message taken apart: where it goes and what to send there.
+
+    Attributes:
+        entity: The destination entity (``x-ms-path``), or ``None`` if it had none.
+        message: The message to send to the primary, or ``None`` if it expired.
+    """
+
+    __slots__ = ("entity", "message")
+
+    def __init__(self, entity: str | None, message: Message | None) -> None:
+        self.entity = entity
+        self.message = message
+
+
+def restore(received: ReceivedMessage, now: float) -> Restored:
+    """Undo the rewrite of a backlog message, with the time to live that remains.
+
+    A schedule in the past is dropped, so the message is sent at once (G-5).
+    """
+    props = dict(received.application_properties)
+    entity = props.pop(PATH, None)
+    session_id = props.pop(SESSION_ID, None)
+    props.pop(TIME_TO_LIVE, None)
+    at_text = props.pop(SCHEDULED, None)
+    if not isinstance(entity, str) or not entity:
+        return Restored(None, None)
+    at = None
+    if isinstance(at_text, str):
+        try:
+            at = _dt.datetime.fromisoformat(at_text)
+        except ValueError:
+            at = None
+        if at is not None and at.tzinfo is None:
+            at = at.replace(tzinfo=_UTC)
+    if at is not None and at.timestamp() <= now:
+        at = None
+    ttl = None
+    expires = received.expires_timestamp
+    if expires is not None:
+        start = at.timestamp() if at is not None else now
+        left = expires - start
+        if expires <= now or left <= 0:
+            return Restored(entity, None)
+        ttl = _dt.timedelta(seconds=left)
+    return Restored(
+        entity,
+        Message(
+            received.body,
+            message_id=received.message_id,
+            session_id=session_id if isinstance(session_id, str) else None,
+            partition_key=received.partition_key,
+            time_to_live=ttl,
+            scheduled_enqueue_time=at,
+            content_type=received.content_type,
+            correlation_id=received.correlation_id,
+            subject=received.subject,
+            reply_to=received.reply_to,
+            reply_to_session_id=received.reply_to_session_id,
+            to=received.to,
+            application_properties=props,
+        ),
+    )

@@ -1,0 +1,895 @@
+"""The pairing runtime: shared entity health, ping actors, backlog rotation, syphon pumps.
+
+Each piece owns its task and its state, and every task belongs to the
+:class:`PairedNamespace`'s task group: leaving its context stops all of them.
+
+* **Entity health** (:mod:`.health`): one entry per entity, shared by every sender of
+  the pairing; every failure signal (a send error, a timeout, a missed ping, a syphon
+  move that failed) goes through :meth:`PairedNamespace._report`.
+* **Ping actors**: one per FAILED_OVER entity, alive only while it is (PN-14, PN-15).
+* **Backlog rotation**: the backlog queues in use; a queue that fails leaves it for every
+  sender (PN-6 step 4, PN-13) and may rejoin after a while.
+* **Syphon**: one pump per backlog queue, long-polling (PN-16), moving messages home with
+  their properties and remaining time to live restored (PN-17, G-2, G-5).
+* **Close and fault coordination** between the two namespaces (PN-18).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextvars
+import datetime as _dt
+import logging
+import random
+import uuid
+from collections.abc import AsyncIterator, Coroutine, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .._clock import CLOCK
+from ..client import Namespace, Transaction
+from ..entities import NEVER
+from ..errors import (
+    BacklogUnavailable,
+    ClientClosed,
+    EntityAlreadyExists,
+    EntityNotFound,
+    InvalidOperation,
+    MessageLockLost,
+    MessageNotFound,
+    MessageSizeExceeded,
+    MessagingError,
+    OperationTimeout,
+    ServiceBusError,
+    SessionLockLost,
+    Unauthorized,
+)
+from ..message import PING_CONTENT_TYPE, Message, ReceivedMessage
+from .health import HEALTHY, Action, EntityState, Health, Signal, transition
+from .options import PairedNamespaceOptions
+from .rewrite import restore, to_backlog
+
+__all__ = [
+    "BACKLOG_QUEUE_PROPERTIES",
+    "PairedNamespace",
+    "PairedSender",
+    "PairingEvent",
+    "PairingStats",
+    "is_outage",
+]
+
+log = logging.getLogger("aiosb.pairing")
+
+#: The properties a backlog queue is created with (PN-7); all others are defaults.
+BACKLOG_QUEUE_PROPERTIES: dict[str, Any] = {
+    "max_size_in_megabytes": 5120,
+    "max_delivery_count": 2**31 - 1,
+    "default_message_time_to_live": NEVER,
+    "auto_delete_on_idle": NEVER,
+    "lock_duration": _dt.timedelta(minutes=1),
+    "dead_lettering_on_message_expiration": True,
+    "enable_batched_operations": True,
+}
+_SYPHON_BATCH = 100
+_PARK_LIMIT = 1000
+_PARTNER_GRACE = 5.0  # PN-18
+_ROUTINE = frozenset({"recovered", "syphon_moved", "backlog_queue_ready"})
+# Errors that are the caller's to fix: they never move traffic (PN-6).
+_CALLER_ERRORS = (
+    MessageSizeExceeded,
+    InvalidOperation,
+    Unauthorized,
+    EntityNotFound,
+    EntityAlreadyExists,
+    MessageLockLost,
+    SessionLockLost,
+    MessageNotFound,
+    BacklogUnavailable,
+)
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` signals an unavailable entity: a timeout (retries of transient
+    errors that ran out included) or a non-transient messaging error that is not the
+    caller's own (bad input, credentials, a missing entity). Server-busy and other
+    transient errors never count by themselves (PN-6)."""
+    if isinstance(exc, OperationTimeout):
+        return True
+    return isinstance(exc, MessagingError) and not isinstance(exc, _CALLER_ERRORS)
+
+
+@dataclass(frozen=True, slots=True)
+class PairingEvent:
+    """One state change of a pairing (G-4); also logged on ``aiosb.pairing``.
+
+    Attributes:
+        kind: ``suspect``, ``failover``, ``recovered``, ``ping_failed``,
+            ``backlog_queue_ready``, ``backlog_queue_differs``, ``backlog_queue_removed``,
+            ``backlog_queue_restored``, ``syphon_moved``, ``syphon_dead_lettered``,
+            ``syphon_failed``, ``partner_closed``, ``faulted``.
+        entity: The entity or backlog queue concerned, if any.
+        at: When (UTC, from the loop clock).
+        detail: A sentence for people.
+        count: Messages concerned, where that applies.
+    """
+
+    kind: str
+    entity: str | None
+    at: _dt.datetime
+    detail: str = ""
+    count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PairingStats:
+    """Counters of a pairing (a snapshot; ``paired.stats`` takes a new one)."""
+
+    primary_sends: int = 0
+    """Sends (single or batch) that went to the primary."""
+    backlog_sends: int = 0
+    """Sends that went to a backlog queue."""
+    backlog_messages: int = 0
+    """Messages put in backlog queues."""
+    failovers: int = 0
+    """Entities that failed over."""
+    recoveries: int = 0
+    """Entities that came back."""
+    pings_sent: int = 0
+    """Pings sent to unavailable entities."""
+    pings_failed: int = 0
+    """Pings that failed."""
+    backlog_queues_removed: int = 0
+    """Times a backlog queue left the rotation."""
+    syphon_receives: int = 0
+    """Receive calls the syphon made on backlog queues."""
+    syphon_moved: int = 0
+    """Messages the syphon moved to their primary entity."""
+    syphon_dead_lettered: int = 0
+    """Backlog messages dead-lettered (expired while waiting, or undeliverable)."""
+    syphon_failures: int = 0
+    """Failed syphon receives or moves (retried)."""
+
+
+class _Counters:
+    __slots__ = tuple(f.name for f in fields(PairingStats))
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+    def snapshot(self) -> PairingStats:
+        return PairingStats(**{name: getattr(self, name) for name in self.__slots__})
+
+
+class _Entry:
+    """The shared health of one entity: what every sender of the pairing reads."""
+
+    __slots__ = ("changed", "path", "ping_task", "state", "timer")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.state: EntityState = HEALTHY
+        self.timer: asyncio.TimerHandle | None = None
+        self.ping_task: asyncio.Task[None] | None = None
+        self.changed = asyncio.Event()
+
+
+class _Rotation:
+    """The backlog queues in use, shared by every sender of a pairing (PN-6, PN-13)."""
+
+    def __init__(self, paths: list[str], rejoin_after: float) -> None:
+        self.paths = paths
+        self.removed: dict[str, float] = {}  # path -> when it may rejoin
+        self.rejoin_after = rejoin_after
+
+    def active(self, now: float) -> list[str]:
+        for path, when in list(self.removed.items()):
+            if when <= now:
+                del self.removed[path]
+        return [p for p in self.paths if p not in self.removed]
+
+    def usable(self, path: str) -> bool:
+        return path not in self.removed
+
+    def pick(self, now: float, exclude: set[str]) -> str | None:
+        """A random queue in rotation, else (last resort) a removed one, not in ``exclude``."""
+        choices = [p for p in self.active(now) if p not in exclude]
+        if not choices:
+            choices = [p for p in self.removed if p not in exclude]
+        return random.choice(choices) if choices else None
+
+    def fail(self, path: str, now: float) -> bool:
+        """Take ``path`` out; return whether it was in."""
+        was_in = path not in self.removed
+        self.removed[path] = now + self.rejoin_after
+        return was_in
+
+    def restore(self, path: str) -> bool:
+        return self.removed.pop(path, None) is not None
+
+
+class PairedNamespace:
+    """A primary namespace paired with a secondary for send availability.
+
+    Made by :meth:`aiosb.Namespace.pair`; an async context manager. Entering creates (or
+    finds) the backlog queues and starts the syphon if enabled; leaving stops every task
+    the pairing started.
+
+    Attributes:
+        primary: The primary namespace.
+        secondary: The secondary namespace, home of the backlog queues.
+        options: The :class:`PairedNamespaceOptions` in force.
+    """
+
+    def __init__(
+        self, primary: Namespace, secondary: Namespace, options: PairedNamespaceOptions
+    ) -> None:
+        if not isinstance(options, PairedNamespaceOptions):
+            raise InvalidOperation(f"options must be PairedNamespaceOptions, not {options!r}.")
+        self.primary = primary
+        self.secondary = secondary
+        self.options = options
+        self._interval = options.failover_interval.total_seconds()
+        self._entries: dict[str, _Entry] = {}
+        self._counters = _Counters()
+        self._rotation = _Rotation([], options.ping_primary_interval.total_seconds())
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._group: asyncio.TaskGroup | None = None
+        self._subscribers: list[_Subscriber] = []
+        self._senders: set[PairedSender] = set()
+        self._state = "new"
+        self._wake_syphon = asyncio.Event()
+        self._partner_timer: asyncio.TimerHandle | None = None
+
+    def __repr__(self) -> str:
+        down = [e.path for e in self._entries.values() if e.state.health is not Health.HEALTHY]
+        return (
+            f"<PairedNamespace {self.primary.name}->{self.secondary.name} {self._state} "
+            f"backlog={len(self.backlog_queues)} unhealthy={down}>"
+        )
+
+    # -- lifetime ----------------------------------------------------------------------
+
+    async def __aenter__(self) -> PairedNamespace:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def open(self) -> None:
+        """Create or find the backlog queues (PN-1, PN-7, PN-8), start the syphon."""
+        if self._state != "new":
+            raise ClientClosed("a PairedNamespace opens once; pair again for a new one.")
+        self._state = "opening"
+        self._group = asyncio.TaskGroup()
+        await self._group.__aenter__()
+        try:
+            self._rotation.paths = await self._backlog_queues()
+            if self.options.enable_syphon:
+                for path in self._rotation.paths:
+                    self._spawn(self._syphon(path), f"syphon {path}")
+                self.primary.on_close(self._partner_closed)
+                self.secondary.on_close(self._partner_closed)
+        except BaseException:
+            await self.aclose()
+            raise
+        self._state = "open"
+
+    async def aclose(self) -> None:
+        """Stop every ping actor and syphon pump and close the senders (idempotent)."""
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        for entry in self._entries.values():
+            if entry.timer is not None:
+                entry.timer.cancel()
+                entry.timer = None
+            entry.ping_task = None
+        if self._partner_timer is not None:
+            self._partner_timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        for sender in list(self._senders):
+            await sender.aclose()
+        if self._group is not None:
+            group, self._group = self._group, None
+            await group.__aexit__(None, None, None)
+        for subscriber in self._subscribers:
+            subscriber.close()
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        if self._group is None:
+            coro.close()
+            raise ClientClosed("the pairing is closed.")
+        task = self._group.create_task(coro, name=f"aiosb {name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise ClientClosed(f"the pairing is {self._state}; use 'async with primary.pair(...)'.")
+
+    # -- public surface ------------------------------------------------------------------
+
+    @property
+    def backlog_queues(self) -> list[str]:
+        """The backlog queue paths in rotation now."""
+        return self._rotation.active(CLOCK.now()) if self._group else list(self._rotation.paths)
+
+    @property
+    def stats(self) -> PairingStats:
+        """A snapshot of the counters."""
+        return self._counters.snapshot()
+
+    def sender(self, entity: str) -> PairedSender:
+        """A sender for ``entity`` that fails over to the backlog queues (PN-2, PN-9)."""
+        self._check_open()
+        return PairedSender(self, entity)
+
+    def is_available(self, entity: str) -> bool:
+        """Whether sends to ``entity`` go to the primary (it has not failed over)."""
+        return self._entry(entity).state.health is not Health.FAILED_OVER
+
+    def health(self, entity: str) -> Health:
+        """The entity's :class:`~aiosb.pairing.Health`."""
+        return self._entry(entity).state.health
+
+    def mark_healthy(self, entity: str) -> None:
+        """Declare ``entity`` healthy by hand: sends go to the primary at once."""
+        self._report(self._entry(entity), Signal.MARK_HEALTHY)
+
+    def events(self) -> AsyncIterator[PairingEvent]:
+        """An async iterator of every state change from now on; it ends on close."""
+        subscriber = _Subscriber()
+        if self._state == "closed":
+            subscriber.close()
+        else:
+            self._subscribers.append(subscriber)
+        return subscriber.iterate(self._subscribers)
+
+    # -- health: the one entry point -----------------------------------------------------
+
+    def _entry(self, entity: str) -> _Entry:
+        key = entity.lower()
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = _Entry(entity)
+        return entry
+
+    def _report(self, entry: _Entry, signal: Signal, now: float | None = None) -> None:
+        """Every health signal of every entity comes through here (style lesson 5)."""
+        if now is None:
+            now = CLOCK.now()
+        old = entry.state
+        new, actions = transition(old, signal, now, self._interval)
+        entry.state = new
+        for action in actions:
+            if action is Action.START_TIMER:
+                loop = asyncio.get_running_loop()
+                entry.timer = loop.call_later(self._interval, self._interval_elapsed, entry)
+            elif action is Action.CANCEL_TIMER:
+                if entry.timer is not None:
+                    entry.timer.cancel()
+                    entry.timer = None
+            elif action is Action.START_PING:
+                if self._group is not None:
+                    entry.ping_task = self._spawn(self._ping(entry), f"ping {entry.path}")
+            elif action is Action.STOP_PING:
+                task, entry.ping_task = entry.ping_task, None
+                if task is not None and task is not asyncio.current_task():
+                    task.cancel()
+        if new.health is not old.health:
+            self._health_changed(entry, old.health, new.health, signal)
+
+    def _interval_elapsed(self, entry: _Entry) -> None:
+        entry.timer = None
+        since = entry.state.suspect_since
+        now = CLOCK.now()
+        if since is not None:  # the timer fired at its instant; float rounding aside
+            now = max(now, since + self._interval)
+        self._report(entry, Signal.INTERVAL_ELAPSED, now)
+
+    def _health_changed(self, entry: _Entry, old: Health, new: Health, signal: Signal) -> None:
+        counters = self._counters
+        if new is Health.FAILED_OVER:
+            counters.failovers += 1
+            self._emit("failover", entry.path, "sends now go to the backlog queues")
+        elif new is Health.SUSPECT:
+            self._emit(
+                "suspect", entry.path, f"a send failed; failover in {self._interval:g} s"
+            )
+        elif old is Health.FAILED_OVER:
+            counters.recoveries += 1
+            self._emit("recovered", entry.path, f"sends go to the primary again ({signal.value})")
+            self._wake_syphon.set()
+            self._wake_syphon = asyncio.Event()
+        changed, entry.changed = entry.changed, asyncio.Event()
+        changed.set()
+
+    def _emit(self, kind: str, entity: str | None, detail: str, count: int = 0) -> None:
+        event = PairingEvent(
+            kind, entity, _dt.datetime.fromtimestamp(CLOCK.now(), _dt.UTC), detail, count
+        )
+        level = logging.INFO if kind in _ROUTINE else logging.WARNING
+        log.log(level, "%s %s: %s", kind, entity or "-", detail)
+        for subscriber in self._subscribers:
+            subscriber.put(event)
+
+    # -- backlog queues --------------------------------------------------------------------
+
+    async def _backlog_queues(self) -> list[str]:
+        """Find or create each backlog queue; a queue found with other properties is
+        used as it is (PN-8)."""
+        paths = []
+        for index in range(self.options.backlog_queue_count):
+            path = f"{self.primary.name}/x-servicebus-transfer/{index}"
+            try:
+                try:
+                    found = await self.secondary.get_queue(path)
+                except EntityNotFound:
+                    try:
+                        await self.secondary.create_queue(path, **BACKLOG_QUEUE_PROPERTIES)
+                    except EntityAlreadyExists:  # another process made it meanwhile
+                        pass
+                    self._emit("backlog_queue_ready", path, "created")
+                else:
+                    differs = [
+                        name
+                        for name, value in BACKLOG_QUEUE_PROPERTIES.items()
+                        if getattr(found, name) != value
+                    ]
+                    if differs:
+                        self._emit(
+                            "backlog_queue_differs",
+                            path,
+                            f"exists with other {', '.join(differs)}; used as it is",
+                        )
+            except ServiceBusError as exc:
+                if not is_outage(exc):
+                    raise
+                # The secondary is down now: keep the queue; a failed send removes it.
+                self._emit("backlog_queue_removed", path, f"could not be checked: {exc.message}")
+            paths.append(path)
+        return paths
+
+    # -- ping actor --------------------------------------------------------------------------
+
+    async def _ping(self, entry: _Entry) -> None:
+        """Ping ``entry`` every ping interval until a ping is delivered (PN-3, PN-14)."""
+        interval = self.options.ping_primary_interval.total_seconds()
+        timeout = self.options.ping_timeout.total_seconds()
+        primary = self.primary
+        while entry.ping_task is asyncio.current_task():
+            await asyncio.sleep(interval)
+            ping = Message(
+                b"",
+                content_type=PING_CONTENT_TYPE,
+                time_to_live=_dt.timedelta(seconds=1),
+                session_id=uuid.uuid4().hex,
+            )
+            self._counters.pings_sent += 1
+            try:
+                await primary._call(primary.transport.send, entry.path, [ping], timeout=timeout)
+            except ServiceBusError as exc:
+                self._counters.pings_failed += 1
+                self._emit("ping_failed", entry.path, exc.message)
+                self._report(entry, Signal.PING_FAILED)
+                if isinstance(exc, ClientClosed):
+                    return
+                continue
+            self._report(entry, Signal.PING_OK)
+            return
+
+    # -- failure and success signals from senders and the syphon --------------------------------
+
+    def _failed(self, entry: _Entry, exc: ServiceBusError) -> None:
+        log.debug("send to %s failed: %s", entry.path, exc)
+        self._report(entry, Signal.SEND_FAILED)
+
+    def _succeeded(self, entry: _Entry) -> None:
+        if entry.state.health is not Health.HEALTHY:
+            self._report(entry, Signal.SEND_OK)
+
+    # -- syphon (PN-16, PN-17, G-2, G-3, G-5) ----------------------------------------------------
+
+    async def _syphon(self, path: str) -> None:
+        """Move messages from one backlog queue to their primary entities, for ever."""
+        options = self.options
+        wait = options.syphon_receive_wait.total_seconds()
+        retry = options.syphon_retry_interval.total_seconds()
+        parked: dict[_Entry, list[ReceivedMessage]] = {}
+        receiver = self.secondary.receiver(path)
+        counters = self._counters
+        try:
+            while True:
+                await self._unpark(receiver, parked)
+                waiting = sum(len(v) for v in parked.values())
+                wake = self._wake_syphon
+                if waiting >= _PARK_LIMIT:
+                    await _wait_for(wake.wait(), self._renew_in(parked))
+                    continue
+                budget = wait if not parked else min(wait, self._renew_in(parked))
+                try:
+                    batch = await _race(
+                        receiver.receive(max_messages=_SYPHON_BATCH, max_wait=budget), wake
+                    )
+                except ServiceBusError as exc:
+                    if isinstance(exc, ClientClosed):
+                        return
+                    counters.syphon_failures += 1
+                    self._emit("syphon_failed", path, f"receive failed: {exc.message}")
+                    await asyncio.sleep(retry)
+                    continue
+                if batch is None:  # an entity recovered: move what is parked
+                    continue
+                counters.syphon_receives += 1
+                if batch:
+                    await self._move(receiver, batch, parked)
+        finally:
+            await receiver.aclose()
+
+    def _renew_in(self, parked: dict[_Entry, list[ReceivedMessage]]) -> float:
+        """Seconds until the first parked lock needs renewing (at half its life)."""
+        if not parked:
+            return self.options.syphon_receive_wait.total_seconds()
+        now = CLOCK.now()
+        first = min(m.locked_until_timestamp or now for msgs in parked.values() for m in msgs)
+        lock = BACKLOG_QUEUE_PROPERTIES["lock_duration"].total_seconds()
+        return max(first - now - lock / 2, 0.0)
+
+    async def _unpark(self, receiver: Any, parked: dict[_Entry, list[ReceivedMessage]]) -> None:
+        """Move parked messages whose entity is healthy again; renew the others' locks."""
+        for entry, msgs in list(parked.items()):
+            if entry.state.health is Health.HEALTHY:
+                del parked[entry]
+                await self._move_group(receiver, entry, msgs, parked)
+        if parked and self._renew_in(parked) <= 0:
+            for entry, msgs in list(parked.items()):
+                kept = []
+                for msg in msgs:
+                    try:
+                        await receiver.renew_lock(msg)
+                    except ServiceBusError:
+                        continue  # the lock is gone: the message comes back by itself
+                    kept.append(msg)
+                if kept:
+                    parked[entry] = kept
+                else:
+                    del parked[entry]
+
+    async def _move(
+        self,
+        receiver: Any,
+        batch: list[ReceivedMessage],
+        parked: dict[_Entry, list[ReceivedMessage]],
+    ) -> None:
+        groups: dict[_Entry, list[ReceivedMessage]] = collections.defaultdict(list)
+        for msg in batch:
+            entity = msg.application_properties.get("x-ms-path")
+            if not isinstance(entity, str) or not entity:
+                await self._dead_letter(
+                    receiver, [msg], "NoBacklogPath", "the message has no x-ms-path property"
+                )
+                continue
+            groups[self._entry(entity)].append(msg)
+        for entry, msgs in groups.items():
+            if entry.state.health is Health.HEALTHY:
+                await self._move_group(receiver, entry, msgs, parked)
+            else:
+                parked.setdefault(entry, []).extend(msgs)  # PN-17: not while unavailable
+
+    async def _move_group(
+        self,
+        receiver: Any,
+        entry: _Entry,
+        msgs: list[ReceivedMessage],
+        parked: dict[_Entry, list[ReceivedMessage]],
+    ) -> None:
+        """Send ``msgs`` to ``entry``'s primary entity, then complete them in the backlog."""
+        now = CLOCK.now()
+        ready: list[tuple[ReceivedMessage, Message]] = []
+        expired: list[ReceivedMessage] = []
+        for msg in msgs:
+            restored = restore(msg, now)
+            if restored.message is None:
+                expired.append(msg)
+            else:
+                ready.append((msg, restored.message))
+        if expired:
+            await self._dead_letter(
+                receiver,
+                expired,
+                "TTLExpiredException",
+                "the message expired while it waited in the backlog (G-2)",
+            )
+        primary = self.primary
+        limit = primary.transport.max_message_size
+        for chunk in _chunks(ready, limit):
+            try:
+                await primary._call(primary.transport.send, entry.path, [m for _, m in chunk])
+            except ServiceBusError as exc:
+                if isinstance(exc, ClientClosed):
+                    raise
+                self._counters.syphon_failures += 1
+                if is_outage(exc):
+                    self._failed(entry, exc)
+                    parked.setdefault(entry, []).extend(m for m, _ in chunk)
+                    self._emit("syphon_failed", entry.path, f"move failed, parked: {exc.message}")
+                    await asyncio.sleep(self.options.syphon_retry_interval.total_seconds())
+                else:  # retrying cannot help: surface it where people look
+                    await self._dead_letter(
+                        receiver, [m for m, _ in chunk], type(exc).__name__, exc.message
+                    )
+                continue
+            self._succeeded(entry)
+            try:
+                await receiver.complete([m for m, _ in chunk])
+            except ServiceBusError as exc:
+                # Sent but not completed: it will be moved again; the MessageId lets a
+                # primary with duplicate detection drop the copy (G-3).
+                self._emit("syphon_failed", entry.path, f"complete failed: {exc.message}")
+            self._counters.syphon_moved += len(chunk)
+            self._emit("syphon_moved", entry.path, f"moved {len(chunk)} messages", len(chunk))
+
+    async def _dead_letter(
+        self, receiver: Any, msgs: list[ReceivedMessage], reason: str, description: str
+    ) -> None:
+        for msg in msgs:
+            try:
+                await receiver.dead_letter(msg, reason, description)
+            except ServiceBusError as exc:
+                self._emit("syphon_failed", msg.entity_path, f"dead-letter failed: {exc.message}")
+                continue
+            self._counters.syphon_dead_lettered += 1
+        self._emit("syphon_dead_lettered", receiver.entity, f"{reason}: {description}", len(msgs))
+
+    # -- close and fault coordination (PN-18) ------------------------------------------------
+
+    def _partner_closed(self, namespace: Namespace) -> None:
+        if self._state != "open":
+            return
+        other = self.secondary if namespace is self.primary else self.primary
+        self._emit("partner_closed", namespace.name, f"{other.name} must close within 5 s")
+        if other.closed or self._state == "closed":
+            return
+        loop = asyncio.get_running_loop()
+        self._partner_timer = loop.call_later(_PARTNER_GRACE, self._fault_partner, other, namespace)
+
+    def _fault_partner(self, other: Namespace, closed: Namespace) -> None:
+        self._partner_timer = None
+        if other.closed or self._group is None:
+            return
+        reason = f"its paired namespace {closed.name!r} closed and it stayed open (PN-18)"
+        self._emit("faulted", other.name, reason)
+        self._spawn(other.fault(reason), f"fault {other.name}")
+
+
+class PairedSender:
+    """A sender that goes to the primary while it works and to the backlog when it
+    does not (PN-9, PN-10, G-1). Safe under many concurrent ``send`` calls.
+
+    While the entity is healthy a send is exactly a plain send (S-2). A send that
+    fails with a non-transient error or a timeout starts the failover timer; until
+    failover engages it waits with backoff and tries again, then goes to the backlog.
+    It raises :class:`~aiosb.errors.BacklogUnavailable` only when the primary and every
+    backlog queue are down.
+    """
+
+    def __init__(self, paired: PairedNamespace, entity: str) -> None:
+        self.paired = paired
+        self.entity = entity
+        self._primary = paired.primary.sender(entity)
+        self._entry = paired._entry(entity)
+        self._backlog = paired._rotation.pick(CLOCK.now(), set())  # PN-13: random, per sender
+        self._closed = False
+        self._transaction: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar(
+            f"aiosb-paired-tx-{id(self)}", default=None
+        )
+        paired._senders.add(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"<PairedSender {self.entity} {self._entry.state.health.value} "
+            f"backlog={self._backlog}>"
+        )
+
+    async def __aenter__(self) -> PairedSender:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the sender (idempotent)."""
+        self._closed = True
+        self.paired._senders.discard(self)
+        await self._primary.aclose()
+
+    async def send(self, message: Message | Sequence[Message]) -> None:
+        """Send one message or a batch; see the class docstring for where it goes.
+
+        Raises:
+            BacklogUnavailable: The primary and every backlog queue are down.
+            MessageSizeExceeded: Too large, or too large once rewritten (PN-12).
+        """
+        if self._closed:
+            raise ClientClosed(f"the paired sender for {self.entity!r} is closed.")
+        messages = [message] if isinstance(message, Message) else list(message)
+        if not messages:
+            return
+        tx = self._transaction.get()
+        if tx is not None:
+            tx.add(messages)
+            return
+        await self._send_now(messages)
+
+    def transaction(self) -> Transaction:
+        """Sends inside commit together, to the primary or to one backlog queue."""
+        return Transaction(self)  # type: ignore[arg-type]
+
+    async def _send_now(self, messages: list[Message]) -> None:
+        entry = self._entry
+        if entry.state.health is Health.HEALTHY:
+            try:
+                await self._primary._send_now(messages)
+            except ServiceBusError as exc:
+                if not is_outage(exc):
+                    raise
+                self.paired._failed(entry, exc)
+            else:
+                self.paired._counters.primary_sends += 1
+                return
+            await self._send_degraded(messages, attempt=1)
+        else:
+            await self._send_degraded(messages, attempt=0)
+
+    async def _send_degraded(self, messages: list[Message], attempt: int) -> None:
+        """The slow path: retry the primary with backoff until failover engages (G-1)."""
+        paired, entry = self.paired, self._entry
+        primary = paired.primary
+        while True:
+            if entry.state.health is Health.FAILED_OVER:
+                await self._send_backlog(messages)
+                return
+            if attempt:
+                delay = min(primary._backoff * 2 ** (attempt - 1), primary._backoff_max)
+                await _wait_for(entry.changed.wait(), delay)
+                if entry.state.health is Health.FAILED_OVER:
+                    continue
+            attempt += 1
+            try:
+                await self._primary._send_now(messages)
+            except ServiceBusError as exc:
+                if not is_outage(exc):
+                    raise
+                paired._failed(entry, exc)
+                continue
+            paired._succeeded(entry)
+            paired._counters.primary_sends += 1
+            return
+
+    async def _send_backlog(self, messages: list[Message]) -> None:
+        """Send the rewritten batch to this sender's backlog queue, rotating on failure."""
+        paired = self.paired
+        secondary = paired.secondary
+        rotation = paired._rotation
+        now = CLOCK.now()
+        limit = secondary.transport.max_message_size
+        copies = [to_backlog(m, self.entity, now, limit) for m in messages]
+        if len(copies) > 1 and sum(c.size for c in copies) > limit:
+            raise MessageSizeExceeded(
+                f"A batch of {len(copies)} messages for {self.entity!r} is "
+                f"{sum(c.size for c in copies)} bytes once rewritten for the backlog, over "
+                f"the {limit} byte limit (PN-12); send smaller batches."
+            )
+        tried: set[str] = set()
+        last: ServiceBusError | None = None
+        while True:
+            path = self._backlog
+            if path is None or path in tried or not rotation.usable(path):
+                path = self._backlog = rotation.pick(CLOCK.now(), tried)
+            if path is None:
+                raise BacklogUnavailable(
+                    f"{self.entity!r} is unavailable in {paired.primary.name!r} and all "
+                    f"{len(rotation.paths)} backlog queues in {secondary.name!r} failed"
+                    + (f" (last: {last.message})" if last else "")
+                    + "; the message was not sent."
+                ) from last
+            try:
+                await secondary._call(secondary.transport.send, path, copies)
+            except ServiceBusError as exc:
+                if isinstance(exc, (MessageSizeExceeded, ClientClosed)):
+                    raise
+                last = exc
+                tried.add(path)
+                if rotation.fail(path, CLOCK.now()):
+                    paired._counters.backlog_queues_removed += 1
+                    paired._emit("backlog_queue_removed", path, exc.message)
+                continue
+            if rotation.restore(path):
+                paired._emit("backlog_queue_restored", path, "a send succeeded")
+            paired._counters.backlog_sends += 1
+            paired._counters.backlog_messages += len(copies)
+            return
+
+
+class _Subscriber:
+    """One ``events()`` iterator: a queue of events, ended by ``None`` on close."""
+
+    def __init__(self) -> None:
+        self._queue: collections.deque[PairingEvent | None] = collections.deque(maxlen=10_000)
+        self._ready = asyncio.Event()
+
+    def put(self, event: PairingEvent | None) -> None:
+        self._queue.append(event)
+        self._ready.set()
+
+    def close(self) -> None:
+        self.put(None)
+
+    async def iterate(self, registry: list[_Subscriber]) -> AsyncIterator[PairingEvent]:
+        try:
+            while True:
+                while not self._queue:
+                    self._ready.clear()
+                    await self._ready.wait()
+                event = self._queue.popleft()
+                if event is None:
+                    return
+                yield event
+        finally:
+            if self in registry:
+                registry.remove(self)
+
+
+async def _wait_for(awaitable: Coroutine[Any, Any, Any], seconds: float) -> None:
+    """Wait for ``awaitable`` at most ``seconds``; a timeout is not an error here."""
+    try:
+        async with asyncio.timeout(seconds):
+            await awaitable
+    except TimeoutError:
+        pass
+
+
+async def _race(receive: Coroutine[Any, Any, list[ReceivedMessage]], wake: asyncio.Event):
+    """The receive's result, or ``None`` if ``wake`` is set first (receive cancelled)."""
+    receive_task = asyncio.ensure_future(receive)
+    wake_task = asyncio.ensure_future(wake.wait())
+    try:
+        done, _ = await asyncio.wait({receive_task, wake_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        wake_task.cancel()
+    if receive_task in done:
+        return receive_task.result()
+    receive_task.cancel()
+    try:
+        await receive_task
+    except asyncio.CancelledError:
+        if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+            raise
+        return None
+    # It finished in the same instant: keep its messages.
+    return receive_task.result()
+
+
+def _chunks(
+    pairs: list[tuple[ReceivedMessage, Message]], limit: int
+) -> list[list[tuple[ReceivedMessage, Message]]]:
+    """Split into batches that fit the size limit (at most 100 messages each)."""
+    out: list[list[tuple[ReceivedMessage, Message]]] = []
+    current: list[tuple[ReceivedMessage, Message]] = []
+    size = 0
+    for pair in pairs:
+        message_size = pair[1].size
+        if current and (size + message_size > limit or len(current) >= _SYPHON_BATCH):
+            out.append(current)
+            current, size = [], 0
+        current.append(pair)
+        size += message_size
+    if current:
+        out.append(current)
+    return out
+
