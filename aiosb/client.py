@@ -231,7 +231,7 @@ class Namespace:
         fn: Callable[..., Awaitable[T]],
         *args: Any,
         wait: float | None = 0.0,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - a budget for retries, not a cancel scope
     ) -> T:
         """Run one transport operation within the operation timeout (or ``timeout``)
         plus ``wait``, retrying transient errors with backoff; ``wait=None`` means no

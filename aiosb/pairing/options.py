@@ -58,4 +58,6 @@ class PairedNamespaceOptions:
         _check("ping_timeout", self.ping_timeout, _SECOND, 30 * _MINUTE)
         _check("syphon_receive_wait", self.syphon_receive_wait, _SECOND, 60 * _MINUTE)
         if not isinstance(self.enable_syphon, bool):
-            raise InvalidArgument(f"enable_syphon must be True or False, not {self.enable_syphon!r}.")
+            raise InvalidArgument(
+                f"enable_syphon must be True or False, not {self.enable_syphon!r}."
+            )
