@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from aiosb import Message, NEVER, errors
+from aiosb import NEVER, Message, errors
 from aiosb.message import PING_CONTENT_TYPE
 from aiosb.pairing import Health
 
@@ -322,14 +322,17 @@ async def test_mark_healthy_sends_to_the_primary_at_once(env):
             paired.mark_healthy("orders")
             assert paired.is_available("orders")
             await sender.send(Message(b"b"))
-        await asyncio.sleep(0)  # the cancelled ping actor finishes
+        await asyncio.sleep(0.001)  # the cancelled ping actor finishes
         assert not paired._tasks
     assert [m.body for m in await drain(env.primary, "orders")] == [b"b"]
 
 
 async def test_g4_events_and_stats_describe_what_happened(env):
-    opts = options(failover_interval=timedelta(seconds=5), ping_primary_interval=timedelta(seconds=10),
-                   enable_syphon=True)
+    opts = options(
+        failover_interval=timedelta(seconds=5),
+        ping_primary_interval=timedelta(seconds=10),
+        enable_syphon=True,
+    )
     pairing = env.primary.pair(env.secondary, opts)
     events = pairing.events()
     async with pairing as paired:
