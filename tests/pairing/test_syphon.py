@@ -1,0 +1,180 @@
+"""The syphon: moving the backlog home (PN-16, PN-17, G-2, G-3, G-5)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from aiosb import Message, errors
+from aiosb._clock import CLOCK
+from aiosb.message import PING_CONTENT_TYPE
+from aiosb.pairing import Health
+
+from .conftest import backlog_contents, drain, options
+
+pytestmark = pytest.mark.looptime
+
+
+def syphon_options(**kw):
+    base = dict(
+        failover_interval=timedelta(0),
+        ping_primary_interval=timedelta(seconds=10),
+        enable_syphon=True,
+    )
+    base.update(kw)
+    return options(**base)
+
+
+async def test_pn16_an_idle_syphon_polls_each_queue_four_times_an_hour(env):
+    """PN-16: 15 minute long polls: 10 queues, 40 receive calls an hour."""
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=10)) as paired:
+        await asyncio.sleep(3600 - 1)
+        assert paired.stats.syphon_receives == 30  # three 15-minute polls have ended
+        await asyncio.sleep(2)
+        assert paired.stats.syphon_receives == 40
+
+
+async def test_pn17_the_syphon_moves_messages_home_with_their_properties(env):
+    """PN-17, G-3, G-5: same MessageId, session, properties; sent, then completed."""
+    await env.primary.create_queue("sessions")
+    async with env.primary.pair(env.secondary, syphon_options()) as paired:
+        async with paired.sender("orders") as orders, paired.sender("sessions") as sessions:
+            with env.p_broker.faults.fail():
+                await orders.send(Message(b"o", message_id="o-1", subject="s",
+                                          application_properties={"k": 1}))
+                await sessions.send(Message(b"s", session_id="abc", message_id="s-1"))
+                assert len(await backlog_contents(env, paired)) == 2
+            await asyncio.sleep(11)
+        assert paired.stats.syphon_moved == 2
+        assert await backlog_contents(env, paired) == []
+    (o,) = await drain(env.primary, "orders")
+    assert (o.body, o.message_id, o.subject, o.application_properties) == (
+        b"o", "o-1", "s", {"k": 1}
+    )
+    (s,) = await drain(env.primary, "sessions")
+    assert (s.session_id, s.message_id) == ("abc", "s-1")
+
+
+async def test_pn17_messages_for_an_unavailable_entity_wait_without_burning_deliveries(env):
+    """PN-17: the syphon leaves messages for an entity still unavailable, moves the others,
+    and moves the waiting ones once the entity is back."""
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        async with paired.sender("orders") as orders, paired.sender("invoices") as invoices:
+            env.p_broker.faults.fail("orders")
+            await orders.send([Message(f"o{i}") for i in range(5)])
+            with env.p_broker.faults.fail("invoices"):
+                await invoices.send(Message(b"i"))
+            await asyncio.sleep(15)  # invoices recovered; orders did not
+            assert [m.body for m in await drain(env.primary, "invoices")] == [b"i"]
+            assert paired.health("orders") is Health.FAILED_OVER
+            await asyncio.sleep(30 * 60)  # half an hour of outage
+            env.p_broker.faults.heal()
+            await asyncio.sleep(11)
+    moved = await drain(env.primary, "orders")
+    assert sorted(m.body for m in moved) == [f"o{i}".encode() for i in range(5)]
+    assert paired.stats.syphon_dead_lettered == 0
+
+
+async def test_g2_the_remaining_time_to_live_travels_with_the_message(env):
+    """G-2: expiry is preserved, not reset: the primary copy expires when the original
+    would have, two minutes of outage later."""
+    async with env.primary.pair(env.secondary, syphon_options()) as paired:
+        async with paired.sender("orders") as sender:
+            with env.p_broker.faults.fail("orders"):
+                sent_at = CLOCK.now()
+                await sender.send(Message(b"x", time_to_live=timedelta(minutes=10)))
+                await asyncio.sleep(120)
+            await asyncio.sleep(11)
+        assert paired.stats.syphon_moved == 1
+    async with env.primary.receiver("orders") as receiver:
+        (msg,) = await receiver.peek(1)
+    assert msg.expires_timestamp == pytest.approx(sent_at + 600, abs=0.01)
+    assert msg.time_to_live < timedelta(minutes=8, seconds=1)
+
+
+async def test_g2_a_message_that_expires_in_the_backlog_is_dead_lettered_there(env):
+    """G-2: ran out of time while waiting: TTLExpiredException in the backlog DLQ."""
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        async with paired.sender("orders") as sender:
+            with env.p_broker.faults.fail("orders"):
+                await sender.send(Message(b"short", time_to_live=timedelta(seconds=30),
+                                          message_id="m-short"))
+                await sender.send(Message(b"long", time_to_live=timedelta(hours=1)))
+                await asyncio.sleep(60)
+            await asyncio.sleep(11)
+        (queue,) = paired.backlog_queues
+    (dead,) = await drain(env.secondary, queue, sub_queue="deadletter")
+    assert dead.message_id == "m-short"
+    assert dead.dead_letter_reason == "TTLExpiredException"
+    assert [m.body for m in await drain(env.primary, "orders")] == [b"long"]
+
+
+async def test_g3_a_repeated_move_is_dropped_by_duplicate_detection(env):
+    """G-3: moving is send-then-complete; when the complete is lost the message is moved
+    again, with its MessageId, so a primary with duplicate detection drops the copy."""
+    await env.primary.create_queue("dedup", requires_duplicate_detection=True)
+    moves = []
+    send, settle = env.primary.transport.send, env.secondary.transport.settle
+
+    async def counting_send(entity, messages):
+        if entity == "dedup" and messages[0].content_type != PING_CONTENT_TYPE:
+            moves.append([m.message_id for m in messages])
+        await send(entity, messages)
+
+    async def lose_first_complete(entity, settlement):
+        if settlement.action == "complete" and not getattr(lose_first_complete, "done", False):
+            lose_first_complete.done = True
+            raise errors.EntityUnavailable("the complete was lost")
+        return await settle(entity, settlement)
+
+    env.primary.transport.send = counting_send
+    env.secondary.transport.settle = lose_first_complete
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        async with paired.sender("dedup") as sender:
+            with env.p_broker.faults.fail("dedup"):
+                await sender.send(Message(b"x"))
+            await asyncio.sleep(11 + 60 + 5)  # recovery, then the lost lock expires
+        assert paired.stats.syphon_moved == 2
+        assert await backlog_contents(env, paired) == []
+    # the application's attempt during the outage, then two moves of one MessageId
+    assert len(moves) == 3
+    assert moves[1] == moves[2] and moves[1][0] is not None
+    assert [m.body for m in await drain(env.primary, "dedup")] == [b"x"]
+
+
+async def test_a_message_without_a_destination_is_dead_lettered_not_looped(env):
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        (queue,) = paired.backlog_queues
+        async with env.secondary.sender(queue) as sender:
+            await sender.send(Message(b"stray"))
+        await asyncio.sleep(1)
+        assert paired.stats.syphon_dead_lettered == 1
+    (dead,) = await drain(env.secondary, queue, sub_queue="deadletter")
+    assert dead.dead_letter_reason == "NoBacklogPath"
+
+
+async def test_the_syphon_keeps_going_through_a_backlog_queue_outage(env):
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        (queue,) = paired.backlog_queues
+        with env.s_broker.faults.fail(queue, operations=["receive"]):
+            async with paired.sender("orders") as sender:
+                with env.p_broker.faults.fail("orders"):
+                    await sender.send(Message(b"x"))
+                await asyncio.sleep(30)
+            assert paired.stats.syphon_failures > 0
+        await asyncio.sleep(5)
+        assert paired.stats.syphon_moved == 1
+    assert [m.body for m in await drain(env.primary, "orders")] == [b"x"]
+
+
+async def test_s7_the_syphon_moves_a_large_backlog_in_batches(env):
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=2)) as paired:
+        async with paired.sender("orders") as sender:
+            with env.p_broker.faults.fail("orders"):
+                for i in range(10):
+                    await sender.send([Message(f"{i}-{j}") for j in range(100)])
+            await asyncio.sleep(11)
+        assert paired.stats.syphon_moved == 1000
+    assert len(await drain(env.primary, "orders")) == 1000
