@@ -630,7 +630,9 @@ class PairedNamespace:
             except ServiceBusError as exc:
                 # Sent but not completed: it will be moved again; the MessageId lets a
                 # primary with duplicate detection drop the copy (G-3).
-                self._emit("syphon_failed", entry.path, f"complete failed: {exc.message}")
+                self._emit(
+                    "syphon_failed", entry.path, f"complete failed: {exc.message}", len(chunk)
+                )
             self._counters.syphon_moved += len(chunk)
             self._emit("syphon_moved", entry.path, f"moved {len(chunk)} messages", len(chunk))
 
