@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from . import s1_emulator
+from . import pairing, s1_emulator
 
-BENCHMARKS = {"s1": s1_emulator.main}
+BENCHMARKS = {"s1": s1_emulator.main, "pairing": pairing.main}
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ import datetime as _dt
 import uuid
 
 from ..errors import MessageSizeExceeded
-from ..message import Message, ReceivedMessage
+from ..message import MAX_ID_LENGTH, Message, ReceivedMessage
 
 __all__ = [
     "PATH",
@@ -99,7 +99,8 @@ class Restored:
     """A backlog message taken apart: where it goes and what to send there.
 
     Attributes:
-        entity: The destination entity (``x-ms-path``), or ``None`` if it had none.
+        entity: The destination entity (``x-ms-path``), or ``None`` if the message is
+            not one aiosb wrote (no path, or a session id over 128 characters).
         message: The message to send to the primary, or ``None`` if it expired.
     """
 
@@ -140,21 +141,30 @@ def restore(received: ReceivedMessage, now: float) -> Restored:
         if expires <= now or left <= 0:
             return Restored(entity, None)
         ttl = _dt.timedelta(seconds=left)
-    return Restored(
-        entity,
-        Message(
-            received.body,
-            message_id=received.message_id,
-            session_id=session_id if isinstance(session_id, str) else None,
-            partition_key=received.partition_key,
-            time_to_live=ttl,
-            scheduled_enqueue_time=at,
-            content_type=received.content_type,
-            correlation_id=received.correlation_id,
-            subject=received.subject,
-            reply_to=received.reply_to,
-            reply_to_session_id=received.reply_to_session_id,
-            to=received.to,
-            application_properties=props,
-        ),
-    )
+    if not isinstance(session_id, str) or not session_id:
+        session_id = None
+    elif len(session_id) > MAX_ID_LENGTH:
+        return Restored(None, None)  # not a message aiosb wrote
+    partition_key = received.partition_key
+    if session_id is not None and partition_key is not None and partition_key != session_id:
+        partition_key = session_id  # PT-7: the session is the key
+    # Built field by field: every field comes from a message the broker accepted, and
+    # this runs for every message the syphon moves.
+    message = _new(Message)
+    message.body = received.body
+    message.message_id = received.message_id
+    message.session_id = session_id
+    message.partition_key = partition_key
+    message.time_to_live = ttl
+    message.scheduled_enqueue_time = at
+    message.content_type = received.content_type
+    message.correlation_id = received.correlation_id
+    message.subject = received.subject
+    message.reply_to = received.reply_to
+    message.reply_to_session_id = received.reply_to_session_id
+    message.to = received.to
+    message.application_properties = props
+    return Restored(entity, message)
+
+
+_new = object.__new__

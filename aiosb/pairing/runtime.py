@@ -165,11 +165,12 @@ class _Counters:
 class _Entry:
     """The shared health of one entity: what every sender of the pairing reads."""
 
-    __slots__ = ("changed", "path", "ping_task", "state", "timer")
+    __slots__ = ("changed", "healthy", "path", "ping_task", "state", "timer")
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.state: EntityState = HEALTHY
+        self.healthy = True  # state.health is HEALTHY, read by every send
         self.timer: asyncio.TimerHandle | None = None
         self.ping_task: asyncio.Task[None] | None = None
         self.changed = asyncio.Event()
@@ -366,6 +367,7 @@ class PairedNamespace:
         old = entry.state
         new, actions = transition(old, signal, now, self._interval)
         entry.state = new
+        entry.healthy = new.health is Health.HEALTHY
         for action in actions:
             if action is Action.START_TIMER:
                 loop = asyncio.get_running_loop()
@@ -592,12 +594,19 @@ class PairedNamespace:
         now = CLOCK.now()
         ready: list[tuple[ReceivedMessage, Message]] = []
         expired: list[ReceivedMessage] = []
+        malformed: list[ReceivedMessage] = []
         for msg in msgs:
             restored = restore(msg, now)
-            if restored.message is None:
+            if restored.entity is None:
+                malformed.append(msg)
+            elif restored.message is None:
                 expired.append(msg)
             else:
                 ready.append((msg, restored.message))
+        if malformed:
+            await self._dead_letter(
+                receiver, malformed, "MalformedBacklogMessage", "its x-ms-* properties are invalid"
+            )
         if expired:
             await self._dead_letter(
                 receiver,
@@ -606,13 +615,19 @@ class PairedNamespace:
                 "the message expired while it waited in the backlog (G-2)",
             )
         primary = self.primary
-        limit = primary.transport.max_message_size
-        for chunk in _chunks(ready, limit):
+        # Groups are at most a syphon batch; one that is too large as a whole is split.
+        pending = [ready[i : i + _SYPHON_BATCH] for i in range(0, len(ready), _SYPHON_BATCH)]
+        while pending:
+            chunk = pending.pop(0)
             try:
                 await primary._call(primary.transport.send, entry.path, [m for _, m in chunk])
             except ServiceBusError as exc:
                 if isinstance(exc, ClientClosed):
                     raise
+                if isinstance(exc, MessageSizeExceeded) and len(chunk) > 1:
+                    half = len(chunk) // 2
+                    pending[:0] = [chunk[:half], chunk[half:]]
+                    continue
                 self._counters.syphon_failures += 1
                 if is_outage(exc):
                     self._failed(entry, exc)
@@ -734,9 +749,10 @@ class PairedSender:
 
     async def _send_now(self, messages: list[Message]) -> None:
         entry = self._entry
-        if entry.state.health is Health.HEALTHY:
+        if entry.healthy:  # S-2: the healthy path is a plain send, as deep as Sender's
+            primary = self.paired.primary
             try:
-                await self._primary._send_now(messages)
+                await primary._call(primary.transport.send, self.entity, messages)
             except ServiceBusError as exc:
                 if not is_outage(exc):
                     raise
@@ -875,23 +891,3 @@ async def _race(receive: Coroutine[Any, Any, list[ReceivedMessage]], wake: async
         return None
     # It finished in the same instant: keep its messages.
     return receive_task.result()
-
-
-def _chunks(
-    pairs: list[tuple[ReceivedMessage, Message]], limit: int
-) -> list[list[tuple[ReceivedMessage, Message]]]:
-    """Split into batches that fit the size limit (at most 100 messages each)."""
-    out: list[list[tuple[ReceivedMessage, Message]]] = []
-    current: list[tuple[ReceivedMessage, Message]] = []
-    size = 0
-    for pair in pairs:
-        message_size = pair[1].size
-        if current and (size + message_size > limit or len(current) >= _SYPHON_BATCH):
-            out.append(current)
-            current, size = [], 0
-        current.append(pair)
-        size += message_size
-    if current:
-        out.append(current)
-    return out
-

@@ -1,0 +1,195 @@
+"""Pairing benchmarks on the embedded emulator, in real time.
+
+- S-2: paired sender on a healthy primary vs a plain sender, same entity, same run
+  (target: at most 1.05x the time).
+- S-5: failover latency, first failure -> first send accepted by a backlog queue
+  (target: at most failover_interval + 250 ms).
+- S-6: recovery latency, primary healed -> sends land on the primary again
+  (target: at most ping_primary_interval + 250 ms).
+- S-7: syphon drain rate, backlog -> primary, vs the plain send rate of the same
+  transport (target: at least 0.5x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from datetime import timedelta
+
+import aiosb
+from aiosb import Message, PairedNamespaceOptions, emulator
+from aiosb.pairing import Health
+
+from ._harness import loops, report, run
+
+_names = iter(range(1_000_000))
+
+
+async def _pair(options: PairedNamespaceOptions):
+    n = next(_names)
+    primary = aiosb.connect(f"memory://bench-p{n}", operation_timeout=5)
+    secondary = aiosb.connect(f"memory://bench-s{n}", operation_timeout=5)
+    await primary.open()
+    await secondary.open()
+    await primary.create_queue("orders")
+    paired = primary.pair(secondary, options)
+    await paired.open()
+    return primary, secondary, paired, emulator.namespace(f"bench-p{n}")
+
+
+async def _close(*things) -> None:
+    for thing in things:
+        await thing.aclose()
+
+
+async def s2(sends: int, repeat: int) -> dict[str, float]:
+    """Plain and paired single-message sends, interleaved rounds, best of each."""
+    primary, secondary, paired, _ = await _pair(PairedNamespaceOptions(backlog_queue_count=2))
+    message = Message(b"x" * 64)
+    plain_sender = primary.sender("orders")
+    paired_sender = paired.sender("orders")
+    receiver = primary.receiver("orders", mode="receive_and_delete")
+    best = {"plain": float("inf"), "paired": float("inf")}
+    for _ in range(repeat):
+        for name, sender in (("plain", plain_sender), ("paired", paired_sender)):
+            start = time.perf_counter()
+            for _ in range(sends):
+                await sender.send(message)
+            best[name] = min(best[name], time.perf_counter() - start)
+            while await receiver.receive(max_messages=1000, max_wait=0):
+                pass
+    await _close(paired, primary, secondary)
+    return {
+        "plain_sends_per_s": sends / best["plain"],
+        "paired_sends_per_s": sends / best["paired"],
+        "paired_time_ratio": best["paired"] / best["plain"],
+    }
+
+
+async def s5_s6(interval: float, ping: float) -> dict[str, float]:
+    """Fail the primary entity under a steady sender; time failover and recovery."""
+    options = PairedNamespaceOptions(
+        backlog_queue_count=2,
+        failover_interval=timedelta(seconds=interval),
+        ping_primary_interval=timedelta(seconds=ping),
+    )
+    primary, secondary, paired, broker = await _pair(options)
+    sender = paired.sender("orders")
+    loop = asyncio.get_running_loop()
+    first_failure = None
+
+    original = primary.transport.send
+
+    async def watch(entity, messages):
+        nonlocal first_failure
+        try:
+            await original(entity, messages)
+        except aiosb.errors.ServiceBusError:
+            if first_failure is None:
+                first_failure = loop.time()
+            raise
+
+    primary.transport.send = watch
+    await sender.send(Message(b"warm"))
+    fault = broker.faults.fail("orders")
+    backlog_before = paired.stats.backlog_sends
+    while paired.stats.backlog_sends == backlog_before:
+        await sender.send(Message(b"x"))
+    failover_latency = loop.time() - first_failure
+    await asyncio.sleep(ping / 3)  # heal at an arbitrary point of the ping cycle
+    fault.heal()
+    healed = loop.time()
+    primary_before = paired.stats.primary_sends
+    while paired.stats.primary_sends == primary_before:
+        await sender.send(Message(b"y"))
+        await asyncio.sleep(0.005)
+    recovery_latency = loop.time() - healed
+    await _close(sender, paired, primary, secondary)
+    return {
+        "failover_interval_s": interval,
+        "failover_latency_s": failover_latency,
+        "failover_over_interval_ms": (failover_latency - interval) * 1000,
+        "ping_interval_s": ping,
+        "recovery_latency_s": recovery_latency,
+        "recovery_over_ping_ms": (recovery_latency - ping) * 1000,
+    }
+
+
+async def s7(messages: int) -> dict[str, float]:
+    """Fill the backlog during an outage, then time the syphon draining it home."""
+    options = PairedNamespaceOptions(
+        backlog_queue_count=4,
+        failover_interval=timedelta(0),
+        ping_primary_interval=timedelta(seconds=1),
+        enable_syphon=True,
+    )
+    primary, secondary, paired, broker = await _pair(options)
+    batch = [Message(b"x" * 64) for _ in range(100)]
+
+    start = time.perf_counter()
+    async with primary.sender("orders") as plain:
+        for _ in range(messages // 100):
+            await plain.send(batch)
+    plain_rate = messages / (time.perf_counter() - start)
+    async with primary.receiver("orders", mode="receive_and_delete") as receiver:
+        while await receiver.receive(max_messages=1000, max_wait=0):
+            pass
+
+    fault = broker.faults.fail("orders")
+    sender = paired.sender("orders")
+    for _ in range(messages // 100):
+        await sender.send(batch)
+    assert paired.health("orders") is Health.FAILED_OVER
+    fault.heal()
+    paired.mark_healthy("orders")  # start the drain now rather than at the next ping
+    start = time.perf_counter()
+    while paired.stats.syphon_moved < messages:
+        await asyncio.sleep(0.001)
+    drain_rate = messages / (time.perf_counter() - start)
+    await _close(sender, paired, primary, secondary)
+    return {
+        "plain_send_msgs_per_s": plain_rate,
+        "syphon_drain_msgs_per_s": drain_rate,
+        "drain_to_send_ratio": drain_rate / plain_rate,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sends", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--drain", type=int, default=50_000)
+    args = parser.parse_args(argv)
+    summary: dict[str, float] = {}
+    rows = []
+    for loop in loops():
+        emulator.reset()
+        r2 = run(lambda: s2(args.sends, args.repeat), loop)
+        rows.append({"case": "S-2 plain send", "loop": loop, "value": r2["plain_sends_per_s"],
+                     "unit": "sends/s"})
+        rows.append({"case": "S-2 paired send", "loop": loop, "value": r2["paired_sends_per_s"],
+                     "unit": "sends/s"})
+        summary[f"s2_{loop}_paired_time_ratio"] = r2["paired_time_ratio"]
+    emulator.reset()
+    r56 = run(lambda: s5_s6(1.0, 1.0), "asyncio")
+    rows.append({"case": "S-5 failover latency", "loop": "asyncio",
+                 "value": r56["failover_latency_s"], "unit": "s (interval 1 s)"})
+    rows.append({"case": "S-6 recovery latency", "loop": "asyncio",
+                 "value": r56["recovery_latency_s"], "unit": "s (ping 1 s)"})
+    summary["s5_failover_over_interval_ms"] = r56["failover_over_interval_ms"]
+    summary["s6_recovery_over_ping_ms"] = r56["recovery_over_ping_ms"]
+    emulator.reset()
+    r7 = run(lambda: s7(args.drain), "asyncio")
+    rows.append({"case": "S-7 plain send", "loop": "asyncio",
+                 "value": r7["plain_send_msgs_per_s"], "unit": "msgs/s"})
+    rows.append({"case": "S-7 syphon drain", "loop": "asyncio",
+                 "value": r7["syphon_drain_msgs_per_s"], "unit": "msgs/s"})
+    summary["s7_drain_to_send_ratio"] = r7["drain_to_send_ratio"]
+    summary["targets"] = "S-2 <= 1.05, S-5 <= 250 ms, S-6 <= 250 ms, S-7 >= 0.5"
+    report("pairing", "Pairing: S-2, S-5, S-6, S-7 (embedded emulator, real time)", rows, summary)
+    return summary
+
+
+if __name__ == "__main__":
+    main()
