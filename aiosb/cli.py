@@ -7,6 +7,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 
 from . import __version__, emulator
 from .client import connect
@@ -20,69 +21,160 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-async def demo(orders: int = 1000, ttl: float = 2.0) -> dict[str, int]:
-    """A tour of the embedded emulator: sends through a transient outage, receives,
-    expiry into the dead-letter queue. Returns the final counts."""
-    broker = emulator.namespace("aiosb-demo")
-    async with connect("memory://aiosb-demo", operation_timeout=10) as ns:
-        if await ns.queue_exists("orders"):
-            await ns.delete_queue("orders")
-        await ns.create_queue(
-            "orders",
-            default_message_time_to_live=timedelta(seconds=ttl),
-            dead_lettering_on_message_expiration=True,
-            lock_duration=timedelta(seconds=30),
-        )
-        _say(f"[1/4] queue 'orders' on memory://aiosb-demo: TTL {ttl:g} s, dead-letter on expiry")
+async def demo(
+    orders: int = 160, interval: float = 0.05, outage: tuple[float, float] = (2.0, 5.0),
+    svg: str | None = "aiosb-demo-timeline.svg",
+) -> dict[str, int]:
+    """Failover and recovery, end to end, on the embedded emulator.
 
+    A sender sends ``orders`` messages, one every ``interval`` seconds, to a primary
+    queue paired with a secondary namespace; the primary queue is down during
+    ``outage`` (seconds from the start). Sends fail over to the backlog, pings find the
+    primary back, and the syphon moves the backlog home. Returns the final counts.
+    """
+    from .pairing import PairedNamespaceOptions
+
+    broker = emulator.namespace("contoso")
+    broker.faults.heal()
+    async with connect("memory://contoso", operation_timeout=5) as primary, connect(
+        "memory://fabrikam", operation_timeout=5
+    ) as secondary:
+        if await primary.queue_exists("orders"):
+            await primary.delete_queue("orders")
+        await primary.create_queue("orders", requires_duplicate_detection=True)
+        options = PairedNamespaceOptions(
+            backlog_queue_count=4,
+            failover_interval=timedelta(seconds=1),
+            ping_primary_interval=timedelta(seconds=1),
+            enable_syphon=True,
+        )
         loop = asyncio.get_running_loop()
-        fault = broker.faults.fail("orders", kind="transient", operations=["send"])
-        loop.call_later(0.3, fault.heal)
         start = loop.time()
-        async with ns.sender("orders") as sender:
-            for first in range(0, orders, 100):
-                batch = [
-                    Message(f"order {i}", message_id=f"order-{i}", subject="order")
-                    for i in range(first, min(first + 100, orders))
-                ]
-                await sender.send(batch)
-        _say(
-            f"[2/4] sent {orders} orders in batches of 100 through a 0.3 s transient outage "
-            f"(retried with backoff; {loop.time() - start:.2f} s)"
-        )
 
-        handled = 0
-        async with ns.receiver("orders") as receiver:
-            while handled < orders * 9 // 10:
-                want = min(100, orders * 9 // 10 - handled)
-                batch = await receiver.receive(max_messages=want, max_wait=1)
-                await receiver.complete(batch)
-                handled += len(batch)
-        _say(f"[3/4] handled and completed {handled}; the rest wait past their time to live")
+        def at() -> str:
+            return f"[{loop.time() - start:5.2f}s]"
 
-        await asyncio.sleep(ttl + 0.1)
-        async with ns.receiver("orders", sub_queue="deadletter") as dlq:
-            dead = await dlq.receive(max_messages=orders, max_wait=1)
-            reasons = {m.dead_letter_reason for m in dead}
-            await dlq.complete(dead)
-        _say(
-            f"[4/4] {len(dead)} expired orders surfaced in the dead-letter queue "
-            f"({', '.join(sorted(reasons)) or '-'})"
-        )
+        _say(f"{at()} memory://contoso/orders paired with memory://fabrikam "
+             "(failover 1 s, ping 1 s, syphon on)")
+        async with primary.pair(secondary, options) as paired:
+            where: list[tuple[float, str]] = []
+            moved: list[float] = []
+            expected = [orders]  # backlog sends to see moved home; known once all are sent
+            drained = asyncio.Event()
 
-        counts = await ns.runtime_properties("orders")
-        report = {
-            "sent": orders,
-            "completed": handled,
-            "dead_lettered_on_expiry": len(dead),
-            "still_active": counts.active_message_count,
-        }
+            async def watch() -> None:
+                async for event in paired.events():
+                    if event.kind == "syphon_moved":
+                        moved.extend([loop.time() - start] * event.count)
+                        if len(moved) >= expected[0]:
+                            drained.set()
+                    if event.kind in ("suspect", "failover", "recovered", "syphon_moved"):
+                        _say(f"{at()} {event.kind:<13} {event.detail}")
+
+            watcher = asyncio.create_task(watch())
+            def down() -> None:
+                broker.faults.fail("orders")
+                _say(f"{at()} outage        contoso/orders goes down")
+
+            def up() -> None:
+                broker.faults.heal()
+                _say(f"{at()} heal          contoso/orders is back")
+
+            loop.call_later(outage[0], down)
+            loop.call_later(outage[1], up)
+            async with paired.sender("orders") as sender:
+                for i in range(orders):
+                    await asyncio.sleep(max(0.0, start + i * interval - loop.time()))
+                    before = paired.stats.backlog_sends
+                    sent_at = loop.time() - start
+                    await sender.send(Message(f"order {i}", message_id=f"order-{i}"))
+                    where.append((sent_at, "B" if paired.stats.backlog_sends > before else "P"))
+            expected[0] = sum(1 for _, w in where if w == "B")
+            if len(moved) >= expected[0]:
+                drained.set()
+            await drained.wait()
+            stats = paired.stats
+            watcher.cancel()
+        arrived = set()
+        async with primary.receiver("orders", mode="receive_and_delete") as receiver:
+            while batch := await receiver.receive(max_messages=100, max_wait=0):
+                arrived.update(m.message_id for m in batch)
+    report = {
+        "sent": orders,
+        "to_primary": sum(1 for _, w in where if w == "P"),
+        "to_backlog": sum(1 for _, w in where if w == "B"),
+        "moved_home": stats.syphon_moved,
+        "arrived": len(arrived),
+        "lost": orders - len(arrived & {f"order-{i}" for i in range(orders)}),
+    }
+    total = max(t for t, _ in where) + interval
+    _say("\n" + timeline(where, moved, outage, total))
+    if svg:
+        picture = timeline_svg(where, moved, outage, total)
+        await asyncio.to_thread(Path(svg).write_text, picture, encoding="utf-8")
+        _say(f"(timeline picture written to {svg})")
     _say("\nreport")
     for key, value in report.items():
-        _say(f"  {key:<24} {value:>6}")
-    lost = orders - handled - len(dead) - report["still_active"]
-    _say(f"  {'unaccounted':<24} {lost:>6}")
+        _say(f"  {key:<12} {value:>6}")
     return report
+
+
+def timeline(
+    where: list[tuple[float, str]], moved: list[float], outage: tuple[float, float], total: float
+) -> str:
+    """A text picture: where each send went over time, the outage, the syphon."""
+    width = 64
+    step = total / width
+
+    def row(marks: list[float], char: str) -> str:
+        cells = ["."] * width
+        for t in marks:
+            cells[min(int(t / step), width - 1)] = char
+        return "".join(cells)
+
+    down = "".join("#" if outage[0] <= (i + 0.5) * step < outage[1] else "_" for i in range(width))
+    scale = "".join(
+        f"{int(i * step)}s".ljust(8) for i in range(0, width, 8)
+    )[:width]
+    return "\n".join(
+        [
+            f"{'time':<9}{scale}",
+            f"{'outage':<9}{down}",
+            f"{'primary':<9}{row([t for t, w in where if w == 'P'], 'P')}",
+            f"{'backlog':<9}{row([t for t, w in where if w == 'B'], 'B')}",
+            f"{'syphon':<9}{row(moved, 'S')}",
+        ]
+    )
+
+
+def timeline_svg(
+    where: list[tuple[float, str]], moved: list[float], outage: tuple[float, float], total: float
+) -> str:
+    """The same picture as SVG: one tick per message, lanes for primary, backlog, syphon."""
+    scale = 800 / total
+    lanes = {"P": 40, "B": 80, "S": 120}
+    colours = {"P": "#2b7bb9", "B": "#e0892b", "S": "#3a9d5d"}
+    parts = [
+        '<svg xmlns="http://www.w3.org/2000/svg" width="900" height="170" font-family="sans-serif"'
+        ' font-size="12">',
+        f'<rect x="{80 + outage[0] * scale:.1f}" y="20" '
+        f'width="{(outage[1] - outage[0]) * scale:.1f}" height="120" fill="#f3d6d6"/>',
+        f'<text x="{80 + outage[0] * scale:.1f}" y="15">primary down</text>',
+    ]
+    for label, lane in (("primary", "P"), ("backlog", "B"), ("syphon", "S")):
+        parts.append(f'<text x="5" y="{lanes[lane] + 5}">{label}</text>')
+    marks = [(t, w) for t, w in where] + [(t, "S") for t in moved]
+    for t, lane in marks:
+        x = 80 + t * scale
+        y = lanes[lane]
+        parts.append(
+            f'<line x1="{x:.1f}" y1="{y - 10}" x2="{x:.1f}" y2="{y + 10}" '
+            f'stroke="{colours[lane]}" stroke-width="2"/>'
+        )
+    for second in range(int(total) + 1):
+        parts.append(f'<text x="{80 + second * scale:.1f}" y="160">{second}s</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,15 +182,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="aiosb", description="asyncio-native Azure Service Bus")
     parser.add_argument("--version", action="version", version=f"aiosb {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    demo_cmd = commands.add_parser("demo", help="run the demonstration on the embedded emulator")
-    demo_cmd.add_argument("--orders", type=int, default=1000, help="how many orders to send")
-    demo_cmd.add_argument("--ttl", type=float, default=2.0, help="time to live, in seconds")
+    demo_cmd = commands.add_parser(
+        "demo", help="failover and recovery, end to end, on the embedded emulator"
+    )
+    demo_cmd.add_argument("--orders", type=int, default=160, help="how many orders to send")
+    demo_cmd.add_argument(
+        "--svg", default="aiosb-demo-timeline.svg", help="where to write the timeline picture"
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
-            if args.orders < 10 or args.ttl < 1:
-                parser.error("--orders must be at least 10 and --ttl at least 1 second")
-            asyncio.run(demo(args.orders, args.ttl))
+            if args.orders < 10:
+                parser.error("--orders must be at least 10")
+            report = asyncio.run(demo(args.orders, svg=args.svg or None))
+            if report["lost"]:
+                return 1
     except ServiceBusError as exc:
         print(f"aiosb: {exc}", file=sys.stderr)
         return 1

@@ -33,14 +33,26 @@ def test_examples_show_what_they_claim():
 
 
 @pytest.mark.looptime
-async def test_demo_accounts_for_every_message():
-    report = await demo(orders=200, ttl=1.0)
-    assert report == {
-        "sent": 200,
-        "completed": 180,
-        "dead_lettered_on_expiry": 20,
-        "still_active": 0,
-    }
+async def test_demo_fails_over_recovers_and_accounts_for_every_message(tmp_path):
+    svg = tmp_path / "timeline.svg"
+    report = await demo(orders=160, svg=str(svg))
+    assert report["sent"] == report["arrived"] == 160
+    assert report["lost"] == 0
+    assert report["to_backlog"] > 0 and report["to_primary"] > 0
+    assert report["moved_home"] == report["to_backlog"]
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(svg).getroot()
+    assert root.tag.endswith("svg") and len(root) > 160
+
+
+def test_timeline_text_shows_the_outage_and_both_destinations():
+    from aiosb.cli import timeline
+
+    picture = timeline([(0.5, "P"), (2.5, "B"), (4.5, "P")], [4.6], (2.0, 4.0), 6.0)
+    lines = picture.splitlines()
+    assert lines[1].startswith("outage") and "#" in lines[1]
+    assert "P" in lines[2] and "B" in lines[3] and "S" in lines[4]
 
 
 def test_cli_rejects_bad_arguments(capsys):
