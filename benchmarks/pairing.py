@@ -142,10 +142,12 @@ async def s7(messages: int) -> dict[str, float]:
         await sender.send(batch)
     assert paired.health("orders") is Health.FAILED_OVER
     fault.heal()
+    events = paired.events()
     paired.mark_healthy("orders")  # start the drain now rather than at the next ping
     start = time.perf_counter()
-    while paired.stats.syphon_moved < messages:
-        await asyncio.sleep(0.001)
+    async for event in events:
+        if event.kind == "syphon_moved" and paired.stats.syphon_moved >= messages:
+            break
     drain_rate = messages / (time.perf_counter() - start)
     await _close(sender, paired, primary, secondary)
     return {
