@@ -51,8 +51,9 @@ async def s2(sends: int, repeat: int) -> dict[str, float]:
     paired_sender = paired.sender("orders")
     receiver = primary.receiver("orders", mode="receive_and_delete")
     best = {"plain": float("inf"), "paired": float("inf")}
-    for _ in range(repeat):
-        for name, sender in (("plain", plain_sender), ("paired", paired_sender)):
+    for round_ in range(repeat):
+        order = [("plain", plain_sender), ("paired", paired_sender)]
+        for name, sender in order if round_ % 2 else order[::-1]:
             start = time.perf_counter()
             for _ in range(sends):
                 await sender.send(message)
@@ -160,7 +161,7 @@ async def s7(messages: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sends", type=int, default=20_000)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--drain", type=int, default=50_000)
     args = parser.parse_args(argv)
     summary: dict[str, float] = {}
