@@ -236,7 +236,7 @@ class PairedNamespace:
         self._counters = _Counters()
         self._rotation = _Rotation([], options.ping_primary_interval.total_seconds())
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._group: asyncio.TaskGroup | None = None
+        self._running = False  # tasks may be started (between open and aclose)
         self._subscribers: list[_Subscriber] = []
         self._senders: set[PairedSender] = set()
         self._state = "new"
@@ -264,8 +264,7 @@ class PairedNamespace:
         if self._state != "new":
             raise ClientClosed("a PairedNamespace opens once; pair again for a new one.")
         self._state = "opening"
-        self._group = asyncio.TaskGroup()
-        await self._group.__aenter__()
+        self._running = True
         try:
             self._rotation.paths = await self._backlog_queues()
             if self.options.enable_syphon:
@@ -290,24 +289,37 @@ class PairedNamespace:
             entry.ping_task = None
         if self._partner_timer is not None:
             self._partner_timer.cancel()
-        for task in list(self._tasks):
+        self._running = False
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
         for sender in list(self._senders):
             await sender.aclose()
-        if self._group is not None:
-            group, self._group = self._group, None
-            await group.__aexit__(None, None, None)
+        if tasks:
+            await asyncio.wait(tasks)
         for subscriber in self._subscribers:
             subscriber.close()
 
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
-        if self._group is None:
+        """Start a task the pairing owns: cancelled and awaited by :meth:`aclose`.
+
+        The pairing keeps its own set rather than a TaskGroup entered in ``open()``: a
+        group's parent would be the caller's task, which a failing child would cancel.
+        Every actor handles its own errors; one that escapes is logged, not spread.
+        """
+        if not self._running:
             coro.close()
             raise ClientClosed("the pairing is closed.")
-        task = self._group.create_task(coro, name=f"aiosb {name}")
+        task = asyncio.get_running_loop().create_task(coro, name=f"aiosb {name}")
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
         return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s stopped: %r", task.get_name(), task.exception(),
+                      exc_info=task.exception())
 
     def _check_open(self) -> None:
         if self._state != "open":
@@ -318,7 +330,7 @@ class PairedNamespace:
     @property
     def backlog_queues(self) -> list[str]:
         """The backlog queue paths in rotation now."""
-        return self._rotation.active(CLOCK.now()) if self._group else list(self._rotation.paths)
+        return self._rotation.active(CLOCK.now()) if self._running else list(self._rotation.paths)
 
     @property
     def stats(self) -> PairingStats:
@@ -370,14 +382,15 @@ class PairedNamespace:
         entry.healthy = new.health is Health.HEALTHY
         for action in actions:
             if action is Action.START_TIMER:
-                loop = asyncio.get_running_loop()
-                entry.timer = loop.call_later(self._interval, self._interval_elapsed, entry)
+                if self._running:
+                    loop = asyncio.get_running_loop()
+                    entry.timer = loop.call_later(self._interval, self._interval_elapsed, entry)
             elif action is Action.CANCEL_TIMER:
                 if entry.timer is not None:
                     entry.timer.cancel()
                     entry.timer = None
             elif action is Action.START_PING:
-                if self._group is not None:
+                if self._running:
                     entry.ping_task = self._spawn(self._ping(entry), f"ping {entry.path}")
             elif action is Action.STOP_PING:
                 task, entry.ping_task = entry.ping_task, None
@@ -406,6 +419,7 @@ class PairedNamespace:
         elif old is Health.FAILED_OVER:
             counters.recoveries += 1
             self._emit("recovered", entry.path, f"sends go to the primary again ({signal.value})")
+        if new is Health.HEALTHY:  # parked backlog messages for it can move now
             self._wake_syphon.set()
             self._wake_syphon = asyncio.Event()
         changed, entry.changed = entry.changed, asyncio.Event()
@@ -475,9 +489,12 @@ class PairedNamespace:
             self._counters.pings_sent += 1
             try:
                 await primary._call(primary.transport.send, entry.path, [ping], timeout=timeout)
-            except ServiceBusError as exc:
+            except Exception as exc:  # an actor never dies of a failed ping
+                if not isinstance(exc, ServiceBusError):
+                    log.exception("ping of %s failed unexpectedly", entry.path)
+                    exc = ServiceBusError(repr(exc))
                 self._counters.pings_failed += 1
-                self._emit("ping_failed", entry.path, exc.message)
+                self._emit("ping_failed", entry.path, str(exc))
                 self._report(entry, Signal.PING_FAILED)
                 if isinstance(exc, ClientClosed):
                     return
@@ -498,170 +515,16 @@ class PairedNamespace:
     # -- syphon (PN-16, PN-17, G-2, G-3, G-5) ----------------------------------------------------
 
     async def _syphon(self, path: str) -> None:
-        """Move messages from one backlog queue to their primary entities, for ever."""
-        options = self.options
-        wait = options.syphon_receive_wait.total_seconds()
-        retry = options.syphon_retry_interval.total_seconds()
-        parked: dict[_Entry, list[ReceivedMessage]] = {}
-        receiver = self.secondary.receiver(path)
-        counters = self._counters
+        """One pump per backlog queue; see :class:`_SyphonPump`."""
+        await _SyphonPump(self, path).run()
+
+    async def _ensure_backlog_queue(self, path: str) -> None:
+        """Create a backlog queue that turned out to be missing (PN-8: only if missing)."""
         try:
-            while True:
-                await self._unpark(receiver, parked)
-                waiting = sum(len(v) for v in parked.values())
-                wake = self._wake_syphon
-                if waiting >= _PARK_LIMIT:
-                    await _wait_for(wake.wait(), self._renew_in(parked))
-                    continue
-                budget = wait if not parked else min(wait, self._renew_in(parked))
-                try:
-                    batch = await _race(
-                        receiver.receive(max_messages=_SYPHON_BATCH, max_wait=budget), wake
-                    )
-                except ServiceBusError as exc:
-                    if isinstance(exc, ClientClosed):
-                        return
-                    counters.syphon_failures += 1
-                    self._emit("syphon_failed", path, f"receive failed: {exc.message}")
-                    await asyncio.sleep(retry)
-                    continue
-                if batch is None:  # an entity recovered: move what is parked
-                    continue
-                counters.syphon_receives += 1
-                if batch:
-                    await self._move(receiver, batch, parked)
-        finally:
-            await receiver.aclose()
-
-    def _renew_in(self, parked: dict[_Entry, list[ReceivedMessage]]) -> float:
-        """Seconds until the first parked lock needs renewing (at half its life)."""
-        if not parked:
-            return self.options.syphon_receive_wait.total_seconds()
-        now = CLOCK.now()
-        first = min(m.locked_until_timestamp or now for msgs in parked.values() for m in msgs)
-        lock = BACKLOG_QUEUE_PROPERTIES["lock_duration"].total_seconds()
-        return max(first - now - lock / 2, 0.0)
-
-    async def _unpark(self, receiver: Any, parked: dict[_Entry, list[ReceivedMessage]]) -> None:
-        """Move parked messages whose entity is healthy again; renew the others' locks."""
-        for entry, msgs in list(parked.items()):
-            if entry.state.health is Health.HEALTHY:
-                del parked[entry]
-                await self._move_group(receiver, entry, msgs, parked)
-        if parked and self._renew_in(parked) <= 0:
-            for entry, msgs in list(parked.items()):
-                kept = []
-                for msg in msgs:
-                    try:
-                        await receiver.renew_lock(msg)
-                    except ServiceBusError:
-                        continue  # the lock is gone: the message comes back by itself
-                    kept.append(msg)
-                if kept:
-                    parked[entry] = kept
-                else:
-                    del parked[entry]
-
-    async def _move(
-        self,
-        receiver: Any,
-        batch: list[ReceivedMessage],
-        parked: dict[_Entry, list[ReceivedMessage]],
-    ) -> None:
-        groups: dict[_Entry, list[ReceivedMessage]] = collections.defaultdict(list)
-        for msg in batch:
-            entity = msg.application_properties.get("x-ms-path")
-            if not isinstance(entity, str) or not entity:
-                await self._dead_letter(
-                    receiver, [msg], "NoBacklogPath", "the message has no x-ms-path property"
-                )
-                continue
-            groups[self._entry(entity)].append(msg)
-        for entry, msgs in groups.items():
-            if entry.state.health is Health.HEALTHY:
-                await self._move_group(receiver, entry, msgs, parked)
-            else:
-                parked.setdefault(entry, []).extend(msgs)  # PN-17: not while unavailable
-
-    async def _move_group(
-        self,
-        receiver: Any,
-        entry: _Entry,
-        msgs: list[ReceivedMessage],
-        parked: dict[_Entry, list[ReceivedMessage]],
-    ) -> None:
-        """Send ``msgs`` to ``entry``'s primary entity, then complete them in the backlog."""
-        now = CLOCK.now()
-        ready: list[tuple[ReceivedMessage, Message]] = []
-        expired: list[ReceivedMessage] = []
-        malformed: list[ReceivedMessage] = []
-        for msg in msgs:
-            restored = restore(msg, now)
-            if restored.entity is None:
-                malformed.append(msg)
-            elif restored.message is None:
-                expired.append(msg)
-            else:
-                ready.append((msg, restored.message))
-        if malformed:
-            await self._dead_letter(
-                receiver, malformed, "MalformedBacklogMessage", "its x-ms-* properties are invalid"
-            )
-        if expired:
-            await self._dead_letter(
-                receiver,
-                expired,
-                "TTLExpiredException",
-                "the message expired while it waited in the backlog (G-2)",
-            )
-        primary = self.primary
-        # Groups are at most a syphon batch; one that is too large as a whole is split.
-        pending = [ready[i : i + _SYPHON_BATCH] for i in range(0, len(ready), _SYPHON_BATCH)]
-        while pending:
-            chunk = pending.pop(0)
-            try:
-                await primary._call(primary.transport.send, entry.path, [m for _, m in chunk])
-            except ServiceBusError as exc:
-                if isinstance(exc, ClientClosed):
-                    raise
-                if isinstance(exc, MessageSizeExceeded) and len(chunk) > 1:
-                    half = len(chunk) // 2
-                    pending[:0] = [chunk[:half], chunk[half:]]
-                    continue
-                self._counters.syphon_failures += 1
-                if is_outage(exc):
-                    self._failed(entry, exc)
-                    parked.setdefault(entry, []).extend(m for m, _ in chunk)
-                    self._emit("syphon_failed", entry.path, f"move failed, parked: {exc.message}")
-                    await asyncio.sleep(self.options.syphon_retry_interval.total_seconds())
-                else:  # retrying cannot help: surface it where people look
-                    await self._dead_letter(
-                        receiver, [m for m, _ in chunk], type(exc).__name__, exc.message
-                    )
-                continue
-            self._succeeded(entry)
-            try:
-                await receiver.complete([m for m, _ in chunk])
-            except ServiceBusError as exc:
-                # Sent but not completed: it will be moved again; the MessageId lets a
-                # primary with duplicate detection drop the copy (G-3).
-                self._emit(
-                    "syphon_failed", entry.path, f"complete failed: {exc.message}", len(chunk)
-                )
-            self._counters.syphon_moved += len(chunk)
-            self._emit("syphon_moved", entry.path, f"moved {len(chunk)} messages", len(chunk))
-
-    async def _dead_letter(
-        self, receiver: Any, msgs: list[ReceivedMessage], reason: str, description: str
-    ) -> None:
-        for msg in msgs:
-            try:
-                await receiver.dead_letter(msg, reason, description)
-            except ServiceBusError as exc:
-                self._emit("syphon_failed", msg.entity_path, f"dead-letter failed: {exc.message}")
-                continue
-            self._counters.syphon_dead_lettered += 1
-        self._emit("syphon_dead_lettered", receiver.entity, f"{reason}: {description}", len(msgs))
+            await self.secondary.create_queue(path, **BACKLOG_QUEUE_PROPERTIES)
+        except EntityAlreadyExists:
+            return
+        self._emit("backlog_queue_ready", path, "created (it was missing)")
 
     # -- close and fault coordination (PN-18) ------------------------------------------------
 
@@ -677,7 +540,7 @@ class PairedNamespace:
 
     def _fault_partner(self, other: Namespace, closed: Namespace) -> None:
         self._partner_timer = None
-        if other.closed or self._group is None:
+        if other.closed or not self._running:
             return
         reason = f"its paired namespace {closed.name!r} closed and it stayed open (PN-18)"
         self._emit("faulted", other.name, reason)
@@ -817,7 +680,11 @@ class PairedSender:
                     + "; the message was not sent."
                 ) from last
             try:
-                await secondary._call(secondary.transport.send, path, copies)
+                try:
+                    await secondary._call(secondary.transport.send, path, copies)
+                except EntityNotFound:  # not created at open (the secondary was down)
+                    await paired._ensure_backlog_queue(path)
+                    await secondary._call(secondary.transport.send, path, copies)
             except ServiceBusError as exc:
                 if isinstance(exc, (MessageSizeExceeded, ClientClosed)):
                     raise
@@ -832,6 +699,218 @@ class PairedSender:
             paired._counters.backlog_sends += 1
             paired._counters.backlog_messages += len(copies)
             return
+
+
+class _SyphonPump:
+    """Moves one backlog queue's messages home, for as long as the pairing is open.
+
+    It long-polls (PN-16), sends each entity's messages to the primary and only then
+    completes them (PN-17). Messages for an entity that is not healthy are parked:
+    kept locked (their locks renewed at half-life) rather than abandoned, so their
+    delivery counts do not climb (PN-17). A failed move is retried after the syphon
+    retry interval while the entity is only suspect, and waits for recovery once it has
+    failed over.
+    """
+
+    def __init__(self, paired: PairedNamespace, path: str) -> None:
+        self.paired = paired
+        self.path = path
+        self.receiver = paired.secondary.receiver(path)
+        self.parked: dict[_Entry, list[ReceivedMessage]] = {}
+        self.retry_at: dict[_Entry, float] = {}
+        options = paired.options
+        self.wait = options.syphon_receive_wait.total_seconds()
+        self.retry = options.syphon_retry_interval.total_seconds()
+        self.lock = BACKLOG_QUEUE_PROPERTIES["lock_duration"].total_seconds()
+
+    async def run(self) -> None:
+        paired, counters = self.paired, self.paired._counters
+        try:
+            try:  # PN-8: a queue found with another lock duration is used as it is
+                found = await paired.secondary.get_queue(self.path)
+                self.lock = found.lock_duration.total_seconds()
+            except ServiceBusError:
+                pass
+            while True:
+                try:
+                    await self.step()
+                except ClientClosed:
+                    return
+                except ServiceBusError as exc:
+                    counters.syphon_failures += 1
+                    paired._emit("syphon_failed", self.path, exc.message)
+                    if isinstance(exc, EntityNotFound):
+                        await _quietly(paired._ensure_backlog_queue(self.path))
+                    await asyncio.sleep(self.retry)
+                except Exception as exc:  # the pump outlives a bug's blast
+                    log.exception("syphon of %s failed unexpectedly", self.path)
+                    counters.syphon_failures += 1
+                    paired._emit("syphon_failed", self.path, repr(exc))
+                    await asyncio.sleep(self.retry)
+        finally:
+            await self.receiver.aclose()
+
+    async def step(self) -> None:
+        """Move what may move, then receive (or wait) once."""
+        wake = self.paired._wake_syphon  # taken first: a recovery from here on wakes us
+        await self.unpark()
+        budget = self.budget()
+        if sum(len(v) for v in self.parked.values()) >= _PARK_LIMIT:
+            await _wait_for(wake.wait(), budget)
+            return
+        batch = await _race(
+            self.receiver.receive(max_messages=_SYPHON_BATCH, max_wait=budget), wake
+        )
+        if batch is None:  # an entity recovered: move what is parked
+            return
+        self.paired._counters.syphon_receives += 1
+        if batch:
+            await self.move(batch)
+
+    def movable(self, entry: _Entry, now: float) -> bool:
+        """Healthy; or suspect with its retry due (a failed move retries, PN-16)."""
+        health = entry.state.health
+        if health is Health.HEALTHY:
+            return True
+        return health is Health.SUSPECT and self.retry_at.get(entry, 0.0) <= now
+
+    def budget(self) -> float:
+        """How long to wait now: until a parked lock needs renewing or a retry is due."""
+        if not self.parked:
+            return self.wait
+        now = CLOCK.now()
+        first_lock = min(
+            m.locked_until_timestamp or now for msgs in self.parked.values() for m in msgs
+        )
+        until = min(self.wait, first_lock - now - self.lock / 2)
+        for entry in self.parked:
+            if entry in self.retry_at and entry.state.health is Health.SUSPECT:
+                until = min(until, self.retry_at[entry] - now)
+        return max(until, 0.0)
+
+    async def unpark(self) -> None:
+        """Move parked messages whose entity may take them; renew the others' locks."""
+        now = CLOCK.now()
+        for entry, msgs in list(self.parked.items()):
+            if self.movable(entry, now):
+                del self.parked[entry]
+                await self.move_group(entry, msgs)
+        now = CLOCK.now()
+        for entry, msgs in list(self.parked.items()):
+            kept = []
+            for msg in msgs:
+                if (msg.locked_until_timestamp or now) - now <= self.lock / 2:
+                    try:
+                        await self.receiver.renew_lock(msg)
+                    except ServiceBusError:
+                        continue  # the lock is gone: the message comes back by itself
+                kept.append(msg)
+            if kept:
+                self.parked[entry] = kept
+            else:
+                del self.parked[entry]
+
+    async def move(self, batch: list[ReceivedMessage]) -> None:
+        """Group a received batch by destination; move or park each group."""
+        groups: dict[_Entry, list[ReceivedMessage]] = collections.defaultdict(list)
+        for msg in batch:
+            entity = msg.application_properties.get("x-ms-path")
+            if not isinstance(entity, str) or not entity:
+                await self.dead_letter([msg], "NoBacklogPath", "it has no x-ms-path property")
+                continue
+            groups[self.paired._entry(entity)].append(msg)
+        now = CLOCK.now()
+        for entry, msgs in groups.items():
+            if entry in self.parked or not self.movable(entry, now):
+                self.parked.setdefault(entry, []).extend(msgs)  # PN-17: not while unavailable
+            else:
+                await self.move_group(entry, msgs)
+
+    async def move_group(self, entry: _Entry, msgs: list[ReceivedMessage]) -> None:
+        """Send ``msgs`` to ``entry``'s primary entity, then complete them in the backlog.
+
+        On an outage the rest of the group is parked at once: nothing more is sent to an
+        entity that just failed (PN-17).
+        """
+        paired = self.paired
+        now = CLOCK.now()
+        ready: list[tuple[ReceivedMessage, Message]] = []
+        expired: list[ReceivedMessage] = []
+        malformed: list[ReceivedMessage] = []
+        for msg in msgs:
+            restored = restore(msg, now)
+            if restored.entity is None:
+                malformed.append(msg)
+            elif restored.message is None:
+                expired.append(msg)
+            else:
+                ready.append((msg, restored.message))
+        if malformed:
+            await self.dead_letter(
+                malformed, "MalformedBacklogMessage", "its x-ms-* properties are invalid"
+            )
+        if expired:
+            await self.dead_letter(
+                expired, "TTLExpiredException", "it expired while it waited in the backlog (G-2)"
+            )
+        primary = paired.primary
+        # Groups are at most a syphon batch; one too large as a whole is split in two.
+        pending = [ready[i : i + _SYPHON_BATCH] for i in range(0, len(ready), _SYPHON_BATCH)]
+        while pending:
+            chunk = pending.pop(0)
+            try:
+                await primary._call(primary.transport.send, entry.path, [m for _, m in chunk])
+            except ServiceBusError as exc:
+                if isinstance(exc, ClientClosed):
+                    raise
+                if isinstance(exc, MessageSizeExceeded) and len(chunk) > 1:
+                    half = len(chunk) // 2
+                    pending[:0] = [chunk[:half], chunk[half:]]
+                    continue
+                paired._counters.syphon_failures += 1
+                if is_outage(exc):
+                    paired._failed(entry, exc)
+                    rest = [m for c in [chunk, *pending] for m, _ in c]
+                    self.parked.setdefault(entry, []).extend(rest)
+                    self.retry_at[entry] = CLOCK.now() + self.retry
+                    paired._emit("syphon_failed", entry.path, f"move failed, parked: {exc.message}")
+                    return
+                # Retrying cannot help: surface it where people look.
+                await self.dead_letter([m for m, _ in chunk], type(exc).__name__, exc.message)
+                continue
+            self.retry_at.pop(entry, None)
+            paired._succeeded(entry)
+            try:
+                await self.receiver.complete([m for m, _ in chunk])
+            except ServiceBusError as exc:
+                # Sent but not completed: it will be moved again; the MessageId lets a
+                # primary with duplicate detection drop the copy (G-3).
+                paired._emit(
+                    "syphon_failed", entry.path, f"complete failed: {exc.message}", len(chunk)
+                )
+            paired._counters.syphon_moved += len(chunk)
+            paired._emit("syphon_moved", entry.path, f"moved {len(chunk)} messages", len(chunk))
+
+    async def dead_letter(self, msgs: list[ReceivedMessage], reason: str, description: str) -> None:
+        """Dead-letter backlog messages that cannot be moved, with a reason."""
+        paired = self.paired
+        done = 0
+        for msg in msgs:
+            try:
+                await self.receiver.dead_letter(msg, reason, description)
+            except ServiceBusError as exc:
+                paired._emit("syphon_failed", self.path, f"dead-letter failed: {exc.message}")
+                continue
+            done += 1
+        paired._counters.syphon_dead_lettered += done
+        paired._emit("syphon_dead_lettered", self.path, f"{reason}: {description}", done)
+
+
+async def _quietly(awaitable: Coroutine[Any, Any, Any]) -> None:
+    try:
+        await awaitable
+    except ServiceBusError:
+        pass
 
 
 class _Subscriber:
@@ -873,21 +952,21 @@ async def _wait_for(awaitable: Coroutine[Any, Any, Any], seconds: float) -> None
 
 
 async def _race(receive: Coroutine[Any, Any, list[ReceivedMessage]], wake: asyncio.Event):
-    """The receive's result, or ``None`` if ``wake`` is set first (receive cancelled)."""
+    """The receive's result, or ``None`` if ``wake`` is set first (receive cancelled).
+
+    Whatever happens, the receive does not outlive this call: a leftover long poll
+    would lock backlog messages nobody will move. A receive that finished in the same
+    instant as the wake still hands its messages over.
+    """
     receive_task = asyncio.ensure_future(receive)
     wake_task = asyncio.ensure_future(wake.wait())
     try:
-        done, _ = await asyncio.wait({receive_task, wake_task}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({receive_task, wake_task}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        wake_task.cancel()
-    if receive_task in done:
-        return receive_task.result()
-    receive_task.cancel()
-    try:
-        await receive_task
-    except asyncio.CancelledError:
-        if asyncio.current_task().cancelling():  # type: ignore[union-attr]
-            raise
+        for task in (receive_task, wake_task):
+            if not task.done():
+                task.cancel()
+        await asyncio.wait({receive_task, wake_task})
+    if receive_task.cancelled():
         return None
-    # It finished in the same instant: keep its messages.
     return receive_task.result()
