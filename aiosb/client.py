@@ -14,7 +14,7 @@ import datetime as _dt
 import random
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 from .auth import SasCredential
 from .entities import (
@@ -35,7 +35,7 @@ from .errors import (
 from .message import PING_CONTENT_TYPE, Message, ReceivedMessage
 from .transport import ManagementRequest, ReceiveRequest, Settlement, Transport
 
-__all__ = ["Namespace", "Receiver", "Sender", "Transaction", "connect"]
+__all__ = ["Namespace", "Receiver", "Sender", "SendingLink", "Transaction", "connect"]
 
 T = TypeVar("T")
 Duration = _dt.timedelta | float | int
@@ -450,7 +450,7 @@ class Namespace:
 class Transaction:
     """Sends buffered inside ``async with sender.transaction()``, committed at its end."""
 
-    def __init__(self, sender: Sender) -> None:
+    def __init__(self, sender: SendingLink) -> None:
         self.sender = sender
         self.messages: list[Message] = []
         self._token: contextvars.Token[Transaction | None] | None = None
@@ -475,27 +475,22 @@ class Transaction:
         self.messages.extend(messages)
 
 
-class Sender:
-    """Sends to one queue or topic. Safe under many concurrent ``send`` calls.
+class SendingLink:
+    """What every sender shares: its lifetime, batches, and transactions.
 
-    Use it as an async context manager (``async with ns.sender("orders") as s``).
+    ``send`` takes one message or a list (one batch, all or none); inside
+    ``async with sender.transaction()`` messages are held and sent at the commit.
+    Subclasses say where a batch goes (``_send_now``).
     """
 
-    def __init__(self, namespace: Namespace, entity: str) -> None:
-        self.namespace = namespace
+    def __init__(self, entity: str) -> None:
         self.entity = entity
         self._closed = False
         self._transaction: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar(
             f"aiosb-tx-{id(self)}", default=None
         )
-        namespace._track(self)
 
-    def __repr__(self) -> str:
-        return (
-            f"<Sender {self.namespace.name}/{self.entity} {'closed' if self._closed else 'open'}>"
-        )
-
-    async def __aenter__(self) -> Sender:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -504,7 +499,6 @@ class Sender:
     async def aclose(self) -> None:
         """Close the sender (idempotent)."""
         self._closed = True
-        self.namespace._untrack(self)
 
     def _check(self) -> None:
         if self._closed:
@@ -529,6 +523,36 @@ class Sender:
             tx.add(messages)
             return
         await self._send_now(messages)
+
+    async def _send_now(self, messages: list[Message]) -> None:
+        raise NotImplementedError
+
+    def transaction(self) -> Transaction:
+        """An async context manager: sends inside it commit together, or not at all."""
+        self._check()
+        return Transaction(self)
+
+
+class Sender(SendingLink):
+    """Sends to one queue or topic. Safe under many concurrent ``send`` calls.
+
+    Use it as an async context manager (``async with ns.sender("orders") as s``).
+    """
+
+    def __init__(self, namespace: Namespace, entity: str) -> None:
+        super().__init__(entity)
+        self.namespace = namespace
+        namespace._track(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Sender {self.namespace.name}/{self.entity} {'closed' if self._closed else 'open'}>"
+        )
+
+    async def aclose(self) -> None:
+        """Close the sender (idempotent)."""
+        self._closed = True
+        self.namespace._untrack(self)
 
     async def _send_now(self, messages: list[Message]) -> None:
         ns = self.namespace
@@ -557,12 +581,6 @@ class Sender:
         seqs = [sequence_number] if isinstance(sequence_number, int) else list(sequence_number)
         ns = self.namespace
         await ns._call(ns.transport.cancel_scheduled, self.entity, seqs)
-
-    def transaction(self) -> Transaction:
-        """An async context manager: sends inside it commit together, or not at all."""
-        self._check()
-        return Transaction(self)
-
 
 class Receiver:
     """Receives from one queue, subscription or dead-letter queue.

@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextvars
 import datetime as _dt
 import logging
 import random
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, fields
 from typing import Any
 
 from .._clock import CLOCK
-from ..client import Namespace, Transaction
+from ..client import Namespace, SendingLink
 from ..entities import NEVER
 from ..errors import (
     BacklogUnavailable,
@@ -547,7 +546,7 @@ class PairedNamespace:
         self._spawn(other.fault(reason), f"fault {other.name}")
 
 
-class PairedSender:
+class PairedSender(SendingLink):
     """A sender that goes to the primary while it works and to the backlog when it
     does not (PN-9, PN-10, G-1). Safe under many concurrent ``send`` calls.
 
@@ -555,19 +554,15 @@ class PairedSender:
     fails with a non-transient error or a timeout starts the failover timer; until
     failover engages it waits with backoff and tries again, then goes to the backlog.
     It raises :class:`~aiosb.errors.BacklogUnavailable` only when the primary and every
-    backlog queue are down.
+    backlog queue are down; a batch goes to one place as one batch.
     """
 
     def __init__(self, paired: PairedNamespace, entity: str) -> None:
+        super().__init__(entity)
         self.paired = paired
-        self.entity = entity
         self._primary = paired.primary.sender(entity)
         self._entry = paired._entry(entity)
         self._backlog = paired._rotation.pick(CLOCK.now(), set())  # PN-13: random, per sender
-        self._closed = False
-        self._transaction: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar(
-            f"aiosb-paired-tx-{id(self)}", default=None
-        )
         paired._senders.add(self)
 
     def __repr__(self) -> str:
@@ -576,39 +571,11 @@ class PairedSender:
             f"backlog={self._backlog}>"
         )
 
-    async def __aenter__(self) -> PairedSender:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
     async def aclose(self) -> None:
         """Close the sender (idempotent)."""
         self._closed = True
         self.paired._senders.discard(self)
         await self._primary.aclose()
-
-    async def send(self, message: Message | Sequence[Message]) -> None:
-        """Send one message or a batch; see the class docstring for where it goes.
-
-        Raises:
-            BacklogUnavailable: The primary and every backlog queue are down.
-            MessageSizeExceeded: Too large, or too large once rewritten (PN-12).
-        """
-        if self._closed:
-            raise ClientClosed(f"the paired sender for {self.entity!r} is closed.")
-        messages = [message] if isinstance(message, Message) else list(message)
-        if not messages:
-            return
-        tx = self._transaction.get()
-        if tx is not None:
-            tx.add(messages)
-            return
-        await self._send_now(messages)
-
-    def transaction(self) -> Transaction:
-        """Sends inside commit together, to the primary or to one backlog queue."""
-        return Transaction(self)  # type: ignore[arg-type]
 
     async def _send_now(self, messages: list[Message]) -> None:
         entry = self._entry

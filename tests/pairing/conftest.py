@@ -42,6 +42,17 @@ def options(**kw) -> PairedNamespaceOptions:
     return PairedNamespaceOptions(**base)
 
 
+def syphon_options(**kw) -> PairedNamespaceOptions:
+    """Options for syphon tests: fail over at once, ping every 10 s, syphon on."""
+    base = dict(
+        failover_interval=timedelta(0),
+        ping_primary_interval=timedelta(seconds=10),
+        enable_syphon=True,
+    )
+    base.update(kw)
+    return options(**base)
+
+
 async def drain(ns, entity, sub_queue=None) -> list:
     """Receive and delete everything in ``entity``."""
     out = []

@@ -10,19 +10,10 @@ import pytest
 from aiosb import Message
 from aiosb.pairing import Health, Signal
 
-from .conftest import drain, options
+from .conftest import drain, options, syphon_options
 
 pytestmark = pytest.mark.looptime
 
-
-def syphon_options(**kw):
-    base = dict(
-        failover_interval=timedelta(0),
-        ping_primary_interval=timedelta(seconds=10),
-        enable_syphon=True,
-    )
-    base.update(kw)
-    return options(**base)
 
 
 async def test_a_closed_primary_stops_the_syphon_without_touching_the_callers_task(env):

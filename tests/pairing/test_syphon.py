@@ -12,19 +12,10 @@ from aiosb._clock import CLOCK
 from aiosb.message import PING_CONTENT_TYPE
 from aiosb.pairing import Health
 
-from .conftest import backlog_contents, drain, options
+from .conftest import backlog_contents, drain, syphon_options
 
 pytestmark = pytest.mark.looptime
 
-
-def syphon_options(**kw):
-    base = dict(
-        failover_interval=timedelta(0),
-        ping_primary_interval=timedelta(seconds=10),
-        enable_syphon=True,
-    )
-    base.update(kw)
-    return options(**base)
 
 
 async def test_pn16_an_idle_syphon_polls_each_queue_four_times_an_hour(env):
