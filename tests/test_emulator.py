@@ -176,3 +176,17 @@ def test_unsupported_urls_say_what_to_do():
         aiosb.connect("memory://x", colour="blue")
     with pytest.raises(errors.InvalidArgument, match="operation_timeout"):
         aiosb.connect("memory://x", operation_timeout=-1)
+
+
+async def test_empty_long_polls_leave_no_waiters_behind():
+    broker = emulator.namespace("waiters")
+    async with aiosb.connect("memory://waiters") as ns:
+        await ns.create_queue("q")
+        async with ns.receiver("q") as receiver:
+            for _ in range(50):
+                assert await receiver.receive(max_wait=1) == []
+            task = asyncio.create_task(receiver.receive(max_wait=60))
+            await asyncio.sleep(1)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        assert broker._entities["q"].store.waiters == []

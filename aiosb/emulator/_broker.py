@@ -283,8 +283,8 @@ class _Store:
 
     @staticmethod
     def _live(kind: object, item: Any, when: float) -> bool:
-        if kind is _EXPIRE:
-            return item.state in (AVAILABLE, DEFERRED) and item.expires == when
+        if kind is _EXPIRE:  # a locked message keeps its entry: the lock may end first
+            return item.state in (AVAILABLE, DEFERRED, LOCKED) and item.expires == when
         if kind is _ACTIVATE:
             return item.state == SCHEDULED
         return any(_holds(rec, when) for rec in item)
@@ -306,7 +306,8 @@ class _Store:
             elif not self._live(kind, item, when):
                 continue
             elif kind is _EXPIRE:
-                self.expire(item, now)
+                if item.state != LOCKED:  # EX-3: the lock's end applies expiry (unlock)
+                    self.expire(item, now)
             else:
                 self.activate(item, now)
         self.due = timeline[0][0] if timeline else INF
@@ -375,6 +376,20 @@ class _Store:
             self.ns._dead_letter(
                 self.entity, rec, TTL_EXPIRED, "The message expired and was dead lettered.", now
             )
+
+    def defer(self, rec: _Record, now: float, props: dict[str, Any] | None = None) -> None:
+        """Set a locked message aside for ``receive_deferred``: no delivery-count check,
+        since deferring is not a failed delivery; expiry still applies (EX-3)."""
+        self.locked.pop(rec.lock_token, None)  # type: ignore[arg-type]
+        rec.lock_token = None
+        rec.locked_until = None
+        rec.deferred = True
+        if props:
+            rec.props = {**(rec.props or {}), **props}
+        if not self.is_dlq and rec.expires is not None and rec.expires <= now:
+            self.expire(rec, now)
+        else:
+            rec.state = DEFERRED
 
     def unlock(self, rec: _Record, now: float, props: dict[str, Any] | None = None) -> None:
         """The lock ended without completion (abandoned or expired)."""
@@ -459,7 +474,7 @@ class _Store:
     def find(self, seqs: Sequence[int], state: int, what: str) -> list[_Record]:
         """The records with these sequence numbers, all in ``state``, or MessageNotFound."""
         recs = []
-        for seq in seqs:
+        for seq in dict.fromkeys(seqs):  # a number given twice means one message
             rec = self.records.get(seq)
             if rec is None or rec.state != state:
                 raise MessageNotFound(
@@ -866,10 +881,10 @@ class EmulatorNamespace:
             finally:
                 if not fut.done():
                     fut.cancel()
-                    try:
-                        store.waiters.remove(fut)
-                    except ValueError:
-                        pass
+                try:  # a timed-out or cancelled wait leaves nothing behind
+                    store.waiters.remove(fut)
+                except ValueError:
+                    pass
 
     async def settle(self, path: str, settlement: Settlement) -> list[float] | None:
         """Complete, abandon, dead-letter, defer or renew locked messages."""
@@ -884,7 +899,7 @@ class EmulatorNamespace:
                 "dead-lettered again."
             )
         recs = []
-        for token in settlement.lock_tokens:
+        for token in dict.fromkeys(settlement.lock_tokens):  # one settlement per lock
             rec = store.locked.get(token)
             if rec is None or rec.locked_until <= now:  # type: ignore[operator]
                 raise MessageLockLost(
@@ -903,8 +918,7 @@ class EmulatorNamespace:
                 store.unlock(rec, now, props)
         elif action == "defer":
             for rec in recs:
-                rec.deferred = True
-                store.unlock(rec, now, props)
+                store.defer(rec, now, props)
         elif action == "dead_letter":
             for rec in recs:
                 del store.locked[rec.lock_token]  # type: ignore[arg-type]

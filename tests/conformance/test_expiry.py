@@ -299,3 +299,19 @@ async def test_deleted_entity_fails_waiting_receivers(ns):
         await ns.delete_queue("temp")
         with pytest.raises(errors.EntityNotFound):
             await task
+
+
+async def test_ex3_ex11_expiry_survives_a_long_timeline_while_locked(ns):
+    """EX-3, EX-11: a message locked while its store's timeline is compacted still
+    expires when its lock ends (the compaction keeps a locked message's expiry)."""
+    await ns.create_queue("q", dead_lettering_on_message_expiration=True)
+    await send(ns, "q", Message(b"first", time_to_live=timedelta(seconds=100)))
+    async with ns.receiver("q") as receiver:
+        (msg,) = await receiver.receive(max_wait=0)
+        for _ in range(11):  # > 1024 timeline entries: compaction runs
+            await send(ns, "q", *[Message(b"x", time_to_live=timedelta(hours=1))] * 100)
+        await asyncio.sleep(10)
+        await receiver.abandon(msg)
+    await asyncio.sleep(200)
+    (dead,) = await dead_letters(ns, "q")
+    assert dead.body == b"first" and dead.dead_letter_reason == "TTLExpiredException"

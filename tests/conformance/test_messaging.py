@@ -392,3 +392,33 @@ async def test_closed_links_and_namespace_refuse_use(ns):
         await receiver.receive(max_wait=0)
     with pytest.raises(errors.ClientClosed):
         await ns.get_queue("q")
+
+
+async def test_a_sequence_number_or_lock_given_twice_counts_once(ns):
+    await ns.create_queue("q")
+    await send(ns, "q", b"d", b"c")
+    async with ns.receiver("q") as receiver:
+        d, c = await receiver.receive(max_messages=2, max_wait=0)
+        await receiver.defer(d)
+        (again,) = await receiver.receive_deferred([d.sequence_number, d.sequence_number])
+        await receiver.complete([again, again, c])
+    assert (await ns.runtime_properties("q")).total_message_count == 0
+
+
+async def test_defer_is_not_a_failed_delivery(ns):
+    """Deferring at the last allowed delivery keeps the message deferred."""
+    await ns.create_queue("q", max_delivery_count=1)
+    await send(ns, "q", b"x")
+    async with ns.receiver("q") as receiver:
+        (msg,) = await receiver.receive(max_wait=0)
+        await receiver.defer(msg)
+    counts = await ns.runtime_properties("q")
+    assert (counts.deferred_message_count, counts.dead_letter_message_count) == (1, 0)
+
+
+async def test_cancelling_a_scheduled_message_twice_in_one_call_counts_once(ns):
+    await ns.create_queue("q")
+    async with ns.sender("q") as sender:
+        seq = await sender.schedule(Message(b"x"), datetime.now(UTC) + timedelta(hours=1))
+        await sender.cancel_scheduled([seq, seq])
+    assert (await ns.runtime_properties("q")).scheduled_message_count == 0
