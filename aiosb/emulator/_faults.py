@@ -34,14 +34,12 @@ class Fault:
             :class:`~aiosb.errors.TransientError`; ``delay`` adds ``seconds`` of latency.
         operations: The operation groups it covers.
         seconds: The latency of a ``delay`` fault.
-        fragment: For a fragment fault, the fragment index it takes down.
     """
 
     entity: str | None
     kind: FaultKind
     operations: frozenset[str]
     seconds: float = 0.0
-    fragment: int | None = None
     id: str = field(default_factory=lambda: str(next(_ids)))
     _owner: Faults | None = field(default=None, repr=False)
     _healed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -143,7 +141,7 @@ class Faults:
         """Apply the faults that cover ``operation`` on ``path``; called by the broker."""
         key = path.lower()
         for fault in list(self.active):
-            if fault.fragment is not None or not fault.covers(operation, key):
+            if not fault.covers(operation, key):
                 continue
             if fault.kind == "delay":
                 await asyncio.sleep(fault.seconds)

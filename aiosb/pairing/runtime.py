@@ -560,7 +560,6 @@ class PairedSender(SendingLink):
     def __init__(self, paired: PairedNamespace, entity: str) -> None:
         super().__init__(entity)
         self.paired = paired
-        self._primary = paired.primary.sender(entity)
         self._entry = paired._entry(entity)
         self._backlog = paired._rotation.pick(CLOCK.now(), set())  # PN-13: random, per sender
         paired._senders.add(self)
@@ -575,14 +574,12 @@ class PairedSender(SendingLink):
         """Close the sender (idempotent)."""
         self._closed = True
         self.paired._senders.discard(self)
-        await self._primary.aclose()
 
     async def _send_now(self, messages: list[Message]) -> None:
         entry = self._entry
         if entry.healthy:  # S-2: the healthy path is a plain send, as deep as Sender's
-            primary = self.paired.primary
             try:
-                await primary._call(primary.transport.send, self.entity, messages)
+                await self._send_primary(messages)
             except ServiceBusError as exc:
                 if not is_outage(exc):
                     raise
@@ -593,6 +590,11 @@ class PairedSender(SendingLink):
             await self._send_degraded(messages, attempt=1)
         else:
             await self._send_degraded(messages, attempt=0)
+
+    def _send_primary(self, messages: list[Message]) -> Coroutine[Any, Any, None]:
+        """The one primary send of both paths: exactly what a plain Sender does."""
+        primary = self.paired.primary
+        return primary._call(primary.transport.send, self.entity, messages)
 
     async def _send_degraded(self, messages: list[Message], attempt: int) -> None:
         """The slow path: retry the primary with backoff until failover engages (G-1)."""
@@ -609,7 +611,7 @@ class PairedSender(SendingLink):
                     continue
             attempt += 1
             try:
-                await self._primary._send_now(messages)
+                await self._send_primary(messages)
             except ServiceBusError as exc:
                 if not is_outage(exc):
                     raise
@@ -627,10 +629,11 @@ class PairedSender(SendingLink):
         now = CLOCK.now()
         limit = secondary.transport.max_message_size
         copies = [to_backlog(m, self.entity, now, limit) for m in messages]
-        if len(copies) > 1 and sum(c.size for c in copies) > limit:
+        total = sum(c.size for c in copies) if len(copies) > 1 else 0
+        if total > limit:
             raise MessageSizeExceeded(
                 f"A batch of {len(copies)} messages for {self.entity!r} is "
-                f"{sum(c.size for c in copies)} bytes once rewritten for the backlog, over "
+                f"{total} bytes once rewritten for the backlog, over "
                 f"the {limit} byte limit (PN-12); send smaller batches."
             )
         tried: set[str] = set()

@@ -12,7 +12,7 @@ AMQP follow the same protocol and pass the same conformance suite.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..message import Message, PropertyValue, ReceivedMessage
@@ -94,7 +94,6 @@ class ManagementRequest:
     kind: EntityKind | None
     path: str = ""
     properties: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @runtime_checkable

@@ -31,7 +31,6 @@ async def test_pn1_pn7_backlog_queues_are_created_with_their_properties(env):
         assert q.lock_duration == timedelta(minutes=1)
         assert q.dead_lettering_on_message_expiration is True
         assert q.enable_batched_operations is True
-        assert q.max_delivery_count == 2147483647
 
 
 async def test_pn8_existing_queues_are_used_as_they_are_and_extras_left_alone(env):
