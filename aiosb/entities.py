@@ -170,6 +170,7 @@ class _EntityProperties:
         partitioned = self.enable_partitioning  # type: ignore[attr-defined]
         if tier == "premium":
             allowed = _PREMIUM_SIZES
+            self.enable_partitioning = True  # type: ignore[attr-defined]  # always (PT-4)
         elif tier == "basic":
             allowed = _STANDARD_SIZES
         else:

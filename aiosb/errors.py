@@ -25,6 +25,7 @@ The tree::
         ├── Unauthorized
         ├── MessageLockLost
         ├── SessionLockLost
+        ├── SessionCannotBeLocked     (another receiver holds the session)
         └── BacklogUnavailable        (pairing: primary and every backlog queue down)
 """
 
@@ -47,6 +48,7 @@ __all__ = [
     "QuotaExceeded",
     "ServerBusy",
     "ServiceBusError",
+    "SessionCannotBeLocked",
     "SessionLockLost",
     "TransientError",
     "Unauthorized",
@@ -154,6 +156,10 @@ class MessageLockLost(MessagingError):
 
 class SessionLockLost(MessagingError):
     """The session's lock expired or was lost."""
+
+
+class SessionCannotBeLocked(MessagingError):
+    """The session is locked by another receiver (or none is available to accept)."""
 
 
 class BacklogUnavailable(MessagingError):

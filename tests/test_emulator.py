@@ -131,8 +131,8 @@ async def test_full_queue_is_quota_exceeded_and_keeps_its_messages():
         await ns.create_queue("q")
         async with ns.sender("q") as sender:
             await sender.send(Message(b"kept"))
-            store = emulator.namespace("full")._entities["q"].store
-            store.size = 1024 * 1024 * 1024 - 10  # pretend the gigabyte is nearly used
+            entity = emulator.namespace("full")._entities["q"]
+            entity.bytes = 1024 * 1024 * 1024 - 10  # pretend the gigabyte is nearly used
             with pytest.raises(errors.QuotaExceeded, match="is full"):
                 await sender.send(Message(b"x" * 100))
         assert (await ns.runtime_properties("q")).active_message_count == 1

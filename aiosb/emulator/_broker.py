@@ -2,9 +2,17 @@
 
 Design, in short:
 
-* A namespace owns its entities (queues, topics, subscriptions). A queue or
-  subscription has a main store and a dead-letter store; a topic has a store only for
-  its scheduled messages, and fans every message out to its subscriptions.
+* A namespace owns its entities (queues, topics, subscriptions). An entity has one
+  fragment, or 16 (2 on premium) when partitioned (PT-4); a subscription has its
+  topic's. Each fragment of a queue or subscription has a main store and a dead-letter
+  store; a topic's fragments store only its scheduled messages, and it fans every
+  message out to its subscriptions, in the same fragment. A sent message goes to the
+  fragment its key hashes to, or round robin when it has none (PT-6 to PT-10); the
+  fragment index is the high bits of its sequence number, so sequence numbers find
+  their fragment.
+* A session-enabled entity keeps each session's messages in a store of their own, in
+  the fragment the session id hashes to; the fragment's main store then holds only
+  scheduled messages. A session has a state and a lock of its own.
 * A store keeps its messages by sequence number. Available messages wait in sequence
   order (a deque for new ones, a heap for returned ones); locked ones are indexed by
   lock token. Every deadline (lock expiry, message expiry, scheduled activation) goes on
@@ -28,6 +36,7 @@ import itertools
 import math
 import os
 import re
+import zlib
 from collections import deque
 from collections.abc import Sequence
 from heapq import heapify, heappop, heappush
@@ -50,11 +59,20 @@ from ..errors import (
     MessageLockLost,
     MessageNotFound,
     MessageSizeExceeded,
+    OperationTimeout,
     QuotaExceeded,
+    SessionCannotBeLocked,
+    SessionLockLost,
 )
 from ..message import PING_CONTENT_TYPE, Message, ReceivedMessage
-from ..transport import ManagementRequest, ReceiveRequest, Settlement
-from ._faults import Faults
+from ..transport import (
+    ManagementRequest,
+    ReceiveRequest,
+    SessionInfo,
+    SessionRequest,
+    Settlement,
+)
+from ._faults import Fault, Faults
 
 __all__ = ["EmulatorNamespace", "TTL_EXPIRED", "MAX_DELIVERY_EXCEEDED"]
 
@@ -66,6 +84,8 @@ _UTC = _dt.UTC
 _MAX_FORWARD_HOPS = 4
 _MAX_ENTITIES = 10_000
 _MAX_PARTITIONED = 100
+#: A partitioned entity's sequence numbers carry the fragment index in these high bits.
+FRAGMENT_SHIFT = 48
 _NAMESPACE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,49}")
 
 # Record states.
@@ -85,6 +105,11 @@ def _seconds(delta: _dt.timedelta) -> float:
 
 def _utc(ts: float | None) -> _dt.datetime | None:
     return None if ts is None else _dt.datetime.fromtimestamp(ts, _UTC)
+
+
+def _hash(key: str) -> int:
+    """A hash of a partition key that is the same in every process and run (PT-9)."""
+    return zlib.crc32(key.encode("utf-8"))
 
 
 class _Ids:
@@ -115,6 +140,8 @@ class _Record:
         "dl_source",
         "enqueued",
         "expires",
+        "frag",
+        "key",
         "lock_token",
         "locked_until",
         "message_id",
@@ -162,6 +189,8 @@ class _Record:
         self.dl_reason: str | None = None
         self.dl_desc: str | None = None
         self.dl_source: str | None = None
+        self.frag = 0
+        self.key: str | None = None
 
     def clone(self) -> _Record:
         """A fresh copy with the sent fields and times, and no delivery state."""
@@ -224,6 +253,18 @@ _new = object.__new__
 def _holds(rec: _Record, when: float) -> bool:
     """Whether ``rec`` is still locked, by a lock that ends at ``when``."""
     return rec.state == LOCKED and rec.locked_until == when
+
+
+def _wake(waiters: list[asyncio.Future[None]]) -> None:
+    """Wake every future in ``waiters`` and empty the list (in place: lists are shared)."""
+    if waiters:
+        woken = waiters[:]
+        waiters.clear()
+        for fut in woken:
+            if not fut.done():
+                fut.set_result(None)
+
+
 _STATE_NAMES = {
     AVAILABLE: "active",
     LOCKED: "active",
@@ -234,13 +275,15 @@ _STATE_NAMES = {
 
 
 class _Store:
-    """The messages of one queue, subscription, dead-letter queue or topic schedule."""
+    """The messages of one fragment of a queue, subscription, dead-letter queue or topic
+    schedule, or of one session."""
 
     __slots__ = (
         "_compact_at",
         "_order",
         "due",
         "entity",
+        "fragment",
         "is_dlq",
         "locked",
         "ns",
@@ -249,15 +292,27 @@ class _Store:
         "records",
         "returned",
         "scheduled",
+        "seqs",
+        "session",
         "size",
         "timeline",
         "waiters",
     )
 
-    def __init__(self, ns: EmulatorNamespace, entity: _Entity, is_dlq: bool) -> None:
+    def __init__(
+        self,
+        ns: EmulatorNamespace,
+        entity: _Entity,
+        is_dlq: bool,
+        fragment: int = 0,
+        session: _Session | None = None,
+    ) -> None:
         self.ns = ns
         self.entity = entity
         self.is_dlq = is_dlq
+        self.fragment = fragment
+        self.session = session
+        self.seqs = entity.seqs[fragment]
         self.path = entity.path + ("/$DeadLetterQueue" if is_dlq else "")
         self.records: dict[int, _Record] = {}
         self.ready: deque[_Record] = deque()
@@ -307,7 +362,7 @@ class _Store:
                 continue
             elif kind is _EXPIRE:
                 if item.state != LOCKED:  # EX-3: the lock's end applies expiry (unlock)
-                    self.expire(item, now)
+                    self.lapse(item, now)
             else:
                 self.activate(item, now)
         self.due = timeline[0][0] if timeline else INF
@@ -321,6 +376,7 @@ class _Store:
         rec.state = AVAILABLE
         self.records[rec.seq] = rec
         self.size += rec.size
+        self.entity.bytes += rec.size
         ready = self.ready
         if ready and rec.seq < ready[-1].seq:  # an activated scheduled message
             heappush(self.returned, (rec.seq, rec))
@@ -328,7 +384,7 @@ class _Store:
             ready.append(rec)
         if rec.expires is not None and not self.is_dlq:
             self._push(rec.expires, _EXPIRE, rec)
-        if self.waiters:
+        if self.waiters or self.session:
             self.wake()
 
     def add_scheduled(self, rec: _Record) -> None:
@@ -336,6 +392,7 @@ class _Store:
         rec.state = SCHEDULED
         self.records[rec.seq] = rec
         self.size += rec.size
+        self.entity.bytes += rec.size
         self.scheduled += 1
         self._push(rec.enqueued, _ACTIVATE, rec)
 
@@ -352,15 +409,24 @@ class _Store:
             return
         rec.state = AVAILABLE
         heappush(self.returned, (rec.seq, rec))
-        if self.waiters:
+        if self.waiters or self.session:
             self.wake()
 
     def wake(self) -> None:
-        """Wake every long-poll receive waiting on this store."""
-        waiters, self.waiters = self.waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        """Wake every long-poll receive waiting on this store (and, for a session's
+        store, every receiver waiting for the next available session)."""
+        _wake(self.waiters)
+        if self.session is not None:
+            _wake(self.entity.session_waiters)
+
+    def has_available(self) -> bool:
+        """Whether a receive would find a message (dropping stale queue entries)."""
+        ready, returned = self.ready, self.returned
+        while ready and ready[0].state != AVAILABLE:
+            ready.popleft()
+        while returned and returned[0][1].state != AVAILABLE:
+            heappop(returned)
+        return bool(ready or returned)
 
     # -- removing ------------------------------------------------------------------
 
@@ -368,14 +434,23 @@ class _Store:
         rec.state = GONE
         if self.records.pop(rec.seq, None) is not None:
             self.size -= rec.size
+            self.entity.bytes -= rec.size
 
     def expire(self, rec: _Record, now: float) -> None:
         """Expiry has come for an unlocked message: dead-letter or drop it (EX-10)."""
         self.remove(rec)
         if self.entity.props.dead_lettering_on_message_expiration:
             self.ns._dead_letter(
-                self.entity, rec, TTL_EXPIRED, "The message expired and was dead lettered.", now
+                self, rec, TTL_EXPIRED, "The message expired and was dead lettered.", now
             )
+
+    def lapse(self, rec: _Record, now: float) -> None:
+        """An unlocked message is past its expiry: expire it, or in a session, the
+        whole session (EX-12), once a listener is there (EX-13)."""
+        if self.session is None:
+            self.expire(rec, now)
+        else:
+            self.session.expire(now)
 
     def defer(self, rec: _Record, now: float, props: dict[str, Any] | None = None) -> None:
         """Set a locked message aside for ``receive_deferred``: no delivery-count check,
@@ -387,7 +462,7 @@ class _Store:
         if props:
             rec.props = {**(rec.props or {}), **props}
         if not self.is_dlq and rec.expires is not None and rec.expires <= now:
-            self.expire(rec, now)
+            self.lapse(rec, now)
         else:
             rec.state = DEFERRED
 
@@ -402,11 +477,11 @@ class _Store:
             self.make_available(rec)
             return
         if rec.expires is not None and rec.expires <= now:  # EX-3, EX-11
-            self.expire(rec, now)
+            self.lapse(rec, now)
         elif rec.delivery_count >= self.entity.props.max_delivery_count:
             self.remove(rec)
             self.ns._dead_letter(
-                self.entity,
+                self,
                 rec,
                 MAX_DELIVERY_EXCEEDED,
                 f"The message could not be consumed after {rec.delivery_count} delivery attempts.",
@@ -432,7 +507,9 @@ class _Store:
                 continue
             expires = rec.expires
             if expires is not None and expires <= now and not self.is_dlq:
-                self.expire(rec, now)
+                self.lapse(rec, now)
+                if self.session is not None:  # EX-12 took the whole session
+                    recs = [r for r in recs if r.state == AVAILABLE]
                 continue
             recs.append(rec)
         return self.hand_out(recs, lock_seconds, now)
@@ -483,18 +560,6 @@ class _Store:
             recs.append(rec)
         return recs
 
-    def peek(self, count: int, from_seq: int) -> list[ReceivedMessage]:
-        recs = sorted((r for r in self.records.values() if r.seq >= from_seq), key=lambda r: r.seq)[
-            :count
-        ]
-        out = []
-        for rec in recs:
-            msg = rec.received(self.path)
-            msg.lock_token = None
-            msg.locked_until_timestamp = None
-            out.append(msg)
-        return out
-
     def counts(self) -> tuple[int, int, int]:
         """(active including locked, deferred, scheduled)."""
         active = deferred = 0
@@ -511,10 +576,87 @@ class _Store:
         self.timeline.clear()
 
 
+class _Session:
+    """One session of a session-enabled queue or subscription: its messages (a store in
+    the fragment its id hashes to), its state, and its lock."""
+
+    __slots__ = ("entity", "id", "lock", "locked_until", "state", "store")
+
+    def __init__(self, entity: _Entity, session_id: str) -> None:
+        self.entity = entity
+        self.id = session_id
+        fragment = _hash(session_id) % entity.nfrag if entity.nfrag > 1 else 0  # PT-6
+        self.store = _Store(entity.ns, entity, False, fragment, self)
+        self.state: bytes | None = None
+        self.lock: str | None = None
+        self.locked_until = 0.0
+
+    def __repr__(self) -> str:
+        return f"<_Session {self.entity.path}:{self.id} locked={self.lock is not None}>"
+
+    def lock_for(self, lock: str, now: float, until: float) -> None:
+        """Take the session lock (an accept): the entity has one more listener."""
+        self.lock = lock
+        self.locked_until = until
+        self.entity.ns._register(until, self)
+        self.entity.add_listener(+1, now)
+
+    def renew(self, until: float) -> None:
+        """Extend the session lock and the locks of the messages received under it."""
+        self.locked_until = until
+        self.entity.ns._register(until, self)
+        store = self.store
+        recs = list(store.locked.values())
+        for rec in recs:
+            rec.locked_until = until
+        if recs:
+            store._push(until, _LOCKS, recs)
+
+    def release(self, now: float) -> None:
+        """Give the session up (or its lock expired): its locked messages come back."""
+        if self.lock is None:
+            return
+        self.lock = None
+        store = self.store
+        for rec in list(store.locked.values()):
+            store.unlock(rec, now)
+        self.entity.add_listener(-1, now)
+        _wake(self.entity.session_waiters)
+        self.entity.forget_if_idle(self)
+
+    def on_due(self, now: float) -> None:
+        if self.lock is not None and self.locked_until <= now:
+            self.release(now)
+
+    def expire(self, now: float) -> None:
+        """EX-12: a message of the session is past its TTL, so all of them expire; EX-13:
+        only while a receiver is accepting sessions on the entity (else it waits)."""
+        entity = self.entity
+        if not entity.listeners:
+            entity.expiry_pending.add(self)
+            return
+        store = self.store
+        for rec in list(store.records.values()):
+            if rec.expires is None or rec.expires > now:
+                rec.expires = now
+            if rec.state in (AVAILABLE, DEFERRED):
+                store.expire(rec, now)
+            # a locked message expires when its lock ends (EX-3)
+
+    def due_expiry(self, now: float) -> bool:
+        """Whether a message of the session is past its TTL."""
+        return any(
+            r.expires is not None and r.expires <= now and r.state != LOCKED
+            for r in self.store.records.values()
+        )
+
+
 class _Entity:
     """A queue, topic or subscription."""
 
-    def __init__(self, ns: EmulatorNamespace, kind: str, path: str, props: Any, now: float):
+    def __init__(
+        self, ns: EmulatorNamespace, kind: str, path: str, props: Any, now: float, nfrag: int = 1
+    ):
         self.ns = ns
         self.kind = kind
         self.path = path
@@ -522,21 +664,36 @@ class _Entity:
         self.props = props
         self.created = self.updated = self.activity = now
         self.deleted = False
-        self.seq = itertools.count(1)
+        self.bytes = 0  # held over every store
+        self.nfrag = nfrag
+        self.seqs = [itertools.count((f << FRAGMENT_SHIFT) + 1) for f in range(nfrag)]
+        self.rr = itertools.count(int.from_bytes(os.urandom(1)))
         self.topic: _Entity | None = None
         self.subscriptions: dict[str, _Entity] = {}
         self.dup: dict[str, float] = {}
         self.dup_order: deque[tuple[float, str]] = deque()
+        self.sessions: dict[str, _Session] = {}
+        self.session_waiters: list[asyncio.Future[None]] = []
+        self.listeners = 0
+        self.expiry_pending: set[_Session] = set()
         self.apply(props)
-        self.store = _Store(ns, self, False)
-        self.dlq = _Store(ns, self, True) if kind != "topic" else None
+        self.fragments = [_Store(ns, self, False, f) for f in range(nfrag)]
+        self.dlqs = [_Store(ns, self, True, f) for f in range(nfrag)] if kind != "topic" else []
+        self.store = self.fragments[0]
+        self.dlq = self.dlqs[0] if self.dlqs else None
         self._idle_armed = INF
         self.arm_idle()
 
     def apply(self, props: Any) -> None:
         """Take a (validated) description into force."""
         self.props = props
-        self.plain = self.kind == "queue" and not props.forward_to
+        self.sessionful = bool(getattr(props, "requires_session", False))
+        self.plain = (
+            self.kind == "queue"
+            and not props.forward_to
+            and not self.sessionful
+            and self.nfrag == 1
+        )
         self.ttl = _seconds(props.default_message_time_to_live)
         self.lock_seconds = (
             props.lock_duration.total_seconds() if hasattr(props, "lock_duration") else 0.0
@@ -549,7 +706,51 @@ class _Entity:
         )
 
     def stores(self) -> list[_Store]:
-        return [self.store] if self.dlq is None else [self.store, self.dlq]
+        """Every store: fragments, dead-letter queues, sessions."""
+        return self.fragments + self.dlqs + [s.store for s in self.sessions.values()]
+
+    def main_stores(self) -> list[_Store]:
+        """The stores that hold active messages: fragments and sessions."""
+        return self.fragments + [s.store for s in self.sessions.values()]
+
+    def fragment_for(self, rec: _Record) -> int:
+        """The fragment a forwarded or fanned-out message goes to here: its key's
+        (PT-19), else round robin."""
+        n = self.nfrag
+        if n == 1:
+            return 0
+        key = rec.key
+        if key is None:
+            key = rec.session_id if rec.session_id is not None else rec.partition_key
+            if key is None and self.dup_window:
+                key = rec.message_id
+        return _hash(key) % n if key is not None else next(self.rr) % n
+
+    # -- sessions --------------------------------------------------------------------
+
+    def session(self, session_id: str) -> _Session:
+        """The session with this id, made on first use."""
+        found = self.sessions.get(session_id)
+        if found is None:
+            found = self.sessions[session_id] = _Session(self, session_id)
+        return found
+
+    def forget_if_idle(self, session: _Session) -> None:
+        """Drop a session that holds nothing: no messages, no state, no lock."""
+        if session.lock is None and session.state is None and not session.store.records:
+            if self.sessions.get(session.id) is session:
+                del self.sessions[session.id]
+            self.expiry_pending.discard(session)
+
+    def add_listener(self, delta: int, now: float) -> None:
+        """A receiver starts or stops accepting sessions (EX-13); the first one lets the
+        session expiries that waited for a listener happen."""
+        self.listeners += delta
+        if self.listeners > 0 and self.expiry_pending:
+            pending, self.expiry_pending = self.expiry_pending, set()
+            for session in pending:
+                if session.due_expiry(now):
+                    session.expire(now)
 
     # -- auto delete on idle (EX-14..16) -------------------------------------------
 
@@ -576,9 +777,12 @@ class _Entity:
         """Whether the entity counts as in use though no operation touched it."""
         if getattr(self.props, "forward_to", None):  # EX-16
             return True
-        stores = [self.store]
+        if self.listeners:
+            return True
+        stores = self.main_stores()
         if self.kind == "topic":
-            stores += [s.store for s in self.subscriptions.values()]
+            for sub in self.subscriptions.values():
+                stores += sub.main_stores()
         return any(s.scheduled or any(not f.done() for f in s.waiters) for s in stores)
 
     def touch(self, now: float) -> None:
@@ -641,7 +845,7 @@ class EmulatorNamespace:
         self.tier = tier
         self.max_message_size = 1024 * 1024 if tier == "premium" else 256 * 1024
         self.clock = CLOCK
-        self.faults = Faults(name, self._wake_all)
+        self.faults = Faults(name, self._wake_all, self._fragment_count)
         self._ids = _Ids()
         self._entities: dict[str, _Entity] = {}
         self._paths: dict[tuple[str, str | None], tuple[str, bool]] = {}
@@ -742,6 +946,16 @@ class EmulatorNamespace:
         for entity in list(self._entities.values()):
             for store in entity.stores():
                 store.wake()
+            _wake(entity.session_waiters)
+
+    def _fragment_count(self, path: str) -> int:
+        entity, dlq = self._resolve(path)
+        if entity.kind == "subscription" or dlq:
+            raise InvalidArgument(
+                f"fail_fragment takes a queue or topic; {path!r} shares the fragments (and "
+                "fragment faults) of its topic or queue."
+            )
+        return entity.nfrag
 
     # -- lookup --------------------------------------------------------------------
 
@@ -761,7 +975,8 @@ class EmulatorNamespace:
             )
         return entity, cached[1]
 
-    def _store(self, path: str, sub_queue: str | None, operation: str) -> tuple[_Entity, _Store]:
+    def _receivable(self, path: str, sub_queue: str | None, operation: str) -> tuple[_Entity, bool]:
+        """The entity to receive or settle on, and whether its dead-letter queue is meant."""
         entity, dlq = self._resolve(path, sub_queue)
         if entity.kind == "topic":
             raise InvalidOperation(
@@ -771,17 +986,55 @@ class EmulatorNamespace:
         status = entity.props.status
         if status in ("Disabled", "ReceiveDisabled"):
             raise EntityUnavailable(f"The entity {path!r} is {status}: it cannot {operation}.")
-        return entity, entity.dlq if dlq else entity.store  # type: ignore[return-value]
+        return entity, dlq
+
+    def _down(self, operation: str, path: str) -> dict[int, Fault] | None:
+        """The fragments of ``path`` that are down for ``operation`` (``None``: none)."""
+        if not self.faults.fragmented:
+            return None
+        return self.faults.fragment_faults(operation, path) or None
+
+    def _held(self, entity: _Entity, session_id: str, lock: str | None, now: float) -> _Session:
+        """The session ``session_id``, if ``lock`` holds it; else SessionLockLost."""
+        if not entity.sessionful:
+            raise InvalidOperation(
+                f"{entity.path!r} does not require sessions: receive without a session_id."
+            )
+        session = entity.sessions.get(session_id)
+        if lock is None:
+            raise SessionLockLost(
+                f"Session {session_id!r} of {entity.path!r} was not accepted: accept it "
+                "(open the session receiver) before receiving or settling."
+            )
+        if session is None or session.lock != lock or session.locked_until <= now:
+            raise SessionLockLost(
+                f"The lock on session {session_id!r} of {entity.path!r} is not held: it "
+                "expired, was released, or another receiver holds the session now."
+            )
+        return session
 
     # -- data operations -----------------------------------------------------------
 
-    async def send(self, path: str, messages: Sequence[Message]) -> None:
-        """Enqueue ``messages`` on a queue or topic as one batch (all or none)."""
-        if self.faults.active:
-            await self.faults.check("send", path)
-        now = self.now()
-        entity = self._send_target(path)
-        records = self._records(entity, messages)
+    async def send(
+        self, path: str, messages: Sequence[Message], *, transaction: bool = False
+    ) -> None:
+        """Enqueue ``messages`` on a queue or topic as one batch (all or none).
+
+        With ``transaction``, they are one transaction's sends (PT-16 to PT-18).
+        """
+        faults = self.faults
+        while True:
+            if faults.active:
+                await faults.check("send", path)
+            now = self.now()
+            entity = self._send_target(path)
+            records = self._records(entity, messages, transaction)
+            if entity.nfrag == 1:
+                break
+            blocked = self._route(entity, records, self._down("send", path))
+            if blocked is None:
+                break
+            await faults.apply(blocked, "send", path)  # raises, or waits out a timeout
         entity.touch(now)
         for rec in records:
             if rec is None:  # a ping: accepted, never delivered (PN-14)
@@ -797,52 +1050,109 @@ class EmulatorNamespace:
                 ttl = rec.ttl if rec.ttl < entity.ttl else entity.ttl
                 rec.ttl = ttl
                 rec.expires = None if ttl == INF else now + ttl
-                rec.seq = next(entity.seq)
-                entity.store.add(rec, now)
+                store = entity.store
+                rec.seq = next(store.seqs)
+                store.add(rec, now)
             else:
                 self._deliver(entity, rec, now, 0)
 
-    async def schedule(self, path: str, messages: Sequence[Message]) -> list[int]:
-        """Schedule messages; return their sequence numbers (EX-5)."""
-        if self.faults.active:
-            await self.faults.check("send", path)
-        now = self.now()
-        entity = self._send_target(path)
-        for msg in messages:
-            if msg.scheduled_enqueue_time is None:
-                raise InvalidArgument(
-                    "schedule needs each message's scheduled_enqueue_time to be set."
-                )
-        records = self._records(entity, messages)
-        entity.touch(now)
-        seqs = []
+    def _route(
+        self, entity: _Entity, records: list[_Record | None], down: dict[int, Fault] | None
+    ) -> Fault | None:
+        """Choose each record's fragment (PT-6 to PT-10); return the fault in the way of a
+        keyed message, or of every fragment, if there is one."""
+        n = entity.nfrag
+        keyless = -1
         for rec in records:
             if rec is None:
                 continue
-            seqs.append(self._schedule(entity, rec, max(rec.scheduled.timestamp(), now)))
-        return seqs
+            key = rec.key
+            if key is not None:  # pinned: its fragment or nothing (PT-9)
+                frag = _hash(key) % n
+                if down is not None and frag in down:
+                    return down[frag]
+            else:  # one round-robin fragment for the keyless part of a batch (PT-10)
+                if keyless < 0:
+                    for _ in range(n):
+                        keyless = next(entity.rr) % n
+                        if down is None or keyless not in down:
+                            break
+                    else:
+                        return next(iter(down.values()))  # type: ignore[union-attr]
+                frag = keyless
+            rec.frag = frag
+        return None
+
+    async def schedule(self, path: str, messages: Sequence[Message]) -> list[int]:
+        """Schedule messages; return their sequence numbers (EX-5)."""
+        for msg in messages:
+            if isinstance(msg, Message) and msg.scheduled_enqueue_time is None:
+                raise InvalidArgument(
+                    "schedule needs each message's scheduled_enqueue_time to be set."
+                )
+        faults = self.faults
+        while True:
+            if faults.active:
+                await faults.check("send", path)
+            now = self.now()
+            entity = self._send_target(path)
+            records = self._records(entity, messages)
+            if entity.nfrag == 1:
+                break
+            blocked = self._route(entity, records, self._down("send", path))
+            if blocked is None:
+                break
+            await faults.apply(blocked, "send", path)
+        entity.touch(now)
+        return [
+            self._schedule(entity, rec, max(rec.scheduled.timestamp(), now))
+            for rec in records
+            if rec is not None
+        ]
+
+    def _by_fragment(self, entity: _Entity, seqs: Sequence[int]) -> dict[int, list[int]]:
+        """Sequence numbers grouped by the fragment their high bits name."""
+        groups: dict[int, list[int]] = {}
+        for seq in seqs:
+            if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+                raise InvalidArgument(f"sequence number {seq!r} is not a positive integer.")
+            groups.setdefault(min(seq >> FRAGMENT_SHIFT, entity.nfrag - 1), []).append(seq)
+        return groups
 
     async def cancel_scheduled(self, path: str, sequence_numbers: Sequence[int]) -> None:
         """Cancel scheduled messages (all named ones must be scheduled)."""
-        if self.faults.active:
-            await self.faults.check("send", path)
-        now = self.now()
-        entity = self._send_target(path)
-        store = entity.store
-        recs = store.find(sequence_numbers, SCHEDULED, "scheduled")
+        faults = self.faults
+        while True:
+            if faults.active:
+                await faults.check("send", path)
+            now = self.now()
+            entity = self._send_target(path)
+            groups = self._by_fragment(entity, sequence_numbers)
+            down = self._down("send", path)
+            blocked = next((down[f] for f in groups if down is not None and f in down), None)
+            if blocked is None:
+                break
+            await faults.apply(blocked, "send", path)
+        found = [
+            (entity.fragments[f], entity.fragments[f].find(seqs, SCHEDULED, "scheduled"))
+            for f, seqs in groups.items()
+        ]
         entity.touch(now)
-        for rec in recs:
-            store.scheduled -= 1
-            store.remove(rec)
+        for store, recs in found:
+            for rec in recs:
+                store.scheduled -= 1
+                store.remove(rec)
 
     async def receive(self, path: str, request: ReceiveRequest) -> list[ReceivedMessage]:
-        """Receive, peek, or fetch deferred messages; long-polls up to ``max_wait``."""
-        if request.max_messages < 1:
-            raise InvalidArgument(f"max_messages is {request.max_messages}; it must be at least 1.")
-        if request.session_id is not None:
-            raise InvalidOperation(
-                "Session receivers are not available in the embedded emulator yet."
-            )
+        """Receive, peek, or fetch deferred messages; long-polls up to ``max_wait``.
+
+        A partitioned entity's receive gathers from every fragment that is up (PT-12); a
+        peek answers from one fragment and up to the response size limit, so it may
+        return fewer than asked (PT-13).
+        """
+        count = request.max_messages
+        if not isinstance(count, int) or count < 1:
+            raise InvalidArgument(f"max_messages is {count!r}; it must be at least 1.")
         max_wait = request.max_wait
         deadline = None
         loop = asyncio.get_running_loop()
@@ -851,18 +1161,57 @@ class EmulatorNamespace:
                 raise InvalidArgument(f"max_wait is {max_wait} seconds; it must not be negative.")
             deadline = loop.time() + max_wait
         lock = request.mode == "peek_lock"
+        faults = self.faults
         while True:
-            if self.faults.active:
-                await self.faults.check("receive", path)
+            if faults.active:
+                await faults.check("receive", path)
             now = self.now()
-            entity, store = self._store(path, request.sub_queue, "receive")
+            entity, dlq = self._receivable(path, request.sub_queue, "receive")
             entity.touch(now)
+            session = None
+            if request.session_id is not None and not dlq:
+                if request.peek and request.session_lock is None:
+                    stores = [entity.session(request.session_id).store]
+                else:
+                    session = self._held(entity, request.session_id, request.session_lock, now)
+                    stores = [session.store]
+            elif entity.sessionful and not dlq and not request.peek:
+                raise InvalidOperation(
+                    f"{entity.path!r} requires sessions: receive with a session receiver "
+                    "(session_id=... or aiosb.NEXT_AVAILABLE_SESSION)."
+                )
+            elif dlq:
+                stores = entity.dlqs
+            else:
+                stores = entity.main_stores() if request.peek else entity.fragments
+            down = self._down("receive", path)
             if request.peek:
-                return store.peek(request.max_messages, request.from_sequence_number)
-            lock_seconds = entity.lock_seconds if lock else None
+                return self._peek(stores, count, request.from_sequence_number, down)
+            if session is not None:
+                lock_seconds = session.locked_until - now if lock else None
+            else:
+                lock_seconds = entity.lock_seconds if lock else None
             if request.sequence_numbers is not None:
-                return store.take_deferred(request.sequence_numbers, lock_seconds, now)
-            found = store.take(request.max_messages, lock_seconds, now)
+                return await self._take_deferred(
+                    entity, stores, request.sequence_numbers, lock_seconds, now, down, path
+                )
+            if len(stores) == 1:
+                if down is not None and stores[0].fragment in down:
+                    await faults.apply(down[stores[0].fragment], "receive", path)
+                    continue
+                found = stores[0].take(count, lock_seconds, now)
+            else:
+                live = [s for s in stores if down is None or s.fragment not in down]
+                if not live:
+                    await faults.apply(next(iter(down.values())), "receive", path)  # type: ignore[union-attr]
+                    continue
+                start = next(entity.rr) % len(live)  # PT-12: whichever fragment yields
+                found = []
+                for store in live[start:] + live[:start]:
+                    found += store.take(count - len(found), lock_seconds, now)
+                    if len(found) >= count:
+                        break
+                stores = live
             if found:
                 return found
             if deadline is None:
@@ -871,70 +1220,288 @@ class EmulatorNamespace:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     return found
+            if session is not None:  # wake when the session lock ends, to say so
+                lock_left = session.locked_until - now
+                remaining = lock_left if remaining is None else min(remaining, lock_left)
             fut = loop.create_future()
-            store.waiters.append(fut)
+            for store in stores:
+                store.waiters.append(fut)
             try:
                 async with asyncio.timeout(remaining):
                     await fut
             except TimeoutError:
+                if session is not None and (deadline is None or loop.time() < deadline):
+                    continue  # the session lock ended first: say so on the next pass
                 return []
             finally:
                 if not fut.done():
                     fut.cancel()
-                try:  # a timed-out or cancelled wait leaves nothing behind
-                    store.waiters.remove(fut)
-                except ValueError:
-                    pass
+                for store in stores:  # a timed-out or cancelled wait leaves nothing behind
+                    try:
+                        store.waiters.remove(fut)
+                    except ValueError:
+                        pass
+
+    async def _take_deferred(
+        self,
+        entity: _Entity,
+        stores: list[_Store],
+        seqs: Sequence[int],
+        lock_seconds: float | None,
+        now: float,
+        down: dict[int, Fault] | None,
+        path: str,
+    ) -> list[ReceivedMessage]:
+        """Deferred messages by sequence number, from the fragments their numbers name."""
+        if len(stores) == 1 and stores[0].session is not None:
+            groups = {0: list(seqs)}
+            by_frag = {0: stores[0]}
+        else:
+            groups = self._by_fragment(entity, seqs)
+            by_frag = {s.fragment: s for s in stores if s.session is None}
+        for f in groups:
+            store = by_frag.get(f)
+            if down is not None and store is not None and store.fragment in down:
+                await self.faults.apply(down[store.fragment], "receive", path)
+        found = []
+        for f, group in groups.items():
+            store = by_frag.get(f)
+            if store is None:
+                raise MessageNotFound(
+                    f"No deferred message with sequence number {group[0]} in {path!r}."
+                )
+            found.append((store, store.find(group, DEFERRED, "deferred")))
+        out: list[ReceivedMessage] = []
+        for store, recs in found:
+            out += store.hand_out(recs, lock_seconds, now)
+        return out
+
+    def _peek(
+        self, stores: list[_Store], count: int, from_seq: int, down: dict[int, Fault] | None
+    ) -> list[ReceivedMessage]:
+        """Browse from ``from_seq``: from the first fragment with messages there, and no
+        more than one response holds (PT-13)."""
+        candidates = [
+            rec
+            for store in stores
+            if down is None or store.fragment not in down
+            for rec in store.records.values()
+            if rec.seq >= from_seq
+        ]
+        if not candidates:
+            return []
+        fragment = min(rec.seq for rec in candidates) >> FRAGMENT_SHIFT
+        recs = sorted(
+            (r for r in candidates if r.seq >> FRAGMENT_SHIFT == fragment), key=lambda r: r.seq
+        )
+        out = []
+        budget = self.max_message_size
+        for rec in recs[:count]:
+            budget -= rec.size
+            if out and budget < 0:
+                break
+            msg = rec.received(stores[0].path)
+            msg.lock_token = None
+            msg.locked_until_timestamp = None
+            out.append(msg)
+        return out
 
     async def settle(self, path: str, settlement: Settlement) -> list[float] | None:
         """Complete, abandon, dead-letter, defer or renew locked messages."""
-        if self.faults.active:
-            await self.faults.check("receive", path)
-        now = self.now()
-        entity, store = self._store(path, settlement.sub_queue, "settle")
-        action = settlement.action
-        if action == "dead_letter" and store.is_dlq:
-            raise InvalidOperation(
-                f"Messages in the dead-letter queue of {entity.path!r} cannot be "
-                "dead-lettered again."
-            )
-        recs = []
-        for token in dict.fromkeys(settlement.lock_tokens):  # one settlement per lock
-            rec = store.locked.get(token)
-            if rec is None or rec.locked_until <= now:  # type: ignore[operator]
-                raise MessageLockLost(
-                    f"The lock {token!r} is not held on {store.path!r}: it expired, the "
-                    "message was settled already, or it was received from another entity."
+        faults = self.faults
+        while True:
+            if faults.active:
+                await faults.check("receive", path)
+            now = self.now()
+            entity, dlq = self._receivable(path, settlement.sub_queue, "settle")
+            action = settlement.action
+            if action == "dead_letter" and dlq:
+                raise InvalidOperation(
+                    f"Messages in the dead-letter queue of {entity.path!r} cannot be "
+                    "dead-lettered again."
                 )
-            recs.append(rec)
+            session = None
+            if settlement.session_id is not None and not dlq:
+                session = self._held(entity, settlement.session_id, settlement.session_lock, now)
+                stores = [session.store]
+                if action == "renew":
+                    raise InvalidOperation(
+                        "Messages received in a session are locked with the session: renew "
+                        "the session's lock (receiver.session.renew_lock())."
+                    )
+            else:
+                stores = entity.dlqs if dlq else entity.fragments
+            found = []
+            for token in dict.fromkeys(settlement.lock_tokens):  # one settlement per lock
+                for store in stores:
+                    rec = store.locked.get(token)
+                    if rec is not None:
+                        break
+                if rec is None or rec.locked_until <= now:  # type: ignore[operator]
+                    raise MessageLockLost(
+                        f"The lock {token!r} is not held on {stores[0].path!r}: it expired, "
+                        "the message was settled already, or it was received from another "
+                        "entity or session."
+                    )
+                found.append((store, rec))
+            down = self._down("receive", path)
+            blocked = next(
+                (down[s.fragment] for s, _ in found if down is not None and s.fragment in down),
+                None,
+            )
+            if blocked is None:
+                break
+            await faults.apply(blocked, "receive", path)
         entity.touch(now)
         props = settlement.properties_to_modify
         if action == "complete":
-            for rec in recs:
+            for store, rec in found:
                 del store.locked[rec.lock_token]  # type: ignore[arg-type]
                 store.remove(rec)
         elif action == "abandon":
-            for rec in recs:
+            for store, rec in found:
                 store.unlock(rec, now, props)
         elif action == "defer":
-            for rec in recs:
+            for store, rec in found:
                 store.defer(rec, now, props)
         elif action == "dead_letter":
-            for rec in recs:
+            for store, rec in found:
                 del store.locked[rec.lock_token]  # type: ignore[arg-type]
                 store.remove(rec)
                 if props:
                     rec.props = {**(rec.props or {}), **props}
-                self._dead_letter(entity, rec, settlement.reason, settlement.description, now)
+                self._dead_letter(store, rec, settlement.reason, settlement.description, now)
         elif action == "renew":
             until = now + entity.lock_seconds
-            for rec in recs:
+            renewed: dict[_Store, list[_Record]] = {}
+            for store, rec in found:
                 rec.locked_until = until
-            store._push(until, _LOCKS, recs)
-            return [until] * len(recs)
+                renewed.setdefault(store, []).append(rec)
+            for store, recs in renewed.items():
+                store._push(until, _LOCKS, recs)
+            return [until] * len(found)
         else:
             raise InvalidArgument(f"unknown settlement action {action!r}.")
+        if session is not None:
+            entity.forget_if_idle(session)
         return None
+
+    # -- sessions --------------------------------------------------------------------
+
+    async def session(self, path: str, request: SessionRequest) -> SessionInfo:
+        """Accept, renew or release a session, or read or write its state."""
+        action = request.action
+        if action not in ("accept", "renew", "get_state", "set_state", "release"):
+            raise InvalidArgument(f"unknown session action {action!r}.")
+        if request.state is not None and not isinstance(request.state, bytes | bytearray):
+            raise InvalidArgument(f"session state must be bytes or None, not {request.state!r}.")
+        sid = request.session_id
+        if sid is not None and (not isinstance(sid, str) or not 0 < len(sid) <= 128):
+            raise InvalidArgument(f"session_id {sid!r} must be a string of 1 to 128 characters.")
+        if action == "accept" and sid is None:
+            return await self._accept_next(path, request.max_wait)
+        if sid is None:
+            raise InvalidArgument(f"session {action} needs the session_id.")
+        faults = self.faults
+        while True:
+            if faults.active:
+                await faults.check("receive", path)
+            now = self.now()
+            entity, dlq = self._receivable(path, None, "accept a session")
+            if dlq or not entity.sessionful:
+                raise InvalidOperation(
+                    f"{path!r} is not session-enabled: create it with requires_session=True, "
+                    "or receive without a session_id."
+                )
+            down = self._down("receive", path)
+            if action == "release":
+                session = entity.sessions.get(sid)
+                if session is not None and session.lock == request.lock:
+                    session.release(now)
+                return SessionInfo(sid)
+            session = entity.session(sid)
+            if down is None or session.store.fragment not in down:
+                break
+            await faults.apply(down[session.store.fragment], "receive", path)
+        entity.touch(now)
+        if action == "accept":
+            if session.lock is not None and session.locked_until > now:
+                raise SessionCannotBeLocked(
+                    f"Session {sid!r} of {entity.path!r} is locked by another receiver "
+                    "until its lock is released or expires."
+                )
+            until = now + entity.lock_seconds
+            session.lock_for(self._ids(), now, until)
+            if session.due_expiry(now):
+                session.expire(now)
+            return SessionInfo(sid, session.lock, until)
+        session = self._held(entity, sid, request.lock, now)
+        if action == "renew":
+            until = now + entity.lock_seconds
+            session.renew(until)
+            return SessionInfo(sid, session.lock, until)
+        if action == "set_state":
+            session.state = None if request.state is None else bytes(request.state)
+        return SessionInfo(sid, session.lock, session.locked_until, session.state)
+
+    async def _accept_next(self, path: str, max_wait: float | None) -> SessionInfo:
+        """Lock the next session with messages and no lock, waiting up to ``max_wait``
+        for one; a receiver waiting here is a listener (EX-13)."""
+        if max_wait is not None and max_wait < 0:
+            raise InvalidArgument(f"max_wait is {max_wait} seconds; it must not be negative.")
+        loop = asyncio.get_running_loop()
+        deadline = None if max_wait is None else loop.time() + max_wait
+        faults = self.faults
+        listening: _Entity | None = None
+        try:
+            while True:
+                if faults.active:
+                    await faults.check("receive", path)
+                now = self.now()
+                entity, dlq = self._receivable(path, None, "accept a session")
+                if dlq or not entity.sessionful:
+                    raise InvalidOperation(
+                        f"{path!r} is not session-enabled: create it with "
+                        "requires_session=True, or receive without a session_id."
+                    )
+                entity.touch(now)
+                if listening is not entity:
+                    if listening is not None:
+                        listening.add_listener(-1, now)
+                    entity.add_listener(+1, now)
+                    listening = entity
+                down = self._down("receive", path)
+                for session in list(entity.sessions.values()):
+                    if session.lock is not None or (
+                        down is not None and session.store.fragment in down
+                    ):
+                        continue
+                    if session.store.has_available():
+                        until = now + entity.lock_seconds
+                        session.lock_for(self._ids(), now, until)
+                        return SessionInfo(session.id, session.lock, until)
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    raise OperationTimeout(
+                        f"No session of {entity.path!r} became available within {max_wait:g} s."
+                    )
+                fut = loop.create_future()
+                entity.session_waiters.append(fut)
+                try:
+                    async with asyncio.timeout(remaining):
+                        await fut
+                except TimeoutError:
+                    pass
+                finally:
+                    if not fut.done():
+                        fut.cancel()
+                    try:
+                        entity.session_waiters.remove(fut)
+                    except ValueError:
+                        pass
+        finally:
+            if listening is not None:
+                listening.add_listener(-1, self.clock.now())
 
     # -- management ----------------------------------------------------------------
 
@@ -955,6 +1522,10 @@ class EmulatorNamespace:
         entity = self._lookup(kind, request.path)
         if action == "get":
             return entity.description()
+        down = self._down("manage", entity.path)
+        if down is not None:  # PT-14: changes act on every fragment
+            await self.faults.apply(next(iter(down.values())), action, entity.path)
+            return await self.manage(request)
         if action == "update":
             return self._update(entity, request.properties, now)
         if action == "delete":
@@ -1006,7 +1577,13 @@ class EmulatorNamespace:
                     f"Namespace {self.name!r} has {_MAX_PARTITIONED} partitioned entities, "
                     "the most a standard namespace may hold (PT-5)."
                 )
-        entity = _Entity(self, kind, path, props, now)
+        if kind == "subscription":
+            nfrag = topic.nfrag  # type: ignore[union-attr]
+        elif props.enable_partitioning:
+            nfrag = FRAGMENTS[self.tier]
+        else:
+            nfrag = 1
+        entity = _Entity(self, kind, path, props, now, nfrag)
         if topic is not None:
             entity.topic = topic
             topic.subscriptions[entity.key] = entity
@@ -1053,6 +1630,7 @@ class EmulatorNamespace:
             entity.topic.subscriptions.pop(entity.key, None)
         for store in entity.stores():
             store.close()
+        _wake(entity.session_waiters)
 
     def _list(self, kind: str | None, topic: str) -> list[Any]:
         if kind == "subscription":
@@ -1061,16 +1639,17 @@ class EmulatorNamespace:
         return [e.description() for e in self._entities.values() if e.kind == kind]
 
     def _runtime(self, path: str, now: float) -> RuntimeProperties:
+        """Counts summed over every fragment and session (PT-14)."""
         entity, _ = self._resolve(path)
+        active = deferred = scheduled = 0
+        for store in entity.main_stores():
+            a, d, s = store.counts()
+            active, deferred, scheduled = active + a, deferred + d, scheduled + s
+        dead = sum(len(store.records) for store in entity.dlqs)
+        size = entity.bytes
         if entity.kind == "topic":
-            active = deferred = 0
-            scheduled = entity.store.scheduled
-            dead = 0
-            size = entity.store.size + sum(s.store.size for s in entity.subscriptions.values())
-        else:
-            active, deferred, scheduled = entity.store.counts()
-            dead = len(entity.dlq.records)  # type: ignore[union-attr]
-            size = entity.store.size + entity.dlq.size  # type: ignore[union-attr]
+            size += sum(sub.bytes for sub in entity.subscriptions.values())
+        down = self._down("receive", entity.path) or self._down("send", entity.path) or {}
         return RuntimeProperties(
             name=entity.path,
             active_message_count=active,
@@ -1083,6 +1662,8 @@ class EmulatorNamespace:
             created_at_utc=_utc(entity.created),
             updated_at_utc=_utc(entity.updated),
             accessed_at_utc=_utc(entity.activity),
+            fragment_count=entity.nfrag,
+            available_fragments=entity.nfrag - len(down),
         )
 
     # -- the message path ------------------------------------------------------------
@@ -1096,12 +1677,18 @@ class EmulatorNamespace:
             raise EntityUnavailable(f"The entity {path!r} is {status}: it cannot take sends.")
         return entity
 
-    def _records(self, entity: _Entity, messages: Sequence[Message]) -> list[_Record | None]:
-        """Validate a whole batch, then build its records (``None`` for pings)."""
+    def _records(
+        self, entity: _Entity, messages: Sequence[Message], transaction: bool = False
+    ) -> list[_Record | None]:
+        """Validate a whole batch (or transaction), then build its records (``None`` for
+        pings), each with its partition key (PT-6 to PT-8)."""
         limit = self.max_message_size
         total = 0
         out: list[_Record | None] = []
-        requires_session = getattr(entity.props, "requires_session", False)
+        requires_session = entity.sessionful or (
+            entity.kind == "topic" and any(s.sessionful for s in entity.subscriptions.values())
+        )
+        by_message_id = entity.dup_window > 0
         ids = self._ids
         for msg in messages:
             if not isinstance(msg, Message):
@@ -1118,10 +1705,20 @@ class EmulatorNamespace:
                 continue
             if requires_session and msg.session_id is None:
                 raise InvalidOperation(
-                    f"{entity.path!r} requires sessions: set session_id on every message."
+                    f"{entity.path!r} requires sessions (or has a subscription that does): "
+                    "set session_id on every message."
                 )
-            out.append(_Record(msg, msg.message_id or ids(), size))
-        if len(out) > 1 and total > limit:
+            rec = _Record(msg, msg.message_id or ids(), size)
+            key = msg.session_id
+            if key is None:
+                key = msg.partition_key
+                if key is None and by_message_id:
+                    key = rec.message_id
+            rec.key = key
+            out.append(rec)
+        if transaction:
+            self._check_transaction(entity, out)
+        elif len(out) > 1 and total > limit:
             raise MessageSizeExceeded(
                 f"A batch of {len(out)} messages and {total} bytes is over the {limit} byte "
                 f"limit of namespace {self.name!r}; send fewer messages at once."
@@ -1130,18 +1727,46 @@ class EmulatorNamespace:
             capacity = entity.props.max_size_in_megabytes * 1024 * 1024
             if entity.props.enable_partitioning and self.tier == "standard":
                 capacity *= FRAGMENTS["standard"]
-            if entity.store.size + entity.dlq.size + total > capacity:  # type: ignore[union-attr]
+            held = entity.bytes
+            if held + total > capacity:
                 raise QuotaExceeded(
-                    f"{entity.path!r} is full: it holds {entity.store.size} bytes and may "
+                    f"{entity.path!r} is full: it holds {held} bytes and may "
                     f"hold {capacity}; receive some messages first."
                 )
         return out
 
+    def _check_transaction(self, entity: _Entity, records: list[_Record | None]) -> None:
+        """PT-16 to PT-18: a transaction on a partitioned entity goes to one fragment, so
+        every message needs a partition key, and the same one."""
+        if entity.nfrag == 1:
+            return
+        keys = {rec.key for rec in records if rec is not None}
+        if None in keys:
+            raise InvalidOperation(
+                f"{entity.path!r} is partitioned: every message of a transaction needs a "
+                "partition key (session_id, partition_key, or a message_id with duplicate "
+                "detection), and the same one (PT-16). Nothing was sent."
+            )
+        if len(keys) > 1:
+            sessions = {rec.session_id for rec in records if rec is not None} - {None}
+            what = (
+                f"{len(sessions)} sessions ({', '.join(sorted(map(repr, sessions)))}); a "
+                "partitioned entity takes one session per transaction (PT-17)"
+                if len(sessions) > 1
+                else f"{len(keys)} partition keys ({', '.join(sorted(map(repr, keys)))}); they "
+                "must all be the same (PT-16)"
+            )
+            raise InvalidOperation(
+                f"A transaction on partitioned {entity.path!r} has {what}. Nothing was sent."
+            )
+
     def _schedule(self, entity: _Entity, rec: _Record, at: float) -> int:
-        rec.seq = next(entity.seq)
+        """Hold ``rec`` in its fragment's main store until ``at`` (EX-5)."""
+        store = entity.fragments[rec.frag]
+        rec.seq = next(store.seqs)
         rec.enqueued = at
         self._stamp_expiry(entity, rec)
-        entity.store.add_scheduled(rec)
+        store.add_scheduled(rec)
         return rec.seq
 
     def _stamp_expiry(self, entity: _Entity, rec: _Record) -> None:
@@ -1161,22 +1786,42 @@ class EmulatorNamespace:
             if target is not None and target.kind != "subscription":
                 self._stamp_expiry(entity, rec)
                 target.touch(now)
+                rec.frag = target.fragment_for(rec)  # PT-19: the key carries over
                 self._deliver(target, rec, now, hops + 1)
                 return
         self._stamp_expiry(entity, rec)
-        if entity.kind == "topic":
+        if entity.kind == "topic":  # subscriptions share their topic's fragments
             subs = list(entity.subscriptions.values())
             for i, sub in enumerate(subs):
                 copy = rec if i == len(subs) - 1 else rec.clone()
-                self._deliver(sub, copy, now, hops)
+                self._deliver(sub, copy, now, hops, keep_seq)
             return
+        frag = rec.frag
+        if frag >= entity.nfrag:
+            frag = rec.frag = entity.fragment_for(rec)
+        if entity.sessionful:
+            if rec.session_id is None:  # forwarded here without one: nowhere to go
+                self._dead_letter(
+                    entity.fragments[frag],
+                    rec,
+                    "SessionIdIsMissing",
+                    f"{entity.path!r} requires sessions and the message has no session_id.",
+                    now,
+                )
+                return
+            store = entity.session(rec.session_id).store
+        else:
+            store = entity.fragments[frag]
         if not keep_seq:
-            rec.seq = next(entity.seq)
-        entity.store.add(rec, now)
+            rec.seq = next(store.seqs)
+        store.add(rec, now)
 
     def _dead_letter(
-        self, entity: _Entity, rec: _Record, reason: str | None, description: str | None, now: float
+        self, store: _Store, rec: _Record, reason: str | None, description: str | None, now: float
     ) -> None:
+        """Move ``rec`` (already removed from ``store``) to its fragment's dead-letter
+        queue, or where ``forward_dead_lettered_messages_to`` says."""
+        entity = store.entity
         copy = rec.clone()
         copy.dl_reason = reason
         copy.dl_desc = description
@@ -1189,8 +1834,9 @@ class EmulatorNamespace:
             if target is not None and target.kind != "subscription":
                 copy.ttl = INF
                 copy.enqueued = now
+                copy.frag = target.fragment_for(copy)
                 self._deliver(target, copy, now, 1)
                 return
-        dlq = entity.dlq
-        copy.seq = next(entity.seq)
-        dlq.add(copy, now)  # type: ignore[union-attr]
+        dlq = entity.dlqs[store.fragment]
+        copy.seq = next(dlq.seqs)
+        dlq.add(copy, now)

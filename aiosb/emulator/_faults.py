@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..errors import EntityUnavailable, InvalidArgument, TransientError
+from ..errors import EntityUnavailable, InvalidArgument, PartitionUnavailable, TransientError
 
 __all__ = ["OPERATIONS", "Fault", "FaultKind", "Faults"]
 
@@ -34,12 +34,15 @@ class Fault:
             :class:`~aiosb.errors.TransientError`; ``delay`` adds ``seconds`` of latency.
         operations: The operation groups it covers.
         seconds: The latency of a ``delay`` fault.
+        fragment: For :meth:`Faults.fail_fragment`, the fragment (partition) index that
+            is down; the rest of the entity stays available (PT-1, PT-9, PT-10).
     """
 
     entity: str | None
     kind: FaultKind
     operations: frozenset[str]
     seconds: float = 0.0
+    fragment: int | None = None
     id: str = field(default_factory=lambda: str(next(_ids)))
     _owner: Faults | None = field(default=None, repr=False)
     _healed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -81,10 +84,17 @@ class Faults:
     injection API; the emulator server exposes the same at ``/{namespace}/$faults``.
     """
 
-    def __init__(self, namespace: str, on_change: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        on_change: Callable[[], None],
+        fragment_count: Callable[[str], int] | None = None,
+    ) -> None:
         self._namespace = namespace
         self._on_change = on_change
+        self._fragment_count = fragment_count
         self.active: list[Fault] = []
+        self.fragmented = 0
 
     def __repr__(self) -> str:
         return f"<Faults {self._namespace}: {len(self.active)} active>"
@@ -115,6 +125,74 @@ class Faults:
             )
         return self._add(Fault(self._entity(entity), kind, self._operations(operations)))
 
+    def fail_fragment(
+        self,
+        entity: str,
+        index: int,
+        *,
+        kind: FaultKind = "unavailable",
+        operations: Iterable[str] = OPERATIONS,
+    ) -> Fault:
+        """Take one fragment (partition) of a partitioned entity down.
+
+        Messages pinned to it by a key fail to send with
+        :class:`~aiosb.errors.PartitionUnavailable` and never move (PT-9); keyless sends
+        go to the other fragments (PT-10); receives gather from the fragments that are up
+        (PT-12); management of the entity fails while it lasts (PT-14). The fragments of
+        a topic's subscriptions share their topic's fragment faults.
+
+        Args:
+            entity: A partitioned queue or topic.
+            index: The fragment, from 0 to the entity's fragment count minus one.
+            kind: ``"unavailable"`` (the default), ``"timeout"`` (operations that need the
+                fragment hang until healed) or ``"transient"``.
+            operations: Any of ``"send"``, ``"receive"``, ``"manage"``.
+
+        Raises:
+            InvalidArgument: Not a partitioned entity, an index out of range, or an
+                unknown kind or operation.
+        """
+        if kind not in ("unavailable", "timeout", "transient"):
+            raise InvalidArgument(
+                f"fault kind is {kind!r}; it must be 'unavailable', 'timeout' or 'transient'."
+            )
+        key = self._entity(entity)
+        if key is None:
+            raise InvalidArgument("fail_fragment needs an entity path.")
+        count = self._fragment_count(entity) if self._fragment_count else 1
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+            raise InvalidArgument(
+                f"fragment index is {index!r}; {entity!r} has {count} fragment"
+                f"{'s' if count != 1 else ''}, so it must be between 0 and {count - 1}."
+                + ("" if count > 1 else " Only partitioned entities have fragments.")
+            )
+        fault = Fault(key, kind, self._operations(operations), fragment=index)
+        return self._add(fault)
+
+    def fragment_faults(self, operation: str, path: str) -> dict[int, Fault]:
+        """The down fragments of ``path`` for ``operation``, by index."""
+        key = path.lower()
+        return {
+            f.fragment: f
+            for f in self.active
+            if f.fragment is not None and f.covers(operation, key)
+        }
+
+    async def apply(self, fault: Fault, operation: str, path: str) -> None:
+        """Raise (or, for a timeout, wait out) a fragment fault that ``operation`` met."""
+        if fault.kind == "timeout":
+            await fault._healed.wait()
+        elif fault.kind == "transient":
+            raise TransientError(
+                f"A transient error interrupted {operation} on fragment {fault.fragment} of "
+                f"{path!r} (injected fault {fault.id}); try again."
+            )
+        else:
+            raise PartitionUnavailable(
+                f"Fragment {fault.fragment} of {path!r} in {self._namespace!r} is unavailable "
+                f"(injected fault {fault.id}); {operation} needs it and cannot go elsewhere."
+            )
+
     def delay(
         self, entity: str | None, seconds: float, *, operations: Iterable[str] = OPERATIONS
     ) -> Fault:
@@ -141,7 +219,7 @@ class Faults:
         """Apply the faults that cover ``operation`` on ``path``; called by the broker."""
         key = path.lower()
         for fault in list(self.active):
-            if not fault.covers(operation, key):
+            if fault.fragment is not None or not fault.covers(operation, key):
                 continue
             if fault.kind == "delay":
                 await asyncio.sleep(fault.seconds)
@@ -181,11 +259,15 @@ class Faults:
     def _add(self, fault: Fault) -> Fault:
         fault._owner = self
         self.active.append(fault)
+        if fault.fragment is not None:
+            self.fragmented += 1
         self._on_change()
         return fault
 
     def _remove(self, fault: Fault) -> None:
         if fault in self.active:
             self.active.remove(fault)
+            if fault.fragment is not None:
+                self.fragmented -= 1
         fault._healed.set()
         self._on_change()

@@ -20,6 +20,8 @@ from ..message import Message, PropertyValue, ReceivedMessage
 __all__ = [
     "ManagementRequest",
     "ReceiveRequest",
+    "SessionInfo",
+    "SessionRequest",
     "Settlement",
     "Transport",
 ]
@@ -27,6 +29,7 @@ __all__ = [
 ReceiveMode = Literal["peek_lock", "receive_and_delete"]
 SettleAction = Literal["complete", "abandon", "dead_letter", "defer", "renew"]
 ManageAction = Literal["create", "get", "update", "delete", "list", "runtime"]
+SessionAction = Literal["accept", "renew", "get_state", "set_state", "release"]
 EntityKind = Literal["queue", "topic", "subscription"]
 
 
@@ -41,6 +44,8 @@ class ReceiveRequest:
             arrives, ``0`` returns at once.
         sub_queue: ``None`` or ``"deadletter"``.
         session_id: Receive from this session only (session-enabled entities).
+        session_lock: The session lock :class:`SessionInfo` gave when it was accepted
+            (receives from a session need it; peeks do not).
         peek: Browse without locking, from ``from_sequence_number``.
         from_sequence_number: Where a peek starts.
         sequence_numbers: Receive these deferred messages (by sequence number).
@@ -51,6 +56,7 @@ class ReceiveRequest:
     max_wait: float | None = None
     sub_queue: str | None = None
     session_id: str | None = None
+    session_lock: str | None = None
     peek: bool = False
     from_sequence_number: int = 0
     sequence_numbers: Sequence[int] | None = None
@@ -68,6 +74,8 @@ class Settlement:
         description: Dead-letter error description.
         properties_to_modify: Application properties to merge (abandon, defer,
             dead-letter).
+        session_id: The session the messages were received in, if any.
+        session_lock: That session's lock.
     """
 
     action: SettleAction
@@ -76,6 +84,47 @@ class Settlement:
     reason: str | None = None
     description: str | None = None
     properties_to_modify: dict[str, PropertyValue] | None = None
+    session_id: str | None = None
+    session_lock: str | None = None
+
+
+@dataclass(slots=True)
+class SessionRequest:
+    """An operation on a session of a session-enabled queue or subscription.
+
+    Attributes:
+        action: ``accept`` (lock a session: ``session_id``, or the next available one
+            when it is ``None``, waiting up to ``max_wait`` seconds), ``renew`` (extend
+            the lock), ``get_state``, ``set_state`` (to ``state``) or ``release``.
+        session_id: The session (``None`` with ``accept``: the next available one).
+        lock: The session lock from ``accept`` (every action but ``accept``).
+        state: The new state for ``set_state`` (``None`` clears it).
+        max_wait: How long ``accept`` waits for a session to become available
+            (``None``: until one does).
+    """
+
+    action: SessionAction
+    session_id: str | None = None
+    lock: str | None = None
+    state: bytes | None = None
+    max_wait: float | None = 0.0
+
+
+@dataclass(slots=True)
+class SessionInfo:
+    """What a session operation answers.
+
+    Attributes:
+        session_id: The session.
+        lock: The session lock (``accept``); pass it with every later request.
+        locked_until: When the session lock ends (UTC epoch seconds).
+        state: The session state (``get_state``).
+    """
+
+    session_id: str
+    lock: str | None = None
+    locked_until: float | None = None
+    state: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -109,8 +158,15 @@ class Transport(Protocol):
     max_message_size: int
     """The largest message (and batch) the namespace accepts, in bytes."""
 
-    async def send(self, entity: str, messages: Sequence[Message]) -> None:
-        """Enqueue ``messages`` on ``entity`` as one batch: all of them or none."""
+    async def send(
+        self, entity: str, messages: Sequence[Message], *, transaction: bool = False
+    ) -> None:
+        """Enqueue ``messages`` on ``entity`` as one batch: all of them or none.
+
+        With ``transaction=True`` they are one transaction's sends: on a partitioned
+        entity they must share one partition key (PT-16 to PT-18), and the batch size
+        limit applies to each message rather than to their sum.
+        """
 
     async def schedule(self, entity: str, messages: Sequence[Message]) -> list[int]:
         """Schedule messages (each with ``scheduled_enqueue_time``); return sequence numbers."""
@@ -123,6 +179,9 @@ class Transport(Protocol):
 
     async def settle(self, entity: str, settlement: Settlement) -> list[float] | None:
         """Settle locked messages; ``renew`` returns the new lock expiries (UTC seconds)."""
+
+    async def session(self, entity: str, request: SessionRequest) -> SessionInfo:
+        """Accept, renew or release a session, or read or write its state."""
 
     async def manage(self, request: ManagementRequest) -> Any:
         """Create, read, update, delete or list entities, or read their counts."""

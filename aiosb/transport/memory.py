@@ -8,7 +8,7 @@ from typing import Any
 from .. import emulator
 from ..errors import ClientClosed
 from ..message import Message, ReceivedMessage
-from . import ManagementRequest, ReceiveRequest, Settlement
+from . import ManagementRequest, ReceiveRequest, SessionInfo, SessionRequest, Settlement
 
 __all__ = ["MemoryTransport"]
 
@@ -48,9 +48,11 @@ class MemoryTransport:
                 f"{'closed' if self._closed else 'not open yet'}."
             )
 
-    async def send(self, entity: str, messages: Sequence[Message]) -> None:
+    async def send(
+        self, entity: str, messages: Sequence[Message], *, transaction: bool = False
+    ) -> None:
         self._check()
-        await self._ns.send(entity, messages)
+        await self._ns.send(entity, messages, transaction=transaction)
 
     async def schedule(self, entity: str, messages: Sequence[Message]) -> list[int]:
         self._check()
@@ -67,6 +69,10 @@ class MemoryTransport:
     async def settle(self, entity: str, settlement: Settlement) -> list[float] | None:
         self._check()
         return await self._ns.settle(entity, settlement)
+
+    async def session(self, entity: str, request: SessionRequest) -> SessionInfo:
+        self._check()
+        return await self._ns.session(entity, request)
 
     async def manage(self, request: ManagementRequest) -> Any:
         self._check()
