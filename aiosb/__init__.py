@@ -14,7 +14,15 @@ import logging
 
 from . import errors
 from .auth import SasCredential
-from .client import Namespace, Receiver, Sender, Transaction, connect
+from .client import (
+    NEXT_AVAILABLE_SESSION,
+    Namespace,
+    Receiver,
+    ReceiverSession,
+    Sender,
+    Transaction,
+    connect,
+)
 from .entities import (
     NEVER,
     QueueProperties,
@@ -32,6 +40,7 @@ logging.getLogger("aiosb").addHandler(logging.NullHandler())
 
 __all__ = [
     "NEVER",
+    "NEXT_AVAILABLE_SESSION",
     "Message",
     "Namespace",
     "PairedNamespace",
@@ -40,6 +49,7 @@ __all__ = [
     "QueueProperties",
     "ReceivedMessage",
     "Receiver",
+    "ReceiverSession",
     "RuntimeProperties",
     "SasCredential",
     "Sender",

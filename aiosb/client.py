@@ -33,13 +33,45 @@ from .errors import (
     ServiceBusError,
 )
 from .message import PING_CONTENT_TYPE, Message, ReceivedMessage
-from .transport import ManagementRequest, ReceiveRequest, Settlement, Transport
+from .transport import (
+    ManagementRequest,
+    ReceiveRequest,
+    SessionInfo,
+    SessionRequest,
+    Settlement,
+    Transport,
+)
 
-__all__ = ["Namespace", "Receiver", "Sender", "SendingLink", "Transaction", "connect"]
+__all__ = [
+    "NEXT_AVAILABLE_SESSION",
+    "Namespace",
+    "Receiver",
+    "ReceiverSession",
+    "Sender",
+    "SendingLink",
+    "Transaction",
+    "connect",
+]
 
 T = TypeVar("T")
 Duration = _dt.timedelta | float | int
 _MAX_TRANSACTION_MESSAGES = 100
+
+
+class _NextAvailableSession:
+    """The type of :data:`NEXT_AVAILABLE_SESSION`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "aiosb.NEXT_AVAILABLE_SESSION"
+
+    def __reduce__(self) -> str:
+        return "NEXT_AVAILABLE_SESSION"
+
+
+#: Pass as ``session_id`` to receive from whichever session is available next.
+NEXT_AVAILABLE_SESSION = _NextAvailableSession()
 
 
 def _seconds(name: str, value: Duration | None, *, allow_none: bool = False) -> float | None:
@@ -232,10 +264,11 @@ class Namespace:
         *args: Any,
         wait: float | None = 0.0,
         timeout: float | None = None,  # noqa: ASYNC109 - a budget for retries, not a cancel scope
+        **kwargs: Any,
     ) -> T:
-        """Run one transport operation within the operation timeout (or ``timeout``)
-        plus ``wait``, retrying transient errors with backoff; ``wait=None`` means no
-        deadline."""
+        """Run one transport operation, ``fn(*args, **kwargs)``, within the operation
+        timeout (or ``timeout``) plus ``wait``, retrying transient errors with backoff;
+        ``wait=None`` means no deadline."""
         self._check_open()
         loop = asyncio.get_running_loop()
         limit = self.operation_timeout if timeout is None else timeout
@@ -244,7 +277,7 @@ class Namespace:
         while True:
             try:
                 async with asyncio.timeout_at(deadline):
-                    return await fn(*args)
+                    return await fn(*args, **kwargs)
             except ServiceBusError as exc:
                 if not exc.retryable or isinstance(exc, OperationTimeout):
                     raise
@@ -260,8 +293,7 @@ class Namespace:
                 await asyncio.sleep(delay)
             except TimeoutError:
                 raise OperationTimeout(
-                    f"{fn.__name__} on namespace {self.name!r} got no answer within "
-                    f"{limit:g} s."
+                    f"{fn.__name__} on namespace {self.name!r} got no answer within {limit:g} s."
                 ) from None
 
     # -- data ------------------------------------------------------------------------
@@ -279,26 +311,49 @@ class Namespace:
         entity: str,
         *,
         mode: Literal["peek_lock", "receive_and_delete"] = "peek_lock",
-        session_id: str | None = None,
+        session_id: str | _NextAvailableSession | None = None,
         sub_queue: str | None = None,
         prefetch_count: int = 0,
+        session_wait: Duration | None = None,
     ) -> Receiver:
         """A receiver for a queue or subscription (``"topic/subscriptions/name"``).
 
         Args:
             entity: The entity path.
             mode: ``"peek_lock"`` (settle each message) or ``"receive_and_delete"``.
-            session_id: Receive one session's messages (session-enabled entities).
+            session_id: On a session-enabled entity, the session to receive from, or
+                :data:`NEXT_AVAILABLE_SESSION`. The receiver locks the session when it
+                opens (``async with``) or is first used; another receiver cannot take
+                it (:class:`~aiosb.errors.SessionCannotBeLocked`) until it is closed or
+                its lock expires. ``receiver.session`` renews it and keeps its state.
             sub_queue: ``"deadletter"`` for the dead-letter queue.
             prefetch_count: How many messages ``async for`` asks for at once.
+            session_wait: With :data:`NEXT_AVAILABLE_SESSION`, how long to wait for a
+                session to become available (default: the operation timeout) before
+                :class:`~aiosb.errors.OperationTimeout`.
         """
         self._check_open()
         if mode not in ("peek_lock", "receive_and_delete"):
             raise InvalidArgument(f"mode is {mode!r}; use 'peek_lock' or 'receive_and_delete'.")
         if not isinstance(prefetch_count, int) or prefetch_count < 0:
             raise InvalidArgument(f"prefetch_count is {prefetch_count!r}; it must be 0 or more.")
+        if session_id is not None and session_id is not NEXT_AVAILABLE_SESSION:
+            if not isinstance(session_id, str) or not 0 < len(session_id) <= 128:
+                raise InvalidArgument(
+                    f"session_id is {session_id!r}; use a string of 1 to 128 characters or "
+                    "aiosb.NEXT_AVAILABLE_SESSION."
+                )
         parsed = parse_entity_path(entity, sub_queue)
-        return Receiver(self, entity, mode, session_id, parsed.sub_queue, prefetch_count, parsed)
+        if session_id is not None and parsed.sub_queue is not None:
+            raise InvalidOperation(
+                "A dead-letter queue is not session-enabled: receive from it without a session_id."
+            )
+        wait = _seconds("session_wait", session_wait, allow_none=True)
+        receiver = Receiver(
+            self, entity, mode, session_id, parsed.sub_queue, prefetch_count, parsed
+        )
+        receiver._session_wait = self.operation_timeout if wait is None else wait
+        return receiver
 
     def pair(self, secondary: Namespace, options: Any = None) -> Any:
         """Pair this (primary) namespace with ``secondary`` for send availability.
@@ -464,7 +519,7 @@ class Transaction:
     async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self.sender._transaction.reset(self._token)  # type: ignore[arg-type]
         if exc_type is None and self.messages:
-            await self.sender._send_now(self.messages)
+            await self.sender._send_now(self.messages, transaction=True)
 
     def add(self, messages: list[Message]) -> None:
         if len(self.messages) + len(messages) > _MAX_TRANSACTION_MESSAGES:
@@ -524,7 +579,7 @@ class SendingLink:
             return
         await self._send_now(messages)
 
-    async def _send_now(self, messages: list[Message]) -> None:
+    async def _send_now(self, messages: list[Message], transaction: bool = False) -> None:
         raise NotImplementedError
 
     def transaction(self) -> Transaction:
@@ -554,9 +609,12 @@ class Sender(SendingLink):
         self._closed = True
         self.namespace._untrack(self)
 
-    async def _send_now(self, messages: list[Message]) -> None:
+    async def _send_now(self, messages: list[Message], transaction: bool = False) -> None:
         ns = self.namespace
-        await ns._call(ns.transport.send, self.entity, messages)
+        if transaction:
+            await ns._call(ns.transport.send, self.entity, messages, transaction=True)
+        else:
+            await ns._call(ns.transport.send, self.entity, messages)
 
     async def schedule(
         self, message: Message | Sequence[Message], at: _dt.datetime
@@ -582,10 +640,62 @@ class Sender(SendingLink):
         ns = self.namespace
         await ns._call(ns.transport.cancel_scheduled, self.entity, seqs)
 
+
+class ReceiverSession:
+    """The session a session receiver holds: its lock and its state.
+
+    Attributes:
+        session_id: The session's id.
+        locked_until: When the session lock ends unless renewed (UTC).
+    """
+
+    def __init__(self, receiver: Receiver, info: SessionInfo) -> None:
+        self._receiver = receiver
+        self.session_id = info.session_id
+        self._lock = info.lock
+        self._locked_until = info.locked_until or 0.0
+
+    def __repr__(self) -> str:
+        return f"<ReceiverSession {self.session_id!r} until {self.locked_until.isoformat()}>"
+
+    @property
+    def locked_until(self) -> _dt.datetime:
+        return _dt.datetime.fromtimestamp(self._locked_until, _dt.UTC)
+
+    async def _op(self, action: str, state: bytes | None = None) -> SessionInfo:
+        receiver = self._receiver
+        receiver._check()
+        ns = receiver.namespace
+        request = SessionRequest(action, self.session_id, self._lock, state)  # type: ignore[arg-type]
+        return await ns._call(ns.transport.session, receiver._entity_path, request)
+
+    async def renew_lock(self) -> _dt.datetime:
+        """Extend the session lock (and the locks of its received messages).
+
+        Raises:
+            SessionLockLost: The lock had expired already.
+        """
+        info = await self._op("renew")
+        self._locked_until = info.locked_until or self._locked_until
+        return self.locked_until
+
+    async def get_state(self) -> bytes | None:
+        """The session's state (``None`` when never set)."""
+        return (await self._op("get_state")).state
+
+    async def set_state(self, state: bytes | None) -> None:
+        """Store ``state`` with the session (``None`` clears it)."""
+        if state is not None and not isinstance(state, bytes | bytearray):
+            raise InvalidArgument(f"session state must be bytes or None, not {state!r}.")
+        await self._op("set_state", None if state is None else bytes(state))
+
+
 class Receiver:
-    """Receives from one queue, subscription or dead-letter queue.
+    """Receives from one queue, subscription, session or dead-letter queue.
 
     Use it as an async context manager; ``async for msg in receiver`` receives forever.
+    A session receiver locks its session when it opens (or on first use) and releases
+    it when it closes; ``receiver.session`` is then the :class:`ReceiverSession`.
     """
 
     def __init__(
@@ -593,7 +703,7 @@ class Receiver:
         namespace: Namespace,
         entity: str,
         mode: Literal["peek_lock", "receive_and_delete"],
-        session_id: str | None,
+        session_id: str | _NextAvailableSession | None,
         sub_queue: str | None,
         prefetch_count: int,
         parsed: Any,
@@ -601,7 +711,12 @@ class Receiver:
         self.namespace = namespace
         self.entity = entity
         self.mode = mode
-        self.session_id = session_id
+        self._wants_session = session_id is not None
+        self.session_id: str | None = (
+            None if session_id is NEXT_AVAILABLE_SESSION else session_id  # type: ignore[assignment]
+        )
+        self.session: ReceiverSession | None = None
+        self._session_wait = namespace.operation_timeout
         self.sub_queue = sub_queue
         self.prefetch_count = prefetch_count
         self._path = str(parsed).lower()
@@ -617,23 +732,52 @@ class Receiver:
         )
 
     async def __aenter__(self) -> Receiver:
+        if self._wants_session:
+            await self._accept()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the receiver (idempotent); unsettled locks expire on their own."""
+        """Close the receiver (idempotent); unsettled locks expire on their own, and a
+        session is released for other receivers."""
+        if self._closed:
+            return
         self._closed = True
         self.namespace._untrack(self)
+        session = self.session
+        if session is not None and not self.namespace.closed:
+            request = SessionRequest("release", session.session_id, session._lock)
+            try:  # best effort: an unreleased lock expires by itself
+                await self.namespace.transport.session(self._entity_path, request)
+            except ServiceBusError:
+                pass
 
     def _check(self) -> None:
         if self._closed:
             raise ClientClosed(f"the receiver for {self.entity!r} is closed.")
 
+    async def _accept(self) -> ReceiverSession:
+        """Lock this receiver's session (or the next available one), once."""
+        if self.session is None:
+            self._check()
+            ns = self.namespace
+            wait = self._session_wait if self.session_id is None else 0.0
+            request = SessionRequest("accept", self.session_id, max_wait=wait)
+            info = await ns._call(ns.transport.session, self._entity_path, request, wait=wait)
+            self.session = ReceiverSession(self, info)
+            self.session_id = info.session_id
+        return self.session
+
     def _request(self, **kw: Any) -> ReceiveRequest:
+        session = self.session
         return ReceiveRequest(
-            mode=self.mode, sub_queue=self.sub_queue, session_id=self.session_id, **kw
+            mode=self.mode,
+            sub_queue=self.sub_queue,
+            session_id=self.session_id,
+            session_lock=None if session is None else session._lock,
+            **kw,
         )
 
     async def receive(
@@ -649,6 +793,8 @@ class Receiver:
         if not isinstance(max_messages, int) or max_messages < 1:
             raise InvalidArgument(f"max_messages is {max_messages!r}; it must be at least 1.")
         wait = _seconds("max_wait", max_wait, allow_none=True)
+        if self._wants_session:
+            await self._accept()
         ns = self.namespace
         loop = asyncio.get_running_loop()
         deadline = None if wait is None else loop.time() + wait
@@ -683,6 +829,8 @@ class Receiver:
         """Receive deferred messages by sequence number."""
         self._check()
         seqs = [sequence_numbers] if isinstance(sequence_numbers, int) else list(sequence_numbers)
+        if self._wants_session:
+            await self._accept()
         ns = self.namespace
         request = self._request(max_messages=max(1, len(seqs)), sequence_numbers=seqs)
         return await ns._call(ns.transport.receive, self._entity_path, request)
@@ -700,6 +848,8 @@ class Receiver:
         if not isinstance(max_messages, int) or max_messages < 1:
             raise InvalidArgument(f"max_messages is {max_messages!r}; it must be at least 1.")
         start = self._last_peeked + 1 if from_sequence_number is None else from_sequence_number
+        if self._wants_session:
+            await self._accept()
         ns = self.namespace
         found: list[ReceivedMessage] = []
         while len(found) < max_messages:
@@ -747,6 +897,9 @@ class Receiver:
             return None
         ns = self.namespace
         settlement = Settlement(action, tokens, self.sub_queue, **kw)  # type: ignore[arg-type]
+        if self.session is not None:
+            settlement.session_id = self.session.session_id
+            settlement.session_lock = self.session._lock
         return await ns._call(ns.transport.settle, self._entity_path, settlement)
 
     async def complete(self, message: ReceivedMessage | Sequence[ReceivedMessage]) -> None:

@@ -14,6 +14,7 @@ def test_all_lists_exactly_the_public_names():
     assert sorted(aiosb.__all__) == sorted(
         [
             "NEVER",
+            "NEXT_AVAILABLE_SESSION",
             "Message",
             "Namespace",
             "PairedNamespace",
@@ -22,6 +23,7 @@ def test_all_lists_exactly_the_public_names():
             "QueueProperties",
             "ReceivedMessage",
             "Receiver",
+            "ReceiverSession",
             "RuntimeProperties",
             "SasCredential",
             "Sender",

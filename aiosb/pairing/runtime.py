@@ -317,8 +317,9 @@ class PairedNamespace:
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("%s stopped: %r", task.get_name(), task.exception(),
-                      exc_info=task.exception())
+            log.error(
+                "%s stopped: %r", task.get_name(), task.exception(), exc_info=task.exception()
+            )
 
     def _check_open(self) -> None:
         if self._state != "open":
@@ -412,9 +413,7 @@ class PairedNamespace:
             counters.failovers += 1
             self._emit("failover", entry.path, "sends now go to the backlog queues")
         elif new is Health.SUSPECT:
-            self._emit(
-                "suspect", entry.path, f"a send failed; failover in {self._interval:g} s"
-            )
+            self._emit("suspect", entry.path, f"a send failed; failover in {self._interval:g} s")
         elif old is Health.FAILED_OVER:
             counters.recoveries += 1
             self._emit("recovered", entry.path, f"sends go to the primary again ({signal.value})")
@@ -566,8 +565,7 @@ class PairedSender(SendingLink):
 
     def __repr__(self) -> str:
         return (
-            f"<PairedSender {self.entity} {self._entry.state.health.value} "
-            f"backlog={self._backlog}>"
+            f"<PairedSender {self.entity} {self._entry.state.health.value} backlog={self._backlog}>"
         )
 
     async def aclose(self) -> None:
@@ -575,11 +573,11 @@ class PairedSender(SendingLink):
         self._closed = True
         self.paired._senders.discard(self)
 
-    async def _send_now(self, messages: list[Message]) -> None:
+    async def _send_now(self, messages: list[Message], transaction: bool = False) -> None:
         entry = self._entry
         if entry.healthy:  # S-2: the healthy path is a plain send, as deep as Sender's
             try:
-                await self._send_primary(messages)
+                await self._send_primary(messages, transaction)
             except ServiceBusError as exc:
                 if not is_outage(exc):
                     raise
@@ -587,16 +585,22 @@ class PairedSender(SendingLink):
             else:
                 self.paired._counters.primary_sends += 1
                 return
-            await self._send_degraded(messages, attempt=1)
+            await self._send_degraded(messages, 1, transaction)
         else:
-            await self._send_degraded(messages, attempt=0)
+            await self._send_degraded(messages, 0, transaction)
 
-    def _send_primary(self, messages: list[Message]) -> Coroutine[Any, Any, None]:
+    def _send_primary(
+        self, messages: list[Message], transaction: bool
+    ) -> Coroutine[Any, Any, None]:
         """The one primary send of both paths: exactly what a plain Sender does."""
         primary = self.paired.primary
+        if transaction:
+            return primary._call(primary.transport.send, self.entity, messages, transaction=True)
         return primary._call(primary.transport.send, self.entity, messages)
 
-    async def _send_degraded(self, messages: list[Message], attempt: int) -> None:
+    async def _send_degraded(
+        self, messages: list[Message], attempt: int, transaction: bool = False
+    ) -> None:
         """The slow path: retry the primary with backoff until failover engages (G-1)."""
         paired, entry = self.paired, self._entry
         primary = paired.primary
@@ -611,7 +615,7 @@ class PairedSender(SendingLink):
                     continue
             attempt += 1
             try:
-                await self._send_primary(messages)
+                await self._send_primary(messages, transaction)
             except ServiceBusError as exc:
                 if not is_outage(exc):
                     raise
