@@ -13,10 +13,11 @@ Namespaces live in this process and are created on first use::
 from __future__ import annotations
 
 from .._clock import CLOCK
-from ._broker import MAX_DELIVERY_EXCEEDED, TTL_EXPIRED, EmulatorNamespace
+from ._broker import FRAGMENT_SHIFT, MAX_DELIVERY_EXCEEDED, TTL_EXPIRED, EmulatorNamespace
 from ._faults import OPERATIONS, Fault, Faults
 
 __all__ = [
+    "FRAGMENT_SHIFT",
     "MAX_DELIVERY_EXCEEDED",
     "OPERATIONS",
     "TTL_EXPIRED",

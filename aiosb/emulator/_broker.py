@@ -1600,14 +1600,14 @@ class EmulatorNamespace:
         return entity
 
     def _update(self, entity: _Entity, props: Any, now: float) -> Any:
-        props = props.normalised(self.tier)
-        if entity.kind == "subscription":
-            props.topic_name = entity.topic.path  # type: ignore[union-attr]
-        fixed = entity.props.changed_fixed(props)
+        fixed = entity.props.changed_fixed(props)  # before the checks that depend on them
         if fixed:
             raise InvalidOperation(
                 f"{', '.join(fixed)} of {entity.path!r} cannot change after creation (PT-3)."
             )
+        props = props.normalised(self.tier)
+        if entity.kind == "subscription":
+            props.topic_name = entity.topic.path  # type: ignore[union-attr]
         for target_name in ("forward_to", "forward_dead_lettered_messages_to"):
             target = getattr(props, target_name, None)
             if target is not None:

@@ -160,11 +160,15 @@ class Faults:
         if key is None:
             raise InvalidArgument("fail_fragment needs an entity path.")
         count = self._fragment_count(entity) if self._fragment_count else 1
+        if count == 1:
+            raise InvalidArgument(
+                f"{entity!r} is not partitioned: only partitioned entities have fragments "
+                "to fail; use fail() for the whole entity."
+            )
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
             raise InvalidArgument(
-                f"fragment index is {index!r}; {entity!r} has {count} fragment"
-                f"{'s' if count != 1 else ''}, so it must be between 0 and {count - 1}."
-                + ("" if count > 1 else " Only partitioned entities have fragments.")
+                f"fragment index is {index!r}; {entity!r} has {count} fragments,"
+                " so it must be between 0 and {count - 1}."
             )
         fault = Fault(key, kind, self._operations(operations), fragment=index)
         return self._add(fault)
