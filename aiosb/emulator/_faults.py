@@ -168,7 +168,7 @@ class Faults:
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
             raise InvalidArgument(
                 f"fragment index is {index!r}; {entity!r} has {count} fragments,"
-                " so it must be between 0 and {count - 1}."
+                f" so it must be between 0 and {count - 1}."
             )
         fault = Fault(key, kind, self._operations(operations), fragment=index)
         return self._add(fault)
