@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import inspect
 import re
 from collections.abc import Callable
 from types import ModuleType
@@ -369,15 +370,18 @@ _KINDS: dict[str, type[Any]] = {
 _NOT_SENT = frozenset({"name", "topic_name", "created_at_utc", "updated_at_utc", "accessed_at_utc"})
 
 
-def entity_kwargs(props: Any) -> dict[str, Any]:
-    """Keyword arguments for the SDK's ``create_*`` from an aiosb description.
+def entity_kwargs(kind: str, props: Any) -> dict[str, Any]:
+    """Keyword arguments for the SDK's ``create_{kind}`` from an aiosb description.
 
-    ``NEVER`` durations are left out (the service's default is the same maximum, and the
-    SDK cannot write ``TimeSpan.MaxValue``).
+    Only names that method takes are passed; ``NEVER`` durations are left out (the
+    service's default is that same maximum).
     """
+    admin = sdk().aio.management.ServiceBusAdministrationClient
+    accepted = inspect.signature(getattr(admin, f"create_{kind}")).parameters
     out: dict[str, Any] = {}
     for field in dataclasses.fields(props):
-        if field.name in _NOT_SENT:
+        param = accepted.get(field.name)
+        if param is None or param.kind is not inspect.Parameter.KEYWORD_ONLY:
             continue
         value = getattr(props, field.name)
         if value is None or (isinstance(value, _dt.timedelta) and value >= NEVER):

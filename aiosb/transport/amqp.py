@@ -435,7 +435,7 @@ class AmqpTransport:
         )
         if action == "create":
             props = request.properties.normalised("premium")
-            kwargs = entity_kwargs(props)
+            kwargs = entity_kwargs(kind, props)
             if kind == "subscription":
                 created = await admin.create_subscription(topic, props.name, **kwargs)
             else:
