@@ -11,8 +11,9 @@ Fidelity of application properties over the SDK (what a receiver gets back):
 - ``bytes`` come back as ``str`` when they are UTF-8 (the SDK sends them as strings, and
   decodes every string as bytes on receipt: the two cannot be told apart).
 - ``datetime`` is sent as an AMQP timestamp and comes back as ``int`` milliseconds since
-  the epoch; ``timedelta`` is sent as Service Bus's ``com.microsoft:timespan`` (what
-  .NET receivers read as a ``TimeSpan``) and comes back as ``int`` ticks (100 ns).
+  the epoch (the SDK's decoder drops the type).
+- ``timedelta`` is sent as Service Bus's ``com.microsoft:timespan`` (what .NET receivers
+  read as a ``TimeSpan``) and comes back as ``timedelta``.
 """
 
 from __future__ import annotations
@@ -125,6 +126,19 @@ def _text(value: Any) -> Any:
     return value
 
 
+def _property_from_sdk(value: Any) -> Any:
+    descriptor = getattr(value, "descriptor", None)  # pyamqp's Described* values
+    if descriptor is not None:
+        descriptor = _text(getattr(descriptor, "value", descriptor))
+        if descriptor == _TIMESPAN_DESCRIPTOR.decode() and isinstance(value, int):
+            return _dt.timedelta(microseconds=int(value) // 10)
+        for plain in (int, float, bytes):
+            if isinstance(value, plain):
+                value = plain(value)
+                break
+    return _text(value)
+
+
 def _body(sdk_message: Any) -> bytes:
     body = sdk_message.body
     if isinstance(body, (bytes, bytearray)):
@@ -154,7 +168,8 @@ def message_from_sdk(
         locked: Whether it was received in peek-lock mode (peeks are not).
         lock_token: The lock token to report (the SDK's, as text, by default).
     """
-    props = {str(_text(k)): _text(v) for k, v in (sdk_message.application_properties or {}).items()}
+    raw = sdk_message.application_properties or {}
+    props = {str(_text(k)): _property_from_sdk(v) for k, v in raw.items()}
     token = None
     if locked:
         token = lock_token or (str(sdk_message.lock_token) if sdk_message.lock_token else None)
