@@ -37,6 +37,7 @@ from ..entities import (
 from ..message import Message, ReceivedMessage
 
 __all__ = [
+    "apply_to_sdk",
     "condition_of",
     "entity_from_sdk",
     "entity_kwargs",

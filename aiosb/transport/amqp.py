@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import datetime as _dt
 import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -64,6 +65,8 @@ RECEIVE_SLICE = 1.0
 NO_WAIT = 0.25
 #: Most lock tokens remembered at once; the oldest are forgotten first.
 MAX_TRACKED_LOCKS = 10_000
+#: How long after its lock expired a token is still remembered (clock skew).
+LOCK_GRACE = _dt.timedelta(minutes=1)
 #: Standard tier's message size; premium namespaces pass ``max_message_size``.
 DEFAULT_MAX_MESSAGE_SIZE = 256 * 1024
 
@@ -374,6 +377,14 @@ class AmqpTransport:
         self._locks.move_to_end(token)
         while len(self._locks) > MAX_TRACKED_LOCKS:
             self._locks.popitem(last=False)
+        # Forget the oldest locks once they expired (renewed ones moved to the end).
+        now = _dt.datetime.now(_dt.UTC) - LOCK_GRACE
+        while self._locks:
+            oldest = next(iter(self._locks.values()))[1]
+            until = oldest.locked_until_utc
+            if until is None or until >= now:
+                break
+            self._locks.popitem(last=False)
 
     async def settle(self, entity: str, settlement: Settlement) -> list[float] | None:
         self._check()
@@ -400,6 +411,7 @@ class AmqpTransport:
                 raise
             if action == "renew":
                 renewed.append(result.timestamp())
+                self._locks.move_to_end(token)
             else:
                 self._locks.pop(token, None)
         return renewed if action == "renew" else None

@@ -188,8 +188,6 @@ async def test_receive_settles_through_the_receiver_and_sdk_message_that_receive
         (msg,) = await receiver.receive(max_wait=0)
         assert msg.body == b"one" and msg.lock_token
         sdk_receiver = made["client"].receivers[0]
-        sdk_message = sdk_receiver.settled  # nothing settled yet
-        assert sdk_message == []
         await receiver.complete(msg)
         ((action, settled, _),) = sdk_receiver.settled
         assert action == "complete" and str(settled.lock_token) == msg.lock_token
@@ -312,6 +310,21 @@ async def test_the_lock_map_is_bounded(monkeypatch):
     made["client"].inbox["q"] = [{"body": b"x", "sequence_number": i} for i in range(5)]
     got = await transport.receive("q", ReceiveRequest(max_messages=5, max_wait=0))
     assert list(transport._locks) == [m.lock_token for m in got[2:]]
+    await transport.aclose()
+
+
+async def test_expired_locks_are_forgotten():
+    transport, made = fake_transport()
+    await transport.open()
+    long_ago = _dt.datetime(2001, 1, 1, tzinfo=_dt.UTC)
+    made["client"].inbox["q"] = [
+        {"body": b"old", "sequence_number": 1, "enqueued": long_ago},
+        {"body": b"new", "sequence_number": 2},  # locked until 2030
+    ]
+    old, new = await transport.receive("q", ReceiveRequest(max_messages=2, max_wait=0))
+    assert list(transport._locks) == [new.lock_token]
+    with pytest.raises(errors.MessageLockLost):
+        await transport.settle("q", Settlement("complete", [old.lock_token]))
     await transport.aclose()
 
 
