@@ -101,13 +101,18 @@ def connect(
 
     Args:
         url: ``memory://NAME`` (the embedded emulator; two connects to one name in one
-            process share it; ``?tier=premium`` picks the tier on first use).
+            process share it; ``?tier=premium`` picks the tier on first use), or a
+            real namespace over AMQP (the ``amqp`` extra): its connection string
+            ``Endpoint=sb://...;SharedAccessKeyName=...;SharedAccessKey=...``, or
+            ``sb://NAME.servicebus.windows.net`` with ``credential``.
         credential: ``("KeyName", "key")`` or a :class:`~aiosb.SasCredential`, for
             namespaces that check signatures.
         operation_timeout: Bounds each operation including its retries of transient
             errors; a receive waits its ``max_wait`` on top of it.
         **options: ``retry_backoff`` (first retry delay, default 0.1 s),
-            ``retry_backoff_max`` (default 5 s), ``tier`` (memory namespaces).
+            ``retry_backoff_max`` (default 5 s), ``tier`` (memory namespaces),
+            ``max_message_size`` (AMQP: the namespace's limit in bytes, 256 KB by
+            default; give a premium namespace's).
 
     Returns:
         An unopened :class:`Namespace`: ``async with aiosb.connect(url) as ns: ...``.
@@ -137,13 +142,10 @@ def _open_transport(
 ) -> Transport:
     if not isinstance(url, str) or not url:
         raise InvalidArgument(f"connect needs a URL or connection string, not {url!r}.")
-    if url.lower().startswith("endpoint="):
-        raise InvalidOperation(
-            "Connection strings select the AMQP transport, which this version of aiosb "
-            "does not include yet; use memory://NAME for the embedded emulator."
-        )
     parsed = urllib.parse.urlsplit(url)
     scheme = parsed.scheme.lower()
+    if url.lower().startswith("endpoint=") or scheme == "sb":
+        return _amqp_transport(url, parsed, credential, options)
     if scheme == "memory":
         from .transport.memory import MemoryTransport
 
@@ -163,6 +165,31 @@ def _open_transport(
         f"unsupported URL {url!r}: use memory://NAME, http://HOST:PORT/NAME, "
         "https://NAME.servicebus.windows.net or a connection string."
     )
+
+
+def _amqp_transport(
+    url: str,
+    parsed: urllib.parse.SplitResult,
+    credential: SasCredential | None,
+    options: dict[str, Any],
+) -> Transport:
+    from .transport.amqp import AmqpTransport
+
+    max_message_size = options.pop("max_message_size", None)
+    if options:
+        unknown = ", ".join(sorted(options))
+        raise InvalidArgument(f"unknown option(s) for the AMQP transport: {unknown}.")
+    extra = {} if max_message_size is None else {"max_message_size": max_message_size}
+    if parsed.scheme.lower() == "sb":
+        if credential is None:
+            raise InvalidArgument(
+                f"{url} needs a credential: connect(url, credential=(key_name, key)), or "
+                "use the namespace's connection string."
+            )
+        return AmqpTransport(
+            fully_qualified_namespace=parsed.netloc, credential=credential, **extra
+        )
+    return AmqpTransport(url, **extra)
 
 
 class Namespace:

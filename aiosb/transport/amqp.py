@@ -1,0 +1,513 @@
+"""The AMQP transport: a real namespace through the official ``azure-servicebus`` aio SDK.
+
+``aiosb.connect("Endpoint=sb://...;SharedAccessKeyName=...;SharedAccessKey=...")`` (or
+``sb://NAME.servicebus.windows.net`` with a credential) selects it. It keeps what the
+SDK gets wrong out of aiosb's way (architecture.md, "Known pitfalls"):
+
+- Links are opened once and reused: one SDK sender per entity, one SDK receiver per
+  (entity, sub-queue, mode, session), cached until the transport closes.
+- One operation at a time per SDK link (an :class:`asyncio.Lock` each): the SDK's async
+  sender and receiver are not safe under concurrent use, aiosb's are. Long receive
+  waits are cut into slices of :data:`RECEIVE_SLICE` seconds so that settlements on the
+  same link get their turn between slices.
+- A link or connection the broker closed (idleness, a service move) is closed and
+  opened again, and the operation tried once more: the one retry a transport makes,
+  since that is not a failure of the broker. It is never reported as an outage.
+- The SDK's own retries are off (``retry_total=0``): :meth:`aiosb.Namespace._call`
+  retries transient errors, and the failover detector sees every non-transient one.
+- SDK exceptions become :mod:`aiosb.errors` by class and AMQP condition
+  (:func:`~aiosb.transport._amqp_convert.map_error`).
+
+The SDK settles a message only through the receiver that received it, with the SDK
+message object; the transport keeps a bounded map from lock token to both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import datetime as _dt
+import urllib.parse
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from ..auth import SasCredential, parse_connection_string
+from ..entities import parse_entity_path
+from ..errors import (
+    ClientClosed,
+    InvalidArgument,
+    InvalidOperation,
+    MessageLockLost,
+    ServiceBusError,
+)
+from ..message import Message, ReceivedMessage
+from . import ManagementRequest, ReceiveRequest, Settlement
+from ._amqp_convert import (
+    apply_to_sdk,
+    entity_from_sdk,
+    entity_kwargs,
+    is_idle_detach,
+    map_error,
+    message_from_sdk,
+    message_to_sdk,
+    runtime_from_sdk,
+    sdk,
+)
+
+__all__ = ["RECEIVE_SLICE", "AmqpTransport"]
+
+T = TypeVar("T")
+
+#: Longest single SDK receive call (seconds); longer waits are made of several.
+RECEIVE_SLICE = 1.0
+#: The wait of a receive with ``max_wait=0`` (the SDK needs a positive one).
+NO_WAIT = 0.25
+#: Most lock tokens remembered at once; the oldest are forgotten first.
+MAX_TRACKED_LOCKS = 10_000
+#: How long after its lock expired a token is still remembered (clock skew).
+LOCK_GRACE = _dt.timedelta(minutes=1)
+#: Standard tier's message size; premium namespaces pass ``max_message_size``.
+DEFAULT_MAX_MESSAGE_SIZE = 256 * 1024
+
+_MODES = {"peek_lock": "peeklock", "receive_and_delete": "receiveanddelete"}
+
+
+class _Link:
+    """One SDK sender or receiver: opened on first use, used by one operation at a time.
+
+    Args:
+        name: What it is, for error sentences.
+        factory: Makes a new SDK handler (no I/O; the SDK opens it on first use).
+    """
+
+    def __init__(self, name: str, factory: Callable[[], Any]) -> None:
+        self.name = name
+        self._factory = factory
+        self.handler: Any = None
+        self.lock = asyncio.Lock()
+        self.reopened = 0
+
+    async def run(self, operation: Callable[[Any], Awaitable[T]], what: str) -> T:
+        """Run ``operation(handler)`` alone on this link.
+
+        A link the broker closed is reopened and the operation tried once more; every
+        other failure is raised as an :mod:`aiosb.errors` instance.
+        """
+        async with self.lock:
+            for attempt in (1, 2):
+                if self.handler is None:
+                    self.handler = self._factory()
+                handler = self.handler
+                try:
+                    return await operation(handler)
+                except ServiceBusError:
+                    raise
+                except Exception as exc:
+                    if attempt == 1 and is_idle_detach(exc):
+                        await self._discard(handler)
+                        self.reopened += 1
+                        continue
+                    raise map_error(exc, f"{what} on {self.name}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _discard(self, handler: Any) -> None:
+        if self.handler is handler:
+            self.handler = None
+        with contextlib.suppress(Exception):
+            await handler.close()
+
+    async def aclose(self) -> None:
+        """Close the SDK handler, if open."""
+        if self.handler is not None:
+            await self._discard(self.handler)
+
+
+class AmqpTransport:
+    """A :class:`~aiosb.transport.Transport` over the ``azure-servicebus`` aio SDK.
+
+    Args:
+        connection_string: ``Endpoint=sb://NAME.servicebus.windows.net/;
+            SharedAccessKeyName=...;SharedAccessKey=...``.
+        fully_qualified_namespace: ``NAME.servicebus.windows.net``, with ``credential``,
+            instead of a connection string.
+        credential: A :class:`~aiosb.SasCredential` or any credential the SDK takes
+            (``AzureNamedKeyCredential``, ``AzureSasCredential``, an async token
+            credential).
+        max_message_size: The namespace's message size limit in bytes (256 KB on
+            standard; give premium's).
+        client_factory: Makes the ``ServiceBusClient`` from keyword arguments (tests).
+        admin_factory: Makes the ``ServiceBusAdministrationClient`` likewise (tests).
+
+    Raises:
+        InvalidOperation: ``azure-servicebus`` is not installed.
+        InvalidArgument: Neither a connection string nor a namespace and credential.
+    """
+
+    def __init__(
+        self,
+        connection_string: str | None = None,
+        *,
+        fully_qualified_namespace: str | None = None,
+        credential: Any = None,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        client_factory: Callable[..., Any] | None = None,
+        admin_factory: Callable[..., Any] | None = None,
+    ) -> None:
+        sdk()  # fail at connect(), with the install hint, when the extra is missing
+        if connection_string is not None:
+            endpoint = parse_connection_string(connection_string)["Endpoint"]
+            host = urllib.parse.urlsplit(endpoint).hostname or ""
+        elif fully_qualified_namespace and credential is not None:
+            host = fully_qualified_namespace.split("://")[-1].strip("/")
+        else:
+            raise InvalidArgument(
+                "the AMQP transport needs a connection string, or a namespace and a credential."
+            )
+        if not isinstance(max_message_size, int) or max_message_size < 1:
+            raise InvalidArgument(f"max_message_size is {max_message_size!r}; it must be positive.")
+        self.namespace = host.split(".")[0] if host else "servicebus"
+        self.host = host
+        self.max_message_size = max_message_size
+        self._connection_string = connection_string
+        self._credential = credential
+        self._client_factory = client_factory
+        self._admin_factory = admin_factory
+        self._client: Any = None
+        self._admin: Any = None
+        self._links: dict[tuple[Any, ...], _Link] = {}
+        self._locks: collections.OrderedDict[str, tuple[_Link, Any]] = collections.OrderedDict()
+        self._open = False
+        self._closed = False
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open" if self._open else "new"
+        return f"<AmqpTransport sb://{self.host} {state}>"
+
+    # -- lifetime --------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Create the SDK clients (no network I/O until the first operation)."""
+        if self._closed:
+            raise ClientClosed(f"sb://{self.host} was closed; connect again.")
+        if self._open:
+            return
+        self._client = self._make_client()
+        self._admin = self._make_admin()
+        self._open = True
+
+    def _client_kwargs(self) -> dict[str, Any]:
+        # No SDK retries: aiosb's client retries transient errors, and the failover
+        # detector must see a non-transient failure the moment it happens.
+        return {"retry_total": 0}
+
+    def _make_client(self) -> Any:
+        kwargs = self._client_kwargs()
+        if self._client_factory is not None:
+            return self._client_factory(
+                connection_string=self._connection_string,
+                fully_qualified_namespace=self.host,
+                credential=self._sdk_credential(),
+                **kwargs,
+            )
+        client_cls = sdk().aio.ServiceBusClient
+        if self._connection_string is not None:
+            return client_cls.from_connection_string(self._connection_string, **kwargs)
+        return client_cls(self.host, self._sdk_credential(), **kwargs)
+
+    def _make_admin(self) -> Any:
+        kwargs = self._client_kwargs()
+        if self._admin_factory is not None:
+            return self._admin_factory(
+                connection_string=self._connection_string,
+                fully_qualified_namespace=self.host,
+                credential=self._sdk_credential(),
+                **kwargs,
+            )
+        admin_cls = sdk().aio.management.ServiceBusAdministrationClient
+        if self._connection_string is not None:
+            return admin_cls.from_connection_string(self._connection_string, **kwargs)
+        return admin_cls(self.host, self._sdk_credential(), **kwargs)
+
+    def _sdk_credential(self) -> Any:
+        credential = self._credential
+        if isinstance(credential, SasCredential):
+            from azure.core.credentials import AzureNamedKeyCredential
+
+            return AzureNamedKeyCredential(credential.key_name, credential.key)
+        return credential
+
+    def _check(self) -> None:
+        if not self._open:
+            raise ClientClosed(
+                f"the connection to sb://{self.host} is "
+                f"{'closed' if self._closed else 'not open yet'}."
+            )
+
+    async def aclose(self) -> None:
+        """Close every link and both SDK clients (idempotent)."""
+        self._closed = True
+        if not self._open:
+            return
+        self._open = False
+        links, self._links = list(self._links.values()), {}
+        self._locks.clear()
+        for link in links:
+            await link.aclose()
+        for client in (self._client, self._admin):
+            with contextlib.suppress(Exception):
+                await client.close()
+
+    # -- links -----------------------------------------------------------------------
+
+    def _sender(self, entity: str) -> _Link:
+        key = ("send", entity.lower())
+        link = self._links.get(key)
+        if link is None:
+            client = self._client
+            link = _Link(f"{self.namespace}/{entity}", lambda: client.get_queue_sender(entity))
+            self._links[key] = link
+        return link
+
+    def _receiver(self, entity: str, request: ReceiveRequest) -> _Link:
+        mode = _MODES.get(request.mode)
+        if mode is None:
+            raise InvalidArgument(
+                f"mode is {request.mode!r}; use 'peek_lock' or 'receive_and_delete'."
+            )
+        path = parse_entity_path(entity, request.sub_queue)
+        key = ("receive", path.path.lower(), path.sub_queue, mode, request.session_id)
+        link = self._links.get(key)
+        if link is None:
+            client = self._client
+            options: dict[str, Any] = {"receive_mode": mode}
+            if path.sub_queue:
+                options["sub_queue"] = "deadletter"
+            if request.session_id is not None:
+                options["session_id"] = request.session_id
+            if path.subscription is None:
+
+                def factory() -> Any:
+                    return client.get_queue_receiver(path.entity, **options)
+            else:
+
+                def factory() -> Any:
+                    return client.get_subscription_receiver(
+                        path.entity, path.subscription, **options
+                    )
+
+            link = _Link(f"{self.namespace}/{path}", factory)
+            self._links[key] = link
+        return link
+
+    # -- data ------------------------------------------------------------------------
+
+    async def send(self, entity: str, messages: Sequence[Message]) -> None:
+        self._check()
+        batch = [message_to_sdk(m) for m in messages]
+        await self._sender(entity).run(lambda sender: sender.send_messages(batch), "send")
+
+    async def schedule(self, entity: str, messages: Sequence[Message]) -> list[int]:
+        self._check()
+        groups: dict[Any, list[int]] = {}
+        for index, message in enumerate(messages):
+            if message.scheduled_enqueue_time is None:
+                raise InvalidArgument("schedule needs messages with scheduled_enqueue_time set.")
+            groups.setdefault(message.scheduled_enqueue_time, []).append(index)
+        link = self._sender(entity)
+        sequences: list[int] = [0] * len(messages)
+        for at, indices in groups.items():
+            batch = [message_to_sdk(messages[i]) for i in indices]
+
+            async def schedule(sender: Any, batch: list[Any] = batch, at: Any = at) -> Any:
+                return await sender.schedule_messages(batch, at)
+
+            for index, sequence in zip(indices, await link.run(schedule, "schedule"), strict=True):
+                sequences[index] = sequence
+        return sequences
+
+    async def cancel_scheduled(self, entity: str, sequence_numbers: Sequence[int]) -> None:
+        self._check()
+        seqs = list(sequence_numbers)
+        await self._sender(entity).run(
+            lambda sender: sender.cancel_scheduled_messages(seqs), "cancel_scheduled"
+        )
+
+    async def receive(self, entity: str, request: ReceiveRequest) -> list[ReceivedMessage]:
+        self._check()
+        link = self._receiver(entity, request)
+        path = str(parse_entity_path(entity, request.sub_queue))
+        count = max(1, request.max_messages)
+        if request.peek:
+            start = max(1, request.from_sequence_number)
+            got = await link.run(
+                lambda r: r.peek_messages(max_message_count=count, sequence_number=start), "peek"
+            )
+            return [message_from_sdk(m, path, locked=False) for m in got]
+        if request.sequence_numbers is not None:
+            seqs = list(request.sequence_numbers)
+            got = await link.run(
+                lambda r: r.receive_deferred_messages(sequence_numbers=seqs), "receive_deferred"
+            )
+            return self._received(link, got, path, request.mode)
+        loop = asyncio.get_running_loop()
+        deadline = None if request.max_wait is None else loop.time() + request.max_wait
+        while True:
+            left = RECEIVE_SLICE if deadline is None else deadline - loop.time()
+            wait = min(RECEIVE_SLICE, max(NO_WAIT, left))
+            got = await link.run(
+                lambda r, w=wait: r.receive_messages(max_message_count=count, max_wait_time=w),
+                "receive",
+            )
+            if got or (deadline is not None and loop.time() + 1e-3 >= deadline):
+                return self._received(link, got, path, request.mode)
+
+    def _received(self, link: _Link, got: list[Any], path: str, mode: str) -> list[ReceivedMessage]:
+        locked = mode == "peek_lock"
+        out = []
+        for sdk_message in got:
+            message = message_from_sdk(sdk_message, path, locked=locked)
+            if locked and message.lock_token:
+                self._remember(message.lock_token, link, sdk_message)
+            out.append(message)
+        return out
+
+    def _remember(self, token: str, link: _Link, sdk_message: Any) -> None:
+        self._locks[token] = (link, sdk_message)
+        self._locks.move_to_end(token)
+        while len(self._locks) > MAX_TRACKED_LOCKS:
+            self._locks.popitem(last=False)
+        # Forget the oldest locks once they expired (renewed ones moved to the end).
+        now = _dt.datetime.now(_dt.UTC) - LOCK_GRACE
+        while self._locks:
+            oldest = next(iter(self._locks.values()))[1]
+            until = oldest.locked_until_utc
+            if until is None or until >= now:
+                break
+            self._locks.popitem(last=False)
+
+    async def settle(self, entity: str, settlement: Settlement) -> list[float] | None:
+        self._check()
+        action = settlement.action
+        if settlement.properties_to_modify:
+            raise InvalidOperation(
+                "properties_to_modify is not available over the AMQP transport: the "
+                "azure-servicebus SDK does not send them."
+            )
+        renewed: list[float] = []
+        for token in settlement.lock_tokens:
+            entry = self._locks.get(token)
+            if entry is None:
+                raise MessageLockLost(
+                    f"The lock {token} is not held by this connection to {self.namespace!r}: "
+                    "it expired, the message was settled, or another connection received it."
+                )
+            link, sdk_message = entry
+            operation = _settle_operation(action, sdk_message, settlement)
+            try:
+                result = await link.run(operation, action)
+            except MessageLockLost:
+                self._locks.pop(token, None)
+                raise
+            if action == "renew":
+                renewed.append(result.timestamp())
+                self._locks.move_to_end(token)
+            else:
+                self._locks.pop(token, None)
+        return renewed if action == "renew" else None
+
+    # -- management ------------------------------------------------------------------
+
+    async def manage(self, request: ManagementRequest) -> Any:
+        self._check()
+        what = f"{request.action} {request.kind or 'entity'} {request.path!r}"
+        try:
+            return await self._manage(request)
+        except ServiceBusError:
+            raise
+        except Exception as exc:
+            raise map_error(exc, what) from exc
+
+    async def _manage(self, request: ManagementRequest) -> Any:
+        admin, action, kind = self._admin, request.action, request.kind
+        if action == "runtime":
+            return await self._runtime(request.path)
+        if action == "list":
+            if kind == "subscription":
+                topic = request.path
+                pager = admin.list_subscriptions(topic)
+                return [entity_from_sdk(kind, s, topic=topic) async for s in pager]
+            pager = admin.list_queues() if kind == "queue" else admin.list_topics()
+            return [entity_from_sdk(kind, e) async for e in pager]  # type: ignore[arg-type]
+        if kind not in ("queue", "topic", "subscription"):
+            raise InvalidArgument(f"unknown entity kind {kind!r}.")
+        path = parse_entity_path(request.path)
+        topic, name = (
+            (path.entity, path.subscription) if kind == "subscription" else ("", path.entity)
+        )
+        if action == "create":
+            props = request.properties.normalised("premium")
+            kwargs = entity_kwargs(kind, props)
+            if kind == "subscription":
+                created = await admin.create_subscription(topic, props.name, **kwargs)
+            else:
+                created = await getattr(admin, f"create_{kind}")(props.name, **kwargs)
+            return entity_from_sdk(kind, created, topic=topic)
+        if action == "get":
+            return entity_from_sdk(kind, await self._get(kind, topic, name), topic=topic)
+        if action == "update":
+            props = request.properties.normalised("premium")
+            current = await self._get(kind, topic, name)
+            fixed = entity_from_sdk(kind, current, topic=topic).changed_fixed(props)
+            if fixed:
+                raise InvalidOperation(
+                    f"{', '.join(fixed)} of {request.path!r} cannot change after creation (PT-3)."
+                )
+            await getattr(admin, f"update_{kind}")(
+                *([topic] if kind == "subscription" else []), apply_to_sdk(current, props)
+            )
+            return entity_from_sdk(kind, await self._get(kind, topic, name), topic=topic)
+        if action == "delete":
+            if kind == "subscription":
+                await admin.delete_subscription(topic, name)
+            else:
+                await getattr(admin, f"delete_{kind}")(name)
+            return None
+        raise InvalidArgument(f"unknown management action {action!r}.")
+
+    async def _get(self, kind: str, topic: str, name: str | None) -> Any:
+        if kind == "subscription":
+            return await self._admin.get_subscription(topic, name)
+        return await getattr(self._admin, f"get_{kind}")(name)
+
+    async def _runtime(self, entity: str) -> Any:
+        path = parse_entity_path(entity)
+        admin = self._admin
+        if path.subscription is not None:
+            got = await admin.get_subscription_runtime_properties(path.entity, path.subscription)
+            return runtime_from_sdk(path.path, got)
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            got = await admin.get_queue_runtime_properties(path.entity)
+        except ResourceNotFoundError:
+            got = await admin.get_topic_runtime_properties(path.entity)
+        return runtime_from_sdk(path.path, got)
+
+
+def _settle_operation(
+    action: str, sdk_message: Any, settlement: Settlement
+) -> Callable[[Any], Awaitable[Any]]:
+    if action == "complete":
+        return lambda r: r.complete_message(sdk_message)
+    if action == "abandon":
+        return lambda r: r.abandon_message(sdk_message)
+    if action == "defer":
+        return lambda r: r.defer_message(sdk_message)
+    if action == "dead_letter":
+        return lambda r: r.dead_letter_message(
+            sdk_message, reason=settlement.reason, error_description=settlement.description
+        )
+    if action == "renew":
+        return lambda r: r.renew_message_lock(sdk_message)
+    raise InvalidArgument(f"unknown settlement action {action!r}.")
