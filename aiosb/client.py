@@ -791,7 +791,7 @@ class Receiver:
             self._check()
             ns = self.namespace
             wait = self._session_wait if self.session_id is None else 0.0
-            request = SessionRequest("accept", self.session_id, max_wait=wait)
+            request = SessionRequest("accept", self.session_id, max_wait=wait, mode=self.mode)
             info = await ns._call(ns.transport.session, self._entity_path, request, wait=wait)
             self.session = ReceiverSession(self, info)
             self.session_id = info.session_id

@@ -41,6 +41,7 @@ from ..errors import (
     MessagingError,
     OperationTimeout,
     ServiceBusError,
+    SessionCannotBeLocked,
     SessionLockLost,
     Unauthorized,
 )
@@ -83,6 +84,7 @@ _CALLER_ERRORS = (
     EntityAlreadyExists,
     MessageLockLost,
     SessionLockLost,
+    SessionCannotBeLocked,
     MessageNotFound,
     BacklogUnavailable,
 )

@@ -101,6 +101,8 @@ class SessionRequest:
         state: The new state for ``set_state`` (``None`` clears it).
         max_wait: How long ``accept`` waits for a session to become available
             (``None``: until one does).
+        mode: The receive mode of the receiver accepting the session (a backend whose
+            session links carry a mode needs it).
     """
 
     action: SessionAction
@@ -108,6 +110,7 @@ class SessionRequest:
     lock: str | None = None
     state: bytes | None = None
     max_wait: float | None = 0.0
+    mode: ReceiveMode = "peek_lock"
 
 
 @dataclass(slots=True)

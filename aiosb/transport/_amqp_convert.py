@@ -289,7 +289,7 @@ def _rows() -> list[tuple[type[BaseException], Target]]:
         # and a namespace that stays unreachable ends in OperationTimeout (an outage).
         (ex.ServiceBusServerBusyError, errors.ServerBusy),
         (ex.OperationTimeoutError, errors.OperationTimeout),
-        (ex.SessionCannotBeLockedError, errors.TransientError),
+        (ex.SessionCannotBeLockedError, errors.SessionCannotBeLocked),
         (ex.ServiceBusCommunicationError, errors.TransientError),
         (ex.ServiceBusConnectionError, errors.TransientError),
         # The management client (azure-core HTTP errors).

@@ -20,6 +20,11 @@ SDK gets wrong out of aiosb's way (architecture.md, "Known pitfalls"):
 
 The SDK settles a message only through the receiver that received it, with the SDK
 message object; the transport keeps a bounded map from lock token to both.
+
+Sessions: accepting one opens an SDK session receiver of its own, known by a lock id
+the transport makes up; renewing, state and settlement go through it, and releasing
+closes it. The SDK has no transactions: ``send(transaction=True)`` sends one batch,
+which Service Bus enqueues atomically, and the broker applies its partition rules.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import collections
 import contextlib
 import datetime as _dt
 import urllib.parse
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -40,9 +46,10 @@ from ..errors import (
     InvalidOperation,
     MessageLockLost,
     ServiceBusError,
+    SessionLockLost,
 )
 from ..message import Message, ReceivedMessage
-from . import ManagementRequest, ReceiveRequest, Settlement
+from . import ManagementRequest, ReceiveRequest, SessionInfo, SessionRequest, Settlement
 from ._amqp_convert import (
     apply_to_sdk,
     entity_from_sdk,
@@ -176,6 +183,7 @@ class AmqpTransport:
         self._client: Any = None
         self._admin: Any = None
         self._links: dict[tuple[Any, ...], _Link] = {}
+        self._sessions: dict[str, _Link] = {}
         self._locks: collections.OrderedDict[str, tuple[_Link, Any]] = collections.OrderedDict()
         self._open = False
         self._closed = False
@@ -250,7 +258,8 @@ class AmqpTransport:
         if not self._open:
             return
         self._open = False
-        links, self._links = list(self._links.values()), {}
+        links = [*self._links.values(), *self._sessions.values()]
+        self._links, self._sessions = {}, {}
         self._locks.clear()
         for link in links:
             await link.aclose()
@@ -270,39 +279,97 @@ class AmqpTransport:
         return link
 
     def _receiver(self, entity: str, request: ReceiveRequest) -> _Link:
-        mode = _MODES.get(request.mode)
-        if mode is None:
-            raise InvalidArgument(
-                f"mode is {request.mode!r}; use 'peek_lock' or 'receive_and_delete'."
-            )
+        if request.session_lock is not None:
+            link = self._sessions.get(request.session_lock)
+            if link is None:
+                raise SessionLockLost(
+                    f"Session {request.session_id!r} of {entity!r} is not held by this "
+                    "connection: it was released, or accepted by another connection."
+                )
+            return link
         path = parse_entity_path(entity, request.sub_queue)
+        mode = self._mode(request.mode)
         key = ("receive", path.path.lower(), path.sub_queue, mode, request.session_id)
         link = self._links.get(key)
         if link is None:
-            client = self._client
             options: dict[str, Any] = {"receive_mode": mode}
             if path.sub_queue:
                 options["sub_queue"] = "deadletter"
             if request.session_id is not None:
                 options["session_id"] = request.session_id
-            if path.subscription is None:
-
-                def factory() -> Any:
-                    return client.get_queue_receiver(path.entity, **options)
-            else:
-
-                def factory() -> Any:
-                    return client.get_subscription_receiver(
-                        path.entity, path.subscription, **options
-                    )
-
-            link = _Link(f"{self.namespace}/{path}", factory)
-            self._links[key] = link
+            link = self._links[key] = self._new_receiver(path, options)
         return link
+
+    @staticmethod
+    def _mode(mode: str) -> str:
+        sdk_mode = _MODES.get(mode)
+        if sdk_mode is None:
+            raise InvalidArgument(f"mode is {mode!r}; use 'peek_lock' or 'receive_and_delete'.")
+        return sdk_mode
+
+    def _new_receiver(self, path: Any, options: dict[str, Any]) -> _Link:
+        client = self._client
+        if path.subscription is None:
+
+            def factory() -> Any:
+                return client.get_queue_receiver(path.entity, **options)
+        else:
+
+            def factory() -> Any:
+                return client.get_subscription_receiver(path.entity, path.subscription, **options)
+
+        return _Link(f"{self.namespace}/{path}", factory)
+
+    # -- sessions --------------------------------------------------------------------
+
+    async def session(self, entity: str, request: SessionRequest) -> SessionInfo:
+        self._check()
+        action = request.action
+        if action == "accept":
+            path = parse_entity_path(entity)
+            options: dict[str, Any] = {"receive_mode": self._mode(request.mode)}
+            if request.session_id is None:
+                options["session_id"] = sdk().NEXT_AVAILABLE_SESSION
+                if request.max_wait:
+                    options["max_wait_time"] = request.max_wait
+            else:
+                options["session_id"] = request.session_id
+            link = self._new_receiver(path, options)
+
+            async def accept(receiver: Any) -> Any:
+                await receiver.__aenter__()  # the SDK locks the session when it opens
+                return receiver.session
+
+            session = await link.run(accept, "accept session")
+            lock = uuid.uuid4().hex
+            self._sessions[lock] = link
+            until = session.locked_until_utc
+            return SessionInfo(session.session_id, lock, until and until.timestamp())
+        if action == "release":
+            link = self._sessions.pop(request.lock or "", None)
+            if link is not None:
+                await link.aclose()
+            return SessionInfo(request.session_id or "")
+        link = self._receiver(
+            entity, ReceiveRequest(session_id=request.session_id, session_lock=request.lock)
+        )
+        sid = request.session_id or ""
+        if action == "renew":
+            until = await link.run(lambda r: r.session.renew_lock(), "renew session lock")
+            return SessionInfo(sid, request.lock, until.timestamp())
+        if action == "get_state":
+            state = await link.run(lambda r: r.session.get_state(), "get session state")
+            return SessionInfo(sid, request.lock, state=None if state is None else bytes(state))
+        if action == "set_state":
+            await link.run(lambda r: r.session.set_state(request.state), "set session state")
+            return SessionInfo(sid, request.lock, state=request.state)
+        raise InvalidArgument(f"unknown session action {action!r}.")
 
     # -- data ------------------------------------------------------------------------
 
-    async def send(self, entity: str, messages: Sequence[Message]) -> None:
+    async def send(
+        self, entity: str, messages: Sequence[Message], *, transaction: bool = False
+    ) -> None:
         self._check()
         batch = [message_to_sdk(m) for m in messages]
         await self._sender(entity).run(lambda sender: sender.send_messages(batch), "send")

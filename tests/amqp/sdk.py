@@ -147,8 +147,34 @@ class FakeSender(NotConcurrencySafe):
             self.cancelled.append(list(sequence_numbers))
 
 
+class FakeSession:
+    """An SDK ``ServiceBusSession``: the lock and state of an accepted session."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.locked_until_utc = _dt.datetime(2030, 1, 1, 0, 1, tzinfo=_dt.UTC)
+        self.state: bytes | None = None
+        self.calls: list[str] = []
+
+    async def renew_lock(self) -> _dt.datetime:
+        self.calls.append("renew")
+        self.locked_until_utc += _dt.timedelta(minutes=1)
+        return self.locked_until_utc
+
+    async def get_state(self) -> bytes | None:
+        self.calls.append("get_state")
+        return self.state
+
+    async def set_state(self, state: bytes | None) -> None:
+        self.calls.append("set_state")
+        self.state = state
+
+
 class FakeReceiver(NotConcurrencySafe):
-    """An SDK receiver over a list of real received messages (``ready``)."""
+    """An SDK receiver over a list of real received messages (``ready``); a session
+    receiver locks its session (``next_session`` for the next available) when opened."""
+
+    next_session = "s-next"
 
     def __init__(self, entity: str, **options: Any) -> None:
         super().__init__()
@@ -157,6 +183,15 @@ class FakeReceiver(NotConcurrencySafe):
         self.ready: list[ServiceBusReceivedMessage] = []
         self.settled: list[tuple[str, ServiceBusReceivedMessage, dict[str, Any]]] = []
         self.receive_waits: list[float | None] = []
+        self.session: FakeSession | None = None
+
+    async def __aenter__(self) -> FakeReceiver:
+        async with self._busy():
+            sid = self.options.get("session_id")
+            if sid is not None:
+                named = isinstance(sid, str)
+                self.session = FakeSession(sid if named else self.next_session)
+        return self
 
     def deliver(self, **fields: Any) -> ServiceBusReceivedMessage:
         """Make a message ready, received by this receiver (see :func:`received`)."""

@@ -117,9 +117,7 @@ def test_dead_letter_and_deferred_state_come_through():
             "DeadLetterErrorDescription": "expired",
         },
     )
-    sdk_received = received(
-        sdk_message=message_to_sdk(sent), state=1, dead_letter_source="orders"
-    )
+    sdk_received = received(sdk_message=message_to_sdk(sent), state=1, dead_letter_source="orders")
     got = message_from_sdk(sdk_received, "orders/$DeadLetterQueue", locked=True)
     assert got.dead_letter_reason == "TTLExpiredException"
     assert got.dead_letter_error_description == "expired"

@@ -54,7 +54,7 @@ ROWS = [
     (sdk.ServiceBusQuotaExceededError(), errors.QuotaExceeded, False, True),
     (sdk.ServiceBusServerBusyError(), errors.ServerBusy, True, False),
     (sdk.ServiceBusCommunicationError(), errors.TransientError, True, False),
-    (sdk.SessionCannotBeLockedError(), errors.TransientError, True, False),
+    (sdk.SessionCannotBeLockedError(), errors.SessionCannotBeLocked, False, False),
     (sdk.AutoLockRenewFailed("renew failed"), errors.MessageLockLost, False, False),
     (sdk.AutoLockRenewTimeout("renew ran out"), errors.MessageLockLost, False, False),
     (sdk.ServiceBusError("no condition"), errors.MessagingError, False, True),

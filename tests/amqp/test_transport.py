@@ -221,7 +221,7 @@ async def test_dead_letter_renew_abandon_and_defer(env):
     assert settled[1][2] == {"reason": "bad", "description": "really bad"}
 
 
-async def test_receivers_are_cached_per_entity_sub_queue_mode_and_session(env):
+async def test_receivers_are_cached_per_entity_sub_queue_and_mode(env):
     ns, _, made = env
     for _ in range(2):
         async with ns.receiver("orders") as r:
@@ -230,8 +230,6 @@ async def test_receivers_are_cached_per_entity_sub_queue_mode_and_session(env):
             await r.receive(max_wait=0)
         async with ns.receiver("orders", mode="receive_and_delete") as r:
             await r.receive(max_wait=0)
-        async with ns.receiver("orders", session_id="s1") as r:
-            await r.receive(max_wait=0)
         async with ns.receiver("t/subscriptions/s") as r:
             await r.receive(max_wait=0)
     options = [(r.entity, r.options) for r in made["client"].receivers]
@@ -239,7 +237,6 @@ async def test_receivers_are_cached_per_entity_sub_queue_mode_and_session(env):
         ("orders", {"receive_mode": "peeklock"}),
         ("orders", {"receive_mode": "peeklock", "sub_queue": "deadletter"}),
         ("orders", {"receive_mode": "receiveanddelete"}),
-        ("orders", {"receive_mode": "peeklock", "session_id": "s1"}),
         ("t/subscriptions/s", {"receive_mode": "peeklock"}),
     ]
 
@@ -414,3 +411,44 @@ async def test_unknown_management_requests_are_refused():
     with pytest.raises(errors.InvalidArgument):
         await transport.manage(ManagementRequest("get", "widget", "x"))  # type: ignore[arg-type]
     await transport.aclose()
+
+
+async def test_a_session_receiver_gets_an_sdk_session_receiver_of_its_own(env):
+    """Accepting opens an SDK session receiver; receives, settlement, the session lock
+    and state go through it; closing the aiosb receiver closes it."""
+    ns, transport, made = env
+    made["client"].inbox["orders"] = [{"body": b"s", "sequence_number": 7}]
+    async with ns.receiver("orders", session_id="s1") as receiver:
+        (sdk_receiver,) = made["client"].receivers
+        assert sdk_receiver.options == {"receive_mode": "peeklock", "session_id": "s1"}
+        assert receiver.session.session_id == "s1"
+        (msg,) = await receiver.receive(max_wait=0)
+        await receiver.complete(msg)
+        assert [a for a, _, _ in sdk_receiver.settled] == ["complete"]
+        before = receiver.session.locked_until
+        assert await receiver.session.renew_lock() == before + _dt.timedelta(minutes=1)
+        await receiver.session.set_state(b"state")
+        assert await receiver.session.get_state() == b"state"
+        assert sdk_receiver.session.calls == ["renew", "set_state", "get_state"]
+    assert sdk_receiver.closed and transport._sessions == {}
+    with pytest.raises(errors.SessionLockLost):
+        await transport.receive(
+            "orders", ReceiveRequest(session_id="s1", session_lock="released", max_wait=0)
+        )
+
+
+async def test_next_available_session_asks_the_sdk_for_it_with_the_wait(env):
+    ns, _, made = env
+    receiver = ns.receiver(
+        "orders", session_id=aiosb.NEXT_AVAILABLE_SESSION, session_wait=5, mode="receive_and_delete"
+    )
+    async with receiver:
+        assert receiver.session_id == "s-next"
+    (sdk_receiver,) = made["client"].receivers
+    from azure.servicebus import NEXT_AVAILABLE_SESSION
+
+    assert sdk_receiver.options == {
+        "receive_mode": "receiveanddelete",
+        "session_id": NEXT_AVAILABLE_SESSION,
+        "max_wait_time": 5,
+    }
