@@ -59,3 +59,14 @@ def test_cli_rejects_bad_arguments(capsys):
     with pytest.raises(SystemExit):
         main(["demo", "--orders", "1"])
     assert "--orders" in capsys.readouterr().err
+
+
+def test_sessions_example_shows_a_pinned_order_waiting_for_its_fragment():
+    """PT-6, PT-9: the order on the down fragment waits; the others flow and stay in order."""
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES[0].parent / "sessions_and_partitions.py")],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    assert "order-2 while its fragment is down: PartitionUnavailable" in out
+    assert "order-2: ['line 0', 'line 1', 'line 2'] (3 lines done)" in out
+    assert "order-1: ['line 0', 'line 1', 'line 2', 'line 3'] (4 lines done)" in out
