@@ -90,7 +90,7 @@ def connect(
         raise InvalidArgument("operation_timeout must be positive.")
     backoff = _seconds("retry_backoff", options.pop("retry_backoff", 0.1))
     backoff_max = _seconds("retry_backoff_max", options.pop("retry_backoff_max", 5.0))
-    transport = _open_transport(url, credential, options)
+    transport = _open_transport(url, credential, options, timeout)  # type: ignore[arg-type]
     return Namespace(
         transport,
         url=url,
@@ -101,7 +101,10 @@ def connect(
 
 
 def _open_transport(
-    url: str, credential: SasCredential | None, options: dict[str, Any]
+    url: str,
+    credential: SasCredential | None,
+    options: dict[str, Any],
+    operation_timeout: float = 60.0,
 ) -> Transport:
     if not isinstance(url, str) or not url:
         raise InvalidArgument(f"connect needs a URL or connection string, not {url!r}.")
@@ -123,10 +126,13 @@ def _open_transport(
         name = parsed.netloc or parsed.path.strip("/")
         return MemoryTransport(name, tier=tier)
     if scheme in ("http", "https"):
-        raise InvalidOperation(
-            f"The HTTP transport ({scheme}://) is not part of this version of aiosb yet; "
-            "use memory://NAME for the embedded emulator."
-        )
+        from .transport.http import HttpTransport
+
+        known = {"extensions", "max_message_size"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise InvalidArgument(f"unknown option(s) for {scheme}://: {', '.join(unknown)}.")
+        return HttpTransport(url, credential, operation_timeout=operation_timeout, **options)
     raise InvalidArgument(
         f"unsupported URL {url!r}: use memory://NAME, http://HOST:PORT/NAME, "
         "https://NAME.servicebus.windows.net or a connection string."

@@ -4,6 +4,14 @@ Each backend is a parameter of the ``backend`` fixture; a test asks for ``ns`` (
 :class:`aiosb.Namespace` on that backend) and, where it injects faults or reads the
 broker's side, for ``broker`` (the emulator namespace behind it). A new backend joins
 the suite by adding a parameter here.
+
+The ``http`` backend serves the emulator with :func:`aiosb.emulator.server.serve` on an
+ephemeral port, in the test's own event loop, and connects to it over real sockets. That
+keeps ``looptime`` working: looptime only moves the loop's clock when no I/O is ready,
+and on loopback a write is readable by the peer at once, so a request and its answer
+travel before the clock moves; timers on both sides (long polls, lock expiries, the
+client's operation timeout) read one fast-forwarded clock. A server shared across tests
+would need a loop shared across tests, which looptime does not fast-forward per test.
 """
 
 from __future__ import annotations
@@ -15,8 +23,9 @@ import pytest
 
 import aiosb
 from aiosb import emulator
+from aiosb.emulator.server import serve
 
-BACKENDS = ["memory"]
+BACKENDS = ["memory", "http"]
 _names = itertools.count(1)
 
 
@@ -37,10 +46,14 @@ def broker(ns_name: str) -> emulator.EmulatorNamespace:
 
 
 @pytest.fixture
-def url(backend: str, ns_name: str) -> str:
+async def url(backend: str, ns_name: str) -> AsyncIterator[str]:
     if backend == "memory":
-        return f"memory://{ns_name}"
-    raise AssertionError(f"unknown backend {backend}")
+        yield f"memory://{ns_name}"
+    elif backend == "http":
+        async with serve() as server:
+            yield server.namespace_url(ns_name)
+    else:
+        raise AssertionError(f"unknown backend {backend}")
 
 
 @pytest.fixture
