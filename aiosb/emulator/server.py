@@ -104,13 +104,13 @@ from ..errors import (
     InvalidArgument,
     InvalidOperation,
     MessageNotFound,
+    MessageSizeExceeded,
     OperationTimeout,
     ServiceBusError,
     Unauthorized,
 )
 from ..message import Message, ReceivedMessage
-from ..transport import ManagementRequest, ReceiveRequest, Settlement
-from ..transport import _atom, _rest
+from ..transport import ManagementRequest, ReceiveRequest, Settlement, _atom, _rest
 from ..transport.memory import MemoryTransport
 
 __all__ = ["DEV_KEY", "DEV_KEY_NAME", "EmulatorServer", "ServedEmulator", "serve"]
@@ -144,7 +144,7 @@ def _split(raw_path: str) -> _Route:
     path = raw_path.split("?", 1)[0]
     if not path.startswith("/"):
         raise InvalidArgument("the request path must start with '/'.")
-    parts = path[1:].split("/")
+    parts = path[1:].split("/") if path != "/" else []
     if len(parts) > 1 and parts[-1] == "":
         parts.pop()  # one trailing slash is harmless
     segments = []
@@ -234,8 +234,8 @@ class _Auth:
         return int(fields["se"]), resource.rstrip("/")
 
 
-def _error_response(exc: ServiceBusError) -> web.Response:
-    status = _rest.status_for(exc)
+def _error_response(exc: ServiceBusError, status: int | None = None) -> web.Response:
+    status = status or _rest.status_for(exc)
     body = (
         f"<Error><Code>{status}</Code><Detail>{escape(exc.message)}</Detail></Error>"
     ).encode()
@@ -357,10 +357,12 @@ class EmulatorServer:
         except ServiceBusError as exc:
             return _error_response(exc)
         except web.HTTPException as exc:  # aiohttp's own refusals (body too large ...)
-            return _error_response(
-                InvalidArgument(f"{exc.reason}: {exc.text or ''}".strip(": "))
-                if exc.status < 500 else ServiceBusError(exc.reason)
-            )
+            detail = f"{exc.reason}: {exc.text or ''}".strip(": ")
+            if exc.status == 413:
+                return _error_response(MessageSizeExceeded(
+                    f"the request body is over the server's {MAX_BODY} byte limit ({detail})."
+                ))
+            return _error_response(InvalidArgument(detail))
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug: say so, never crash the server
@@ -403,7 +405,10 @@ class EmulatorServer:
         if len(segs) > 3 and segs[-3] == "messages":
             path = "/".join(segs[:-3])
             return await self._bounded(limit, self._lock(request, ns, path, segs[-2], segs[-1]))
-        return await self._bounded(limit, self._manage(request, ns, route))
+        try:
+            return await self._bounded(limit, self._manage(request, ns, route))
+        except EntityNotFound as exc:  # management answers 404 (data operations: 410)
+            return _error_response(exc, 404)
 
     @staticmethod
     async def _bounded(limit: float | None, work: Awaitable[web.StreamResponse],

@@ -17,17 +17,17 @@ import dataclasses
 import datetime as _dt
 import re
 import xml.etree.ElementTree as ET
-from xml.parsers import expat as pyexpat
 from typing import Any
+from xml.parsers import expat as pyexpat
 from xml.sax.saxutils import escape
 
 from ..entities import (
     NEVER,
-    _duration,
     QueueProperties,
     RuntimeProperties,
     SubscriptionProperties,
     TopicProperties,
+    _duration,
 )
 from ..errors import InvalidArgument
 

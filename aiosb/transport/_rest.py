@@ -99,7 +99,6 @@ def error_from_status(
     name: str | None = None,
     retryable: str | None = None,
     settling: bool = False,
-    managing: bool = False,
 ) -> ServiceBusError:
     """The :mod:`aiosb.errors` instance for a failed response.
 
@@ -108,15 +107,13 @@ def error_from_status(
         detail: The server's sentence.
         name: The ``x-aiosb-error`` header, when the server is aiosb's: the exact class.
         retryable: The ``x-aiosb-retryable`` header.
-        settling: The request was on a message lock (404 means the lock is lost).
-        managing: The request was a management one (404 means no such entity).
+        settling: The request was on a message lock (404 means the lock is lost, not
+            a missing entity).
     """
     cls = _CLASSES.get(name or "")
     if cls is None:
         if status == 404:
             cls = errors.MessageLockLost if settling else errors.EntityNotFound
-            if not settling and not managing:
-                cls = errors.EntityNotFound
         elif status == 410:
             cls = errors.EntityNotFound
         elif status == 401:

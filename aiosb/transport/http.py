@@ -48,8 +48,7 @@ from ..errors import (
     TransientError,
 )
 from ..message import Message, ReceivedMessage
-from . import ManagementRequest, ReceiveRequest, Settlement
-from . import _atom, _rest
+from . import ManagementRequest, ReceiveRequest, Settlement, _atom, _rest
 
 __all__ = ["HttpTransport", "RemoteFaults"]
 
@@ -178,7 +177,6 @@ class HttpTransport:
         headers: dict[str, str] | None = None,
         params: dict[str, str] | None = None,
         settling: bool = False,
-        managing: bool = False,
         no_content_type: bool = False,
     ) -> tuple[int, Any, bytes]:
         session = self._session
@@ -203,7 +201,7 @@ class HttpTransport:
                 body = await response.read()
                 status = response.status
                 if status >= 400:
-                    raise self._error(response, body, settling=settling, managing=managing)
+                    raise self._error(response, body, settling=settling)
                 return status, response.headers, body
         except ServiceBusError:
             raise
@@ -216,8 +214,7 @@ class HttpTransport:
             ) from exc
 
     @staticmethod
-    def _error(response: aiohttp.ClientResponse, body: bytes, *, settling: bool,
-               managing: bool) -> ServiceBusError:
+    def _error(response: aiohttp.ClientResponse, body: bytes, *, settling: bool) -> ServiceBusError:
         text = body.decode("utf-8", "replace")
         start, end = text.find("<Detail>"), text.find("</Detail>")
         if start >= 0 and end > start:
@@ -232,7 +229,6 @@ class HttpTransport:
             name=response.headers.get(_rest.ERROR_HEADER),
             retryable=response.headers.get(_rest.RETRYABLE_HEADER),
             settling=settling,
-            managing=managing,
         )
 
     async def _extension(self, entity: str, op: str, payload: dict[str, Any]) -> Any:
@@ -368,7 +364,9 @@ class HttpTransport:
         try:
             broker = json.loads(headers.get("BrokerProperties") or "{}")
         except ValueError:
-            raise TransientError("the server answered a receive with bad BrokerProperties.") from None
+            raise TransientError(
+                "the server answered a receive with bad BrokerProperties."
+            ) from None
         msg = _rest.received_from_rest(broker, body, headers, path)
         if msg.lock_token is not None:
             if len(self._locations) > 10_000:
@@ -433,7 +431,7 @@ class HttpTransport:
                 where = f"{_quote(path)}/subscriptions"
             else:
                 where = f"$Resources/{kind}s"
-            _, _, body = await self._request("GET", where, managing=True)
+            _, _, body = await self._request("GET", where)
             entries = _atom.parse_feed(body)
             if isinstance(entries, _atom.Entry):
                 entries = [entries]
@@ -441,7 +439,7 @@ class HttpTransport:
         kind_header = {"x-aiosb-kind": kind} if self.extensions and kind else {}
         if action in ("get", "runtime"):
             _, _, body = await self._request(
-                "GET", _quote(path), headers=kind_header, managing=True
+                "GET", _quote(path), headers=kind_header
             )
             entry = _atom.parse_feed(body)
             if not isinstance(entry, _atom.Entry) or (kind and entry.kind != kind):
@@ -453,7 +451,7 @@ class HttpTransport:
                 return _atom.runtime_properties(path, entry)
             return self._properties(entry, kind, path)
         if action == "delete":
-            await self._request("DELETE", _quote(path), headers=kind_header, managing=True)
+            await self._request("DELETE", _quote(path), headers=kind_header)
             return None
         if action in ("create", "update"):
             props = request.properties
@@ -468,7 +466,6 @@ class HttpTransport:
                 _quote(path),
                 data=_atom.request_xml(kind, request.properties),  # type: ignore[arg-type]
                 headers=headers,
-                managing=True,
             )
             return self._properties(_atom.parse_entry(body), kind, path)
         raise InvalidArgument(f"unknown management action {action!r}.")
