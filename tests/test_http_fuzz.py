@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
-import socket
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -132,7 +131,7 @@ def test_r4_generated_requests_never_get_a_5xx(threaded_server):
         path = "/" + "/".join(req["segments"]) + req["query"]
         try:
             status, text = call(served, req["method"], path, req["headers"], req["body"])
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             return  # a long poll or an injected hang: waiting is an answer, not a failure
         finally:
             call(served, "DELETE", "/fuzz/$faults")  # whatever the request injected
