@@ -59,3 +59,48 @@ def test_cli_rejects_bad_arguments(capsys):
     with pytest.raises(SystemExit):
         main(["demo", "--orders", "1"])
     assert "--orders" in capsys.readouterr().err
+
+
+def test_serve_prints_how_to_connect_and_serves_until_stopped():
+    """``aiosb serve`` prints the URL and connection string with the development key,
+    and answers signed requests from another process."""
+    import asyncio
+    import signal
+
+    import aiosb
+    from aiosb.emulator.server import DEV_KEY
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aiosb.cli", "serve", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        lines = [proc.stdout.readline() for _ in range(5)]
+        url = lines[0].rsplit(" ", 1)[-1].strip()
+        assert url.startswith("http://127.0.0.1:")
+        assert DEV_KEY in "".join(lines)
+        assert f"Endpoint={url}/contoso/;SharedAccessKeyName=RootManageSharedAccessKey" in "".join(
+            lines
+        )
+
+        async def use() -> bool:
+            async with aiosb.connect(f"{url}/contoso") as ns:
+                await ns.create_queue("q")
+                return await ns.queue_exists("q")
+
+        assert asyncio.run(use())
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(10)
+    assert proc.returncode == 130
+
+
+def test_serve_refuses_a_taken_port(capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port)]) == 1
+    assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err

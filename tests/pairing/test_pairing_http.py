@@ -21,9 +21,11 @@ async def test_pairing_over_http_fails_over_recovers_and_loses_nothing():
     """R-1 over HTTP: unavailable, timeout and transient faults injected through the
     endpoint; every acknowledged message reaches the primary exactly once with its
     MessageId, and the failures were classified as over the embedded emulator."""
-    async with serve() as server, aiosb.connect(
-        server.namespace_url("primary"), operation_timeout=5
-    ) as primary, aiosb.connect(server.namespace_url("secondary"), operation_timeout=5) as secondary:
+    async with (
+        serve() as server,
+        aiosb.connect(server.namespace_url("primary"), operation_timeout=5) as primary,
+        aiosb.connect(server.namespace_url("secondary"), operation_timeout=5) as secondary,
+    ):
         await primary.create_queue("orders", requires_duplicate_detection=True)
         faults = primary.transport.faults
         sent: list[str] = []
