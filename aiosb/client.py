@@ -69,13 +69,22 @@ def connect(
 
     Args:
         url: ``memory://NAME`` (the embedded emulator; two connects to one name in one
-            process share it; ``?tier=premium`` picks the tier on first use).
+            process share it; ``?tier=premium`` picks the tier on first use),
+            ``http://HOST:PORT/NAME`` (namespace NAME of an ``aiosb serve`` emulator
+            server, over HTTP; everything but sessions), or
+            ``https://NAME.servicebus.windows.net`` (a real namespace over the Service Bus
+            REST protocol, which has no peek, defer, dead-letter, deferred receive,
+            scheduling with sequence numbers or sessions: those raise
+            :class:`~aiosb.errors.InvalidOperation`).
         credential: ``("KeyName", "key")`` or a :class:`~aiosb.SasCredential`, for
-            namespaces that check signatures.
+            namespaces that check signatures; ``http://`` URLs default to the emulator
+            server's well-known development key.
         operation_timeout: Bounds each operation including its retries of transient
             errors; a receive waits its ``max_wait`` on top of it.
         **options: ``retry_backoff`` (first retry delay, default 0.1 s),
-            ``retry_backoff_max`` (default 5 s), ``tier`` (memory namespaces).
+            ``retry_backoff_max`` (default 5 s), ``tier`` (memory namespaces),
+            ``extensions`` (HTTP: use the emulator server's aiosb extensions; default
+            on for ``http://``, off for ``https://``), ``max_message_size`` (HTTP).
 
     Returns:
         An unopened :class:`Namespace`: ``async with aiosb.connect(url) as ns: ...``.
