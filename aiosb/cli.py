@@ -1,4 +1,4 @@
-"""The ``aiosb`` command: ``aiosb demo`` (and, as they land, ``serve`` and ``bench``)."""
+"""The ``aiosb`` command: ``aiosb demo``, ``aiosb serve`` (and, as it lands, ``bench``)."""
 
 from __future__ import annotations
 
@@ -177,6 +177,22 @@ def timeline_svg(
     return "\n".join(parts)
 
 
+async def serve_forever(host: str, port: int, key_name: str, key: str | None) -> None:
+    """Serve the emulator over HTTP until interrupted, printing how to connect."""
+    from .emulator.server import DEV_KEY, serve
+
+    async with serve(host, port, key_name=key_name, key=key or DEV_KEY) as served:
+        _say(f"aiosb emulator server listening on {served.url}")
+        _say(f"  namespaces exist on first use: {served.url}/NAME (e.g. {served.url}/contoso)")
+        if key is None:
+            _say(f"  signed with the well-known development key {key_name} / {DEV_KEY}")
+            _say("  (for local use only; pass --key to choose your own)")
+        _say(f"  connection string: {served.connection_string('contoso')}")
+        _say(f"  python: aiosb.connect({served.namespace_url('contoso')!r}"
+             + ("" if key is None else f", credential=({key_name!r}, KEY)") + ")")
+        await asyncio.Event().wait()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``aiosb`` console script."""
     parser = argparse.ArgumentParser(prog="aiosb", description="asyncio-native Azure Service Bus")
@@ -189,8 +205,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo_cmd.add_argument(
         "--svg", default="aiosb-demo-timeline.svg", help="where to write the timeline picture"
     )
+    serve_cmd = commands.add_parser(
+        "serve", help="serve the emulator over HTTP (the Service Bus REST protocol)"
+    )
+    serve_cmd.add_argument("--host", default="127.0.0.1", help="interface to listen on")
+    serve_cmd.add_argument("--port", type=int, default=5380, help="port (0 picks a free one)")
+    serve_cmd.add_argument("--key-name", default="RootManageSharedAccessKey",
+                           help="shared access key name requests must be signed with")
+    serve_cmd.add_argument("--key", default=None,
+                           help="the key (default: the well-known development key)")
     args = parser.parse_args(argv)
     try:
+        if args.command == "serve":
+            if not 0 <= args.port <= 65535:
+                parser.error("--port must be between 0 and 65535")
+            asyncio.run(serve_forever(args.host, args.port, args.key_name, args.key))
         if args.command == "demo":
             if args.orders < 10:
                 parser.error("--orders must be at least 10")
@@ -202,6 +231,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:  # the port is taken, the host unknown ...
+        print(f"aiosb: cannot serve on {args.host}:{args.port}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
     return 0
 
 

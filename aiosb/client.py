@@ -101,18 +101,27 @@ def connect(
 
     Args:
         url: ``memory://NAME`` (the embedded emulator; two connects to one name in one
-            process share it; ``?tier=premium`` picks the tier on first use), or a
-            real namespace over AMQP (the ``amqp`` extra): its connection string
+            process share it; ``?tier=premium`` picks the tier on first use),
+            ``http://HOST:PORT/NAME`` (namespace NAME of an ``aiosb serve`` emulator
+            server, over HTTP; everything but sessions),
+            ``https://NAME.servicebus.windows.net`` (a real namespace over the Service Bus
+            REST protocol, which has no peek, defer, dead-letter, deferred receive,
+            scheduling with sequence numbers or sessions: those raise
+            :class:`~aiosb.errors.InvalidOperation`), or a real namespace over AMQP (the
+            ``amqp`` extra): its connection string
             ``Endpoint=sb://...;SharedAccessKeyName=...;SharedAccessKey=...``, or
             ``sb://NAME.servicebus.windows.net`` with ``credential``.
         credential: ``("KeyName", "key")`` or a :class:`~aiosb.SasCredential`, for
-            namespaces that check signatures.
+            namespaces that check signatures; ``http://`` URLs default to the emulator
+            server's well-known development key.
         operation_timeout: Bounds each operation including its retries of transient
             errors; a receive waits its ``max_wait`` on top of it.
         **options: ``retry_backoff`` (first retry delay, default 0.1 s),
             ``retry_backoff_max`` (default 5 s), ``tier`` (memory namespaces),
-            ``max_message_size`` (AMQP: the namespace's limit in bytes, 256 KB by
-            default; give a premium namespace's).
+            ``extensions`` (HTTP: use the emulator server's aiosb extensions; default
+            on for ``http://``, off for ``https://``), ``max_message_size`` (HTTP and
+            AMQP: the namespace's limit in bytes, 256 KB by default; give a premium
+            namespace's).
 
     Returns:
         An unopened :class:`Namespace`: ``async with aiosb.connect(url) as ns: ...``.
@@ -127,7 +136,7 @@ def connect(
         raise InvalidArgument("operation_timeout must be positive.")
     backoff = _seconds("retry_backoff", options.pop("retry_backoff", 0.1))
     backoff_max = _seconds("retry_backoff_max", options.pop("retry_backoff_max", 5.0))
-    transport = _open_transport(url, credential, options)
+    transport = _open_transport(url, credential, options, timeout)  # type: ignore[arg-type]
     return Namespace(
         transport,
         url=url,
@@ -138,7 +147,10 @@ def connect(
 
 
 def _open_transport(
-    url: str, credential: SasCredential | None, options: dict[str, Any]
+    url: str,
+    credential: SasCredential | None,
+    options: dict[str, Any],
+    operation_timeout: float = 60.0,
 ) -> Transport:
     if not isinstance(url, str) or not url:
         raise InvalidArgument(f"connect needs a URL or connection string, not {url!r}.")
@@ -157,10 +169,13 @@ def _open_transport(
         name = parsed.netloc or parsed.path.strip("/")
         return MemoryTransport(name, tier=tier)
     if scheme in ("http", "https"):
-        raise InvalidOperation(
-            f"The HTTP transport ({scheme}://) is not part of this version of aiosb yet; "
-            "use memory://NAME for the embedded emulator."
-        )
+        from .transport.http import HttpTransport
+
+        known = {"extensions", "max_message_size"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise InvalidArgument(f"unknown option(s) for {scheme}://: {', '.join(unknown)}.")
+        return HttpTransport(url, credential, operation_timeout=operation_timeout, **options)
     raise InvalidArgument(
         f"unsupported URL {url!r}: use memory://NAME, http://HOST:PORT/NAME, "
         "https://NAME.servicebus.windows.net or a connection string."

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from . import pairing, s1_emulator
+from . import http, pairing, s1_emulator
 
-BENCHMARKS = {"s1": s1_emulator.main, "pairing": pairing.main}
+BENCHMARKS = {"s1": s1_emulator.main, "pairing": pairing.main, "http": http.main}
 
 
 def main() -> None:

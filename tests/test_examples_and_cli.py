@@ -70,3 +70,48 @@ def test_sessions_example_shows_a_pinned_order_waiting_for_its_fragment():
     assert "order-2 while its fragment is down: PartitionUnavailable" in out
     assert "order-2: ['line 0', 'line 1', 'line 2'] (3 lines done)" in out
     assert "order-1: ['line 0', 'line 1', 'line 2', 'line 3'] (4 lines done)" in out
+
+
+def test_serve_prints_how_to_connect_and_serves_until_stopped():
+    """``aiosb serve`` prints the URL and connection string with the development key,
+    and answers signed requests from another process."""
+    import asyncio
+    import signal
+
+    import aiosb
+    from aiosb.emulator.server import DEV_KEY
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aiosb.cli", "serve", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        lines = [proc.stdout.readline() for _ in range(5)]
+        url = lines[0].rsplit(" ", 1)[-1].strip()
+        assert url.startswith("http://127.0.0.1:")
+        assert DEV_KEY in "".join(lines)
+        assert f"Endpoint={url}/contoso/;SharedAccessKeyName=RootManageSharedAccessKey" in "".join(
+            lines
+        )
+
+        async def use() -> bool:
+            async with aiosb.connect(f"{url}/contoso") as ns:
+                await ns.create_queue("q")
+                return await ns.queue_exists("q")
+
+        assert asyncio.run(use())
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(10)
+    assert proc.returncode == 130
+
+
+def test_serve_refuses_a_taken_port(capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port)]) == 1
+    assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err

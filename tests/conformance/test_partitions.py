@@ -387,7 +387,7 @@ async def test_a_timeout_fragment_fault_hangs_only_what_needs_that_fragment(ns, 
     async with aiosb.connect(ns.url, operation_timeout=5, retry_backoff=0.1) as short:
         async with short.sender("p") as sender:
             with broker.faults.fail_fragment("p", home, kind="timeout"):
-                with pytest.raises(errors.OperationTimeout, match="no answer"):
+                with pytest.raises(errors.OperationTimeout):
                     await sender.send(Message(b"x", partition_key="slow"))
                 await sender.send(Message(b"keyless"))  # goes elsewhere at once
     assert [m.body for m in await drain(ns, "p")] == [b"keyless"]

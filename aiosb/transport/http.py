@@ -1,0 +1,552 @@
+"""The HTTP transport: the Service Bus REST protocol over aiohttp.
+
+Two kinds of URL:
+
+* ``http://HOST:PORT/NAME``: namespace ``NAME`` of an ``aiosb serve`` emulator server.
+  The transport uses the server's aiosb extensions (see :mod:`aiosb.emulator.server`)
+  for what the REST protocol lacks, so everything the embedded emulator does works here
+  too, except sessions. Without a credential it signs with the server's well-known
+  development key.
+* ``https://NAME.servicebus.windows.net``: a real namespace, with the documented REST
+  protocol only. Send (single and batch), peek-lock and receive-and-delete (one message
+  per request), complete, abandon, renew, and management work; peek, defer,
+  dead-letter, receive of deferred messages, schedule with sequence numbers, cancel of
+  scheduled messages, and application properties of types the protocol cannot carry
+  raise :class:`~aiosb.errors.InvalidOperation` saying so. Use the AMQP transport (a
+  connection string) for those.
+
+Sessions are not part of the REST protocol: asking for a session raises
+:class:`~aiosb.errors.InvalidOperation` on both.
+
+One :class:`aiohttp.ClientSession` per transport keeps connections alive (it also keeps
+a receive from landing on a front end that holds its locked messages, PT-15). Requests
+are signed with a shared access signature cached until five minutes before it expires.
+The transport never retries: status codes map to :mod:`aiosb.errors` with the right
+``retryable``, and :mod:`aiosb.client` retries what is transient.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+
+from ..auth import SasCredential
+from ..entities import DEAD_LETTER_SUFFIX, _check_name
+from ..errors import (
+    ClientClosed,
+    EntityNotFound,
+    InvalidArgument,
+    InvalidOperation,
+    OperationTimeout,
+    ServiceBusError,
+    TransientError,
+)
+from ..message import Message, ReceivedMessage
+from . import (
+    ManagementRequest,
+    ReceiveRequest,
+    SessionInfo,
+    SessionRequest,
+    Settlement,
+    _atom,
+    _rest,
+)
+
+__all__ = ["HttpTransport", "RemoteFaults"]
+
+_JSON = "application/json"
+_ATOM = "application/atom+xml;type=entry;charset=utf-8"
+_NO_SESSIONS = (
+    "Sessions are not part of the Service Bus REST protocol, so the HTTP transport cannot "
+    "receive from a session; use memory:// or the AMQP transport (a connection string)."
+)
+
+
+def _quote(path: str) -> str:
+    return urllib.parse.quote(path, safe="/$")
+
+
+class HttpTransport:
+    """A :class:`~aiosb.transport.Transport` over HTTP to an emulator server or a real
+    namespace.
+
+    Args:
+        url: ``http://HOST:PORT/NAME`` or ``https://NAME.servicebus.windows.net``.
+        credential: Signs every request; for ``http://`` URLs it defaults to the
+            emulator server's development key.
+        operation_timeout: The client's budget for one operation, told to an emulator
+            server so that it gives up an operation its client gave up on.
+        extensions: Use the emulator server's aiosb extensions (default: for ``http://``).
+        max_message_size: The namespace's limit in bytes (256 KB by default).
+
+    Raises:
+        InvalidArgument: A URL without a namespace, or an ``https`` URL without a
+            credential.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        credential: SasCredential | None = None,
+        *,
+        operation_timeout: float = 60.0,
+        extensions: bool | None = None,
+        max_message_size: int = 256 * 1024,
+    ) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        scheme = parsed.scheme.lower()
+        if scheme not in ("http", "https") or not parsed.netloc:
+            raise InvalidArgument(f"{url!r} is not an http:// or https:// URL.")
+        path = parsed.path.strip("/")
+        if scheme == "https" and not path:
+            name = parsed.hostname.split(".")[0] if parsed.hostname else ""
+            base = f"https://{parsed.netloc}"
+        else:
+            name = path
+            base = f"{scheme}://{parsed.netloc}/{_quote(path)}"
+        if not name or "/" in name:
+            raise InvalidArgument(
+                f"{url!r} names no namespace: use http://HOST:PORT/NAME or "
+                "https://NAME.servicebus.windows.net."
+            )
+        if credential is None:
+            if scheme == "https":
+                raise InvalidArgument(
+                    f"{url} needs a credential: credential=('KeyName', 'key') or a SasCredential."
+                )
+            from ..emulator.server import DEV_KEY, DEV_KEY_NAME
+
+            credential = SasCredential(DEV_KEY_NAME, DEV_KEY)
+        self.namespace = name
+        self.url = url
+        self.max_message_size = max_message_size
+        self.extensions = scheme == "http" if extensions is None else bool(extensions)
+        self._base = base
+        self._resource = base.lower()
+        self._credential = credential
+        self._timeout = operation_timeout
+        self._token = ""
+        self._token_until = 0.0
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+        self._locations: dict[str, int] = {}  # lock token -> sequence number (REST mode)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open" if self._session else "new"
+        mode = "aiosb extensions" if self.extensions else "REST"
+        return f"<HttpTransport {self.url} ({mode}) {state}>"
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Create the connection pool (done by ``async with aiosb.connect(...)``)."""
+        if self._closed:
+            raise ClientClosed(f"{self.url} was closed; connect again.")
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=64, keepalive_timeout=60),
+                timeout=aiohttp.ClientTimeout(total=None),
+                skip_auto_headers=("User-Agent",),
+            )
+
+    async def aclose(self) -> None:
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    @property
+    def faults(self) -> RemoteFaults:
+        """Fault injection on the emulator server's namespace (``/{ns}/$faults``)."""
+        if not self.extensions:
+            raise InvalidOperation(f"{self.url} is not an emulator server: it has no faults.")
+        return RemoteFaults(self)
+
+    def _authorization(self) -> str:
+        now = time.time()
+        if now >= self._token_until:
+            lifetime = self._credential.token_lifetime
+            self._token = self._credential.token(self._resource, expiry=now + lifetime)
+            self._token_until = now + max(lifetime - 300, lifetime / 2)
+        return self._token
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        data: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
+        settling: bool = False,
+        no_content_type: bool = False,
+    ) -> tuple[int, Any, bytes]:
+        session = self._session
+        if session is None:
+            raise ClientClosed(
+                f"the connection to {self.url} is {'closed' if self._closed else 'not open yet'}."
+            )
+        sent = {"Authorization": self._authorization()}
+        if self.extensions:
+            sent[_rest.TIMEOUT_HEADER] = repr(self._timeout)
+        if headers:
+            sent.update(headers)
+        try:
+            async with session.request(
+                method,
+                f"{self._base}/{path}" if path else self._base,
+                data=data,
+                headers=sent,
+                params=params,
+                skip_auto_headers=("Content-Type",) if no_content_type else (),
+            ) as response:
+                body = await response.read()
+                status = response.status
+                if status >= 400:
+                    raise self._error(response, body, settling=settling)
+                return status, response.headers, body
+        except ServiceBusError:
+            raise
+        except TimeoutError:
+            raise OperationTimeout(f"{method} {self.url}/{path} got no answer in time.") from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise TransientError(
+                f"{method} {self.url}/{path} failed on the connection ({exc or type(exc).__name__})"
+                "; try again."
+            ) from exc
+
+    @staticmethod
+    def _error(response: aiohttp.ClientResponse, body: bytes, *, settling: bool) -> ServiceBusError:
+        text = body.decode("utf-8", "replace")
+        start, end = text.find("<Detail>"), text.find("</Detail>")
+        if start >= 0 and end > start:
+            from xml.sax.saxutils import unescape
+
+            detail = unescape(text[start + len("<Detail>"):end])
+        else:
+            detail = text.strip()[:500] or response.reason or ""
+        return _rest.error_from_status(
+            response.status,
+            detail,
+            name=response.headers.get(_rest.ERROR_HEADER),
+            retryable=response.headers.get(_rest.RETRYABLE_HEADER),
+            settling=settling,
+        )
+
+    async def _extension(self, entity: str, op: str, payload: dict[str, Any]) -> Any:
+        _, _, body = await self._request(
+            "POST",
+            f"{_quote(entity)}/$aiosb/{op}",
+            data=json.dumps(payload, separators=(",", ":")).encode(),
+            headers={"Content-Type": _JSON},
+        )
+        return json.loads(body) if body else None
+
+    def _lacks(self, what: str) -> InvalidOperation:
+        return InvalidOperation(
+            f"The Service Bus REST protocol has no {what}, so the HTTP transport cannot do it "
+            f"on {self.url}; use the AMQP transport (a connection string) for it."
+        )
+
+    # -- data ----------------------------------------------------------------------------
+
+    async def send(
+        self, entity: str, messages: Sequence[Message], *, transaction: bool = False
+    ) -> None:
+        """Send one message or a batch; a transaction goes to the emulator server as one
+        (PT-16 to PT-18 apply there) and to a real namespace as one atomic batch, since
+        the REST protocol has no transactions."""
+        if self.extensions:
+            payload: dict[str, Any] = {"messages": [_rest.encode_message(m) for m in messages]}
+            if transaction:
+                payload["transaction"] = True
+            await self._extension(entity, "send", payload)
+            return
+        if len(messages) == 1 and messages[0].content_type != _rest.BATCH_CONTENT_TYPE:
+            msg = messages[0]
+            headers = _rest.custom_headers(msg.application_properties)
+            headers["BrokerProperties"] = json.dumps(_rest.rest_broker_properties(msg))
+            if msg.content_type:
+                headers["Content-Type"] = msg.content_type
+            await self._request(
+                "POST",
+                f"{_quote(entity)}/messages",
+                data=msg.body,
+                headers=headers,
+                no_content_type=not msg.content_type,
+            )
+            return
+        batch = []
+        for msg in messages:
+            try:
+                text = msg.body.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidArgument(
+                    "a REST batch carries bodies as text, and one body is not UTF-8; send "
+                    "binary messages one at a time or use the AMQP transport."
+                ) from None
+            for name, value in msg.application_properties.items():
+                _rest.custom_value(name, value)  # refuses types REST cannot carry
+            batch.append(
+                {
+                    "Body": text,
+                    "BrokerProperties": _rest.rest_broker_properties(msg),
+                    "UserProperties": {
+                        k: v if not hasattr(v, "timestamp") else _rest.http_date(v.timestamp())
+                        for k, v in msg.application_properties.items()
+                    },
+                }
+            )
+        await self._request(
+            "POST",
+            f"{_quote(entity)}/messages",
+            data=json.dumps(batch).encode(),
+            headers={"Content-Type": _rest.BATCH_CONTENT_TYPE},
+        )
+
+    async def schedule(self, entity: str, messages: Sequence[Message]) -> list[int]:
+        if not self.extensions:
+            raise self._lacks(
+                "schedule operation that returns sequence numbers (send a message with "
+                "scheduled_enqueue_time instead)"
+            )
+        answer = await self._extension(
+            entity, "schedule", {"messages": [_rest.encode_message(m) for m in messages]}
+        )
+        return list(answer["sequence_numbers"])
+
+    async def cancel_scheduled(self, entity: str, sequence_numbers: Sequence[int]) -> None:
+        if not self.extensions:
+            raise self._lacks("cancel of scheduled messages")
+        await self._extension(entity, "cancel", {"sequence_numbers": list(sequence_numbers)})
+
+    async def session(self, entity: str, request: SessionRequest) -> SessionInfo:
+        raise InvalidOperation(_NO_SESSIONS)
+
+    async def receive(self, entity: str, request: ReceiveRequest) -> list[ReceivedMessage]:
+        if request.session_id is not None:
+            raise InvalidOperation(_NO_SESSIONS)
+        if self.extensions:
+            answer = await self._extension(
+                entity,
+                "receive",
+                {
+                    "mode": request.mode,
+                    "max_messages": request.max_messages,
+                    "max_wait": request.max_wait,
+                    "sub_queue": request.sub_queue,
+                    "peek": request.peek,
+                    "from_sequence_number": request.from_sequence_number,
+                    "sequence_numbers": None
+                    if request.sequence_numbers is None
+                    else list(request.sequence_numbers),
+                },
+            )
+            return [_rest.decode_received(m) for m in answer["messages"]]
+        if request.peek:
+            raise self._lacks("peek (browse)")
+        if request.sequence_numbers is not None:
+            raise self._lacks("receive of deferred messages")
+        path = entity + (DEAD_LETTER_SUFFIX if request.sub_queue else "")
+        found: list[ReceivedMessage] = []
+        wait = request.max_wait
+        while len(found) < request.max_messages:
+            msg = await self._receive_one(path, request.mode, wait)
+            if msg is None:
+                if found or wait is not None:
+                    break
+                continue  # no deadline: poll again
+            found.append(msg)
+            wait = 0.0  # the rest: only what is there now
+        return found
+
+    async def _receive_one(
+        self, path: str, mode: str, wait: float | None
+    ) -> ReceivedMessage | None:
+        seconds = 60.0 if wait is None else wait
+        timeout = repr(seconds) if self._base.startswith("http:") else str(math.ceil(seconds))
+        status, headers, body = await self._request(
+            "POST" if mode == "peek_lock" else "DELETE",
+            f"{_quote(path)}/messages/head",
+            params={"timeout": timeout},
+        )
+        if status == 204:
+            return None
+        try:
+            broker = json.loads(headers.get("BrokerProperties") or "{}")
+        except ValueError:
+            raise TransientError(
+                "the server answered a receive with bad BrokerProperties."
+            ) from None
+        msg = _rest.received_from_rest(broker, body, headers, path)
+        if msg.lock_token is not None:
+            if len(self._locations) > 10_000:
+                self._locations.clear()
+            self._locations[msg.lock_token] = msg.sequence_number
+        return msg
+
+    async def settle(self, entity: str, settlement: Settlement) -> list[float] | None:
+        if self.extensions:
+            props = settlement.properties_to_modify
+            answer = await self._extension(
+                entity,
+                "settle",
+                {
+                    "action": settlement.action,
+                    "lock_tokens": list(settlement.lock_tokens),
+                    "sub_queue": settlement.sub_queue,
+                    "reason": settlement.reason,
+                    "description": settlement.description,
+                    "properties_to_modify": None
+                    if props is None
+                    else {k: _rest.encode_value(v) for k, v in props.items()},
+                },
+            )
+            return answer["locked_until"]
+        methods = {"complete": "DELETE", "abandon": "PUT", "renew": "POST"}
+        method = methods.get(settlement.action)
+        if method is None:
+            raise self._lacks(settlement.action.replace("_", "-"))
+        if settlement.properties_to_modify:
+            raise self._lacks("way to modify properties when a lock is released")
+        path = entity + (DEAD_LETTER_SUFFIX if settlement.sub_queue else "")
+        until: list[float] = []
+        for token in dict.fromkeys(settlement.lock_tokens):
+            seq = self._locations.get(token, 0)
+            _, headers, _ = await self._request(
+                method,
+                f"{_quote(path)}/messages/{seq}/{urllib.parse.quote(token, safe='')}",
+                settling=True,
+            )
+            if settlement.action != "renew":
+                self._locations.pop(token, None)
+                continue
+            exact = headers.get("x-aiosb-locked-until")
+            if exact is not None:
+                until.append(float(exact))
+            else:
+                broker = json.loads(headers.get("BrokerProperties") or "{}")
+                stamp = broker.get("LockedUntilUtc")
+                until.append(
+                    _rest.parse_http_date("LockedUntilUtc", stamp).timestamp()
+                    if stamp else time.time()
+                )
+        return until if settlement.action == "renew" else None
+
+    # -- management ------------------------------------------------------------------
+
+    async def manage(self, request: ManagementRequest) -> Any:
+        action, kind, path = request.action, request.kind, request.path
+        if action == "list":
+            if kind == "subscription":
+                where = f"{_quote(path)}/subscriptions"
+            else:
+                where = f"$Resources/{kind}s"
+            _, _, body = await self._request("GET", where)
+            entries = _atom.parse_feed(body)
+            if isinstance(entries, _atom.Entry):
+                entries = [entries]
+            return [self._properties(e, kind, path, e.title or "") for e in entries]
+        kind_header = {"x-aiosb-kind": kind} if self.extensions and kind else {}
+        if action in ("get", "runtime"):
+            _, _, body = await self._request(
+                "GET", _quote(path), headers=kind_header
+            )
+            entry = _atom.parse_feed(body)
+            if not isinstance(entry, _atom.Entry) or (kind and entry.kind != kind):
+                what = kind or "entity"
+                raise EntityNotFound(
+                    f"The {what} {path!r} does not exist in namespace {self.namespace!r}."
+                )
+            if action == "runtime":
+                return _atom.runtime_properties(path, entry)
+            return self._properties(entry, kind, path)
+        if action == "delete":
+            await self._request("DELETE", _quote(path), headers=kind_header)
+            return None
+        if action in ("create", "update"):
+            props = request.properties
+            _check_name(kind, props.name)  # type: ignore[arg-type]  # before any request
+            if kind == "subscription":
+                _check_name("topic", props.topic_name)
+            headers = {"Content-Type": _ATOM}
+            if action == "update":
+                headers["If-Match"] = "*"
+            _, _, body = await self._request(
+                "PUT",
+                _quote(path),
+                data=_atom.request_xml(kind, request.properties),  # type: ignore[arg-type]
+                headers=headers,
+            )
+            return self._properties(_atom.parse_entry(body), kind, path)
+        raise InvalidArgument(f"unknown management action {action!r}.")
+
+    @staticmethod
+    def _properties(entry: _atom.Entry, kind: str | None, path: str, title: str = "") -> Any:
+        if entry.kind == "subscription":
+            if kind == "subscription" and title:  # a listing: path is the topic
+                return _atom.build_properties("subscription", title, entry.fields,
+                                              topic_name=path)
+            topic, _, name = path.rpartition("/subscriptions/")
+            return _atom.build_properties("subscription", name, entry.fields, topic_name=topic)
+        return _atom.build_properties(entry.kind, title or path, entry.fields)
+
+
+class RemoteFaults:
+    """Fault injection on an emulator server's namespace, over ``/{ns}/$faults``.
+
+    The HTTP twin of :class:`aiosb.emulator.Faults`; methods are coroutines, and a
+    fault is known by its id. Get one with ``namespace.transport.faults``.
+    """
+
+    def __init__(self, transport: HttpTransport) -> None:
+        self._transport = transport
+
+    async def _call(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
+        data = None if payload is None else json.dumps(payload).encode()
+        headers = {"Content-Type": _JSON} if payload is not None else None
+        _, _, body = await self._transport._request(method, path, data=data, headers=headers)
+        return json.loads(body) if body else None
+
+    async def fail(
+        self,
+        entity: str | None = None,
+        *,
+        kind: str = "unavailable",
+        operations: Sequence[str] = ("send", "receive", "manage"),
+    ) -> str:
+        """Inject a fault (see :meth:`aiosb.emulator.Faults.fail`); return its id."""
+        payload = {"entity": entity, "kind": kind, "operations": list(operations)}
+        return (await self._call("POST", "$faults", payload))["id"]
+
+    async def delay(
+        self,
+        entity: str | None,
+        seconds: float,
+        *,
+        operations: Sequence[str] = ("send", "receive", "manage"),
+    ) -> str:
+        """Add latency to ``entity``'s operations; return the fault's id."""
+        payload = {"entity": entity, "kind": "delay", "seconds": seconds,
+                   "operations": list(operations)}
+        return (await self._call("POST", "$faults", payload))["id"]
+
+    async def fail_fragment(self, entity: str, index: int) -> str:
+        """Take one fragment of a partitioned entity down; return the fault's id."""
+        return (await self._call("POST", "$faults", {"entity": entity, "fragment": index}))["id"]
+
+    async def heal(self, fault_id: str | None = None) -> int:
+        """Heal one fault by id, or every fault of the namespace; return how many."""
+        path = "$faults" if fault_id is None else f"$faults/{urllib.parse.quote(fault_id)}"
+        return (await self._call("DELETE", path))["healed"]
+
+    async def active(self) -> list[dict[str, Any]]:
+        """The faults in force, as the server lists them."""
+        return (await self._call("GET", "$faults"))["faults"]
+

@@ -1,0 +1,159 @@
+"""S-3, S-4 and S-9: the HTTP transport against the emulator server.
+
+* S-3: single-message sends through ``aiosb.connect("http://...")`` to ``aiosb serve``,
+  against a bare aiohttp POST endpoint (read the body, answer 201) driven by a bare
+  aiohttp client with the same body, the same concurrency, in the same run. Target: at
+  least 0.6 times the bare rate.
+* S-4: batches of 100 messages sent, received (peek-lock) and completed over HTTP.
+  Target: at least 50,000 messages/s.
+* S-9: both on asyncio's loop and on uvloop; the ratio is reported.
+
+Server and client share one process and one loop, as they do in the conformance suite;
+on a machine with spare cores a separate ``aiosb serve`` process would do better.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import aiohttp
+from aiohttp import web
+
+import aiosb
+from aiosb import Message, emulator
+from aiosb.emulator.server import serve
+
+from ._harness import Stopwatch, best_rate, loops, report, run
+
+BATCH = 100
+BODY = b"x" * 64
+
+
+async def _spread(count: int, concurrency: int, one) -> None:
+    """Run ``one()`` ``count`` times, ``concurrency`` at a time."""
+    per, extra = divmod(count, concurrency)
+
+    async def worker(n: int) -> None:
+        for _ in range(n):
+            await one()
+
+    await asyncio.gather(*(worker(per + (i < extra)) for i in range(concurrency)))
+
+
+async def bare_aiohttp(count: int, concurrency: int) -> float:
+    """The reference: a bare aiohttp endpoint and client, nothing else."""
+
+    async def handler(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=201)
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    url = f"http://127.0.0.1:{port}/bench/q/messages"
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def one() -> None:
+                async with session.post(url, data=BODY) as response:
+                    await response.read()
+                    assert response.status == 201
+
+            await one()  # warm the connection pool
+            with Stopwatch() as sw:
+                await _spread(count, concurrency, one)
+    finally:
+        await runner.cleanup()
+    return sw.seconds
+
+
+async def aiosb_single_sends(count: int, concurrency: int) -> float:
+    async with serve() as server, aiosb.connect(server.namespace_url("bench")) as ns:
+        if not await ns.queue_exists("q"):
+            await ns.create_queue("q")
+        async with ns.sender("q") as sender:
+            message = Message(BODY)
+
+            async def one() -> None:
+                await sender.send(message)
+
+            await one()
+            with Stopwatch() as sw:
+                await _spread(count, concurrency, one)
+    return sw.seconds
+
+
+async def aiosb_batches(rounds: int) -> float:
+    messages = [Message(BODY, application_properties={"i": i}) for i in range(BATCH)]
+    async with serve() as server, aiosb.connect(server.namespace_url("bench")) as ns:
+        if not await ns.queue_exists("q"):
+            await ns.create_queue("q")
+        async with ns.sender("q") as sender, ns.receiver("q") as receiver:
+            with Stopwatch() as sw:
+                for _ in range(rounds):
+                    await sender.send(messages)
+                    received = await receiver.receive(max_messages=BATCH, max_wait=0)
+                    await receiver.complete(received)
+            assert len(received) == BATCH
+    return sw.seconds
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sends", type=int, default=5_000, help="single sends for S-3")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--messages", type=int, default=50_000, help="messages for S-4")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    rounds = args.messages // BATCH
+    rows = []
+    summary: dict[str, float] = {}
+    for loop in loops():
+        emulator.reset()
+        bare = best_rate(args.sends, [
+            run(lambda: bare_aiohttp(args.sends, args.concurrency), loop)
+            for _ in range(args.repeat)
+        ])
+        single = best_rate(args.sends, [
+            run(lambda: aiosb_single_sends(args.sends, args.concurrency), loop)
+            for _ in range(args.repeat)
+        ])
+        emulator.reset()
+        batches = best_rate(rounds * BATCH, [
+            run(lambda: aiosb_batches(rounds), loop) for _ in range(args.repeat)
+        ])
+        emulator.reset()
+        rows.append({"case": "S-3 bare aiohttp POST", "loop": loop, **bare})
+        rows.append({"case": "S-3 aiosb HTTP single sends", "loop": loop, **single})
+        rows.append({"case": "S-4 aiosb HTTP batches of 100 (send+receive+complete)",
+                     "loop": loop, **batches})
+        summary[f"s3_{loop}_bare_per_s"] = bare["best_per_s"]
+        summary[f"s3_{loop}_aiosb_per_s"] = single["best_per_s"]
+        summary[f"s3_{loop}_ratio_to_bare"] = single["best_per_s"] / bare["best_per_s"]
+        summary[f"s4_{loop}_msgs_per_s"] = batches["best_per_s"]
+    if "uvloop" in loops():
+        summary["s9_s3_uvloop_over_asyncio"] = (
+            summary["s3_uvloop_aiosb_per_s"] / summary["s3_asyncio_aiosb_per_s"]
+        )
+        summary["s9_s4_uvloop_over_asyncio"] = (
+            summary["s4_uvloop_msgs_per_s"] / summary["s4_asyncio_msgs_per_s"]
+        )
+    summary["s3_target_ratio"] = 0.6
+    summary["s4_target_msgs_per_s"] = 50_000
+    report(
+        "http",
+        f"S-3/S-4/S-9: {args.sends:,} single sends (concurrency {args.concurrency}), "
+        f"{rounds * BATCH:,} messages in batches of {BATCH}",
+        rows,
+        summary,
+    )
+    return summary
+
+
+if __name__ == "__main__":
+    main()
