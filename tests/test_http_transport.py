@@ -113,9 +113,13 @@ async def test_sessions_are_refused_over_the_extensions_too():
     """Sessions are not part of the REST protocol, whichever server is on the other end."""
     async with serve() as server, aiosb.connect(server.namespace_url("ns")) as ns:
         await ns.create_queue("q", requires_session=True)
-        async with ns.receiver("q", session_id="a") as receiver:
-            with pytest.raises(errors.InvalidOperation, match="Sessions are not part"):
-                await receiver.receive(max_wait=0)
+        with pytest.raises(errors.InvalidOperation, match="Sessions are not part"):
+            async with ns.receiver("q", session_id="a"):  # accepting the session
+                pass
+        receiver = ns.receiver("q", session_id=aiosb.NEXT_AVAILABLE_SESSION)
+        with pytest.raises(errors.InvalidOperation, match="Sessions are not part"):
+            await receiver.receive(max_wait=0)
+        await receiver.aclose()
 
 
 def test_urls_and_credentials():
