@@ -759,6 +759,7 @@ class Receiver:
         )
         self.session: ReceiverSession | None = None
         self._session_wait = namespace.operation_timeout
+        self._accepting = asyncio.Lock()
         self.sub_queue = sub_queue
         self.prefetch_count = prefetch_count
         self._path = str(parsed).lower()
@@ -788,29 +789,42 @@ class Receiver:
             return
         self._closed = True
         self.namespace._untrack(self)
-        session = self.session
-        if session is not None and not self.namespace.closed:
-            request = SessionRequest("release", session.session_id, session._lock)
-            try:  # best effort: an unreleased lock expires by itself
-                await self.namespace.transport.session(self._entity_path, request)
-            except ServiceBusError:
-                pass
+        if self.session is not None:
+            await self._release(self.session)
+
+    async def _release(self, session: ReceiverSession) -> None:
+        """Give the session up, best effort: an unreleased lock expires by itself."""
+        ns = self.namespace
+        if ns.closed:
+            return
+        request = SessionRequest("release", session.session_id, session._lock)
+        try:
+            async with asyncio.timeout(ns.operation_timeout):
+                await ns.transport.session(self._entity_path, request)
+        except (ServiceBusError, TimeoutError):
+            pass
 
     def _check(self) -> None:
         if self._closed:
             raise ClientClosed(f"the receiver for {self.entity!r} is closed.")
 
     async def _accept(self) -> ReceiverSession:
-        """Lock this receiver's session (or the next available one), once."""
-        if self.session is None:
-            self._check()
-            ns = self.namespace
-            wait = self._session_wait if self.session_id is None else 0.0
-            request = SessionRequest("accept", self.session_id, max_wait=wait, mode=self.mode)
-            info = await ns._call(ns.transport.session, self._entity_path, request, wait=wait)
-            self.session = ReceiverSession(self, info)
-            self.session_id = info.session_id
-        return self.session
+        """Lock this receiver's session (or the next available one), once, however many
+        tasks use the receiver first."""
+        async with self._accepting:
+            if self.session is None:
+                self._check()
+                ns = self.namespace
+                wait = self._session_wait if self.session_id is None else 0.0
+                request = SessionRequest("accept", self.session_id, max_wait=wait, mode=self.mode)
+                info = await ns._call(ns.transport.session, self._entity_path, request, wait=wait)
+                session = ReceiverSession(self, info)
+                if self._closed:  # closed while accepting: give it straight back
+                    await self._release(session)
+                    self._check()
+                self.session = session
+                self.session_id = info.session_id
+            return self.session
 
     def _request(self, **kw: Any) -> ReceiveRequest:
         session = self.session

@@ -60,6 +60,7 @@ from ..errors import (
     MessageNotFound,
     MessageSizeExceeded,
     OperationTimeout,
+    PartitionUnavailable,
     QuotaExceeded,
     SessionCannotBeLocked,
     SessionLockLost,
@@ -621,6 +622,7 @@ class _Session:
         for rec in list(store.locked.values()):
             store.unlock(rec, now)
         self.entity.add_listener(-1, now)
+        _wake(store.waiters)  # a receive waiting in the session learns it is gone
         _wake(self.entity.session_waiters)
         self.entity.forget_if_idle(self)
 
@@ -642,6 +644,7 @@ class _Session:
             if rec.state in (AVAILABLE, DEFERRED):
                 store.expire(rec, now)
             # a locked message expires when its lock ends (EX-3)
+        entity.forget_if_idle(self)
 
     def due_expiry(self, now: float) -> bool:
         """Whether a message of the session is past its TTL."""
@@ -667,7 +670,8 @@ class _Entity:
         self.bytes = 0  # held over every store
         self.nfrag = nfrag
         self.seqs = [itertools.count((f << FRAGMENT_SHIFT) + 1) for f in range(nfrag)]
-        self.rr = itertools.count(int.from_bytes(os.urandom(1)))
+        self.rr = itertools.count(int.from_bytes(os.urandom(1)))  # keyless sends
+        self.rr_receive = itertools.count()  # where a receive starts gathering
         self.topic: _Entity | None = None
         self.subscriptions: dict[str, _Entity] = {}
         self.dup: dict[str, float] = {}
@@ -777,7 +781,7 @@ class _Entity:
         """Whether the entity counts as in use though no operation touched it."""
         if getattr(self.props, "forward_to", None):  # EX-16
             return True
-        if self.listeners:
+        if self.listeners or any(s.listeners for s in self.subscriptions.values()):
             return True
         stores = self.main_stores()
         if self.kind == "topic":
@@ -1171,7 +1175,12 @@ class EmulatorNamespace:
             session = None
             if request.session_id is not None and not dlq:
                 if request.peek and request.session_lock is None:
-                    stores = [entity.session(request.session_id).store]
+                    if not entity.sessionful:
+                        raise InvalidOperation(
+                            f"{entity.path!r} does not require sessions: peek without a session_id."
+                        )
+                    browsed = entity.sessions.get(request.session_id)
+                    stores = [] if browsed is None else [browsed.store]
                 else:
                     session = self._held(entity, request.session_id, request.session_lock, now)
                     stores = [session.store]
@@ -1192,9 +1201,13 @@ class EmulatorNamespace:
             else:
                 lock_seconds = entity.lock_seconds if lock else None
             if request.sequence_numbers is not None:
-                return await self._take_deferred(
+                found_or_fault = self._take_deferred(
                     entity, stores, request.sequence_numbers, lock_seconds, now, down, path
                 )
+                if isinstance(found_or_fault, Fault):
+                    await faults.apply(found_or_fault, "receive", path)
+                    continue
+                return found_or_fault
             if len(stores) == 1:
                 if down is not None and stores[0].fragment in down:
                     await faults.apply(down[stores[0].fragment], "receive", path)
@@ -1205,7 +1218,7 @@ class EmulatorNamespace:
                 if not live:
                     await faults.apply(next(iter(down.values())), "receive", path)  # type: ignore[union-attr]
                     continue
-                start = next(entity.rr) % len(live)  # PT-12: whichever fragment yields
+                start = next(entity.rr_receive) % len(live)  # PT-12: any fragment yields
                 found = []
                 for store in live[start:] + live[:start]:
                     found += store.take(count - len(found), lock_seconds, now)
@@ -1231,7 +1244,10 @@ class EmulatorNamespace:
                     await fut
             except TimeoutError:
                 if session is not None and (deadline is None or loop.time() < deadline):
-                    continue  # the session lock ended first: say so on the next pass
+                    # The session lock ended first: say so on the next pass, with the
+                    # clock at that instant whatever the float rounding of the timer.
+                    self.clock.advance_to(session.locked_until)
+                    continue
                 return []
             finally:
                 if not fut.done():
@@ -1242,7 +1258,7 @@ class EmulatorNamespace:
                     except ValueError:
                         pass
 
-    async def _take_deferred(
+    def _take_deferred(
         self,
         entity: _Entity,
         stores: list[_Store],
@@ -1251,8 +1267,9 @@ class EmulatorNamespace:
         now: float,
         down: dict[int, Fault] | None,
         path: str,
-    ) -> list[ReceivedMessage]:
-        """Deferred messages by sequence number, from the fragments their numbers name."""
+    ) -> list[ReceivedMessage] | Fault:
+        """Deferred messages by sequence number, from the fragments their numbers name;
+        or the fault of a fragment they need that is down."""
         if len(stores) == 1 and stores[0].session is not None:
             groups = {0: list(seqs)}
             by_frag = {0: stores[0]}
@@ -1262,7 +1279,7 @@ class EmulatorNamespace:
         for f in groups:
             store = by_frag.get(f)
             if down is not None and store is not None and store.fragment in down:
-                await self.faults.apply(down[store.fragment], "receive", path)
+                return down[store.fragment]
         found = []
         for f, group in groups.items():
             store = by_frag.get(f)
@@ -1281,12 +1298,13 @@ class EmulatorNamespace:
     ) -> list[ReceivedMessage]:
         """Browse from ``from_seq``: from the first fragment with messages there, and no
         more than one response holds (PT-13)."""
+        live = [s for s in stores if down is None or s.fragment not in down]
+        if stores and not live:  # every fragment is down: that is no empty entity
+            raise PartitionUnavailable(
+                f"Every fragment of {stores[0].path!r} is unavailable; nothing to browse."
+            )
         candidates = [
-            rec
-            for store in stores
-            if down is None or store.fragment not in down
-            for rec in store.records.values()
-            if rec.seq >= from_seq
+            rec for store in live for rec in store.records.values() if rec.seq >= from_seq
         ]
         if not candidates:
             return []
@@ -1419,12 +1437,13 @@ class EmulatorNamespace:
                 if session is not None and session.lock == request.lock:
                     session.release(now)
                 return SessionInfo(sid)
-            session = entity.session(sid)
-            if down is None or session.store.fragment not in down:
+            home = _hash(sid) % entity.nfrag if entity.nfrag > 1 else 0
+            if down is None or home not in down:
                 break
-            await faults.apply(down[session.store.fragment], "receive", path)
+            await faults.apply(down[home], "receive", path)
         entity.touch(now)
         if action == "accept":
+            session = entity.session(sid)
             if session.lock is not None and session.locked_until > now:
                 raise SessionCannotBeLocked(
                     f"Session {sid!r} of {entity.path!r} is locked by another receiver "
@@ -1490,8 +1509,10 @@ class EmulatorNamespace:
                 try:
                     async with asyncio.timeout(remaining):
                         await fut
-                except TimeoutError:
-                    pass
+                except TimeoutError:  # the deadline, whatever the float rounding
+                    raise OperationTimeout(
+                        f"No session of {entity.path!r} became available within {max_wait:g} s."
+                    ) from None
                 finally:
                     if not fut.done():
                         fut.cancel()
@@ -1708,6 +1729,15 @@ class EmulatorNamespace:
                     f"{entity.path!r} requires sessions (or has a subscription that does): "
                     "set session_id on every message."
                 )
+            if (
+                msg.partition_key is not None
+                and msg.session_id is not None
+                and msg.partition_key != msg.session_id
+            ):
+                raise InvalidOperation(
+                    f"partition_key {msg.partition_key!r} differs from session_id "
+                    f"{msg.session_id!r}; when both are set they must be equal (PT-7)."
+                )
             rec = _Record(msg, msg.message_id or ids(), size)
             key = msg.session_id
             if key is None:
@@ -1794,7 +1824,7 @@ class EmulatorNamespace:
             subs = list(entity.subscriptions.values())
             for i, sub in enumerate(subs):
                 copy = rec if i == len(subs) - 1 else rec.clone()
-                self._deliver(sub, copy, now, hops, keep_seq)
+                self._deliver(sub, copy, now, hops)  # numbered by the subscription
             return
         frag = rec.frag
         if frag >= entity.nfrag:
