@@ -177,16 +177,22 @@ def timeline_svg(
     return "\n".join(parts)
 
 
-async def serve_forever(host: str, port: int, key_name: str, key: str | None) -> None:
+async def serve_forever(
+    host: str, port: int, key_name: str, key: str | None, data_dir: str | None = None
+) -> None:
     """Serve the emulator over HTTP until interrupted, printing how to connect."""
     from .emulator.server import DEV_KEY, serve
 
-    async with serve(host, port, key_name=key_name, key=key or DEV_KEY) as served:
+    async with serve(
+        host, port, key_name=key_name, key=key or DEV_KEY, data_dir=data_dir
+    ) as served:
         _say(f"aiosb emulator server listening on {served.url}")
         _say(f"  namespaces exist on first use: {served.url}/NAME (e.g. {served.url}/contoso)")
         if key is None:
             _say(f"  signed with the well-known development key {key_name} / {DEV_KEY}")
             _say("  (for local use only; pass --key to choose your own)")
+        if data_dir is not None:
+            _say(f"  durable: every acknowledged operation is kept in {data_dir}")
         _say(f"  connection string: {served.connection_string('contoso')}")
         _say(f"  python: aiosb.connect({served.namespace_url('contoso')!r}"
              + ("" if key is None else f", credential=({key_name!r}, KEY)") + ")")
@@ -214,12 +220,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                            help="shared access key name requests must be signed with")
     serve_cmd.add_argument("--key", default=None,
                            help="the key (default: the well-known development key)")
+    serve_cmd.add_argument("--data-dir", default=None,
+                           help="keep everything in a SQLite database in this directory "
+                           "(durable across restarts); default: in memory")
     args = parser.parse_args(argv)
     try:
         if args.command == "serve":
             if not 0 <= args.port <= 65535:
                 parser.error("--port must be between 0 and 65535")
-            asyncio.run(serve_forever(args.host, args.port, args.key_name, args.key))
+            asyncio.run(
+                serve_forever(args.host, args.port, args.key_name, args.key, args.data_dir)
+            )
         if args.command == "demo":
             if args.orders < 10:
                 parser.error("--orders must be at least 10")

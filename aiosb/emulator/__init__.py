@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .._clock import CLOCK
 from ._broker import FRAGMENT_SHIFT, MAX_DELIVERY_EXCEEDED, TTL_EXPIRED, EmulatorNamespace
+from ._durable import Journal
 from ._faults import OPERATIONS, Fault, Faults
 
 __all__ = [
@@ -27,9 +28,11 @@ __all__ = [
     "namespace",
     "namespaces",
     "reset",
+    "use_journal",
 ]
 
 _registry: dict[str, EmulatorNamespace] = {}
+_journal: Journal | None = None
 
 
 def namespace(name: str, *, tier: str | None = None) -> EmulatorNamespace:
@@ -49,6 +52,9 @@ def namespace(name: str, *, tier: str | None = None) -> EmulatorNamespace:
     ns = _registry.get(key)
     if ns is None:
         ns = _registry[key] = EmulatorNamespace(name, tier or "standard")
+        if _journal is not None:
+            ns.journal = _journal
+            _journal.namespace(ns)
     elif tier is not None and tier != ns.tier:
         from ..errors import InvalidOperation
 
@@ -63,10 +69,23 @@ def namespaces() -> list[EmulatorNamespace]:
     return list(_registry.values())
 
 
+def use_journal(journal: Journal | None) -> None:
+    """Keep every namespace of this process in ``journal`` (durable mode), or stop."""
+    global _journal
+    _journal = journal
+    for ns in _registry.values():
+        ns.journal = journal
+        if journal is not None:
+            journal.namespace(ns)
+
+
 def reset() -> None:
     """Forget every emulator namespace (their entities, messages and faults)."""
+    global _journal
     for ns in _registry.values():
         ns.faults.heal()
         ns.detach_all()
+        ns.journal = None
     _registry.clear()
+    _journal = None
     CLOCK.reset()

@@ -40,7 +40,7 @@ import zlib
 from collections import deque
 from collections.abc import Sequence
 from heapq import heapify, heappop, heappush
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._clock import CLOCK
 from ..entities import (
@@ -74,6 +74,9 @@ from ..transport import (
     Settlement,
 )
 from ._faults import Fault, Faults
+
+if TYPE_CHECKING:
+    from ._durable import Journal
 
 __all__ = ["EmulatorNamespace", "TTL_EXPIRED", "MAX_DELIVERY_EXCEEDED"]
 
@@ -387,6 +390,8 @@ class _Store:
             self._push(rec.expires, _EXPIRE, rec)
         if self.waiters or self.session:
             self.wake()
+        if self.ns.journal is not None:
+            self.ns.journal.record(self, rec)
 
     def add_scheduled(self, rec: _Record) -> None:
         """Hold ``rec`` until its enqueue time (EX-5)."""
@@ -396,6 +401,8 @@ class _Store:
         self.entity.bytes += rec.size
         self.scheduled += 1
         self._push(rec.enqueued, _ACTIVATE, rec)
+        if self.ns.journal is not None:
+            self.ns.journal.record(self, rec)
 
     def activate(self, rec: _Record, now: float) -> None:
         """A scheduled message's time has come: make it available (or fan it out)."""
@@ -405,6 +412,8 @@ class _Store:
 
     def make_available(self, rec: _Record) -> None:
         """Return ``rec`` to the available messages, in sequence order."""
+        if self.ns.journal is not None:
+            self.ns.journal.record(self, rec)
         if rec.deferred:
             rec.state = DEFERRED
             return
@@ -436,6 +445,8 @@ class _Store:
         if self.records.pop(rec.seq, None) is not None:
             self.size -= rec.size
             self.entity.bytes -= rec.size
+            if self.ns.journal is not None:
+                self.ns.journal.record(self, rec)
 
     def expire(self, rec: _Record, now: float) -> None:
         """Expiry has come for an unlocked message: dead-letter or drop it (EX-10)."""
@@ -466,6 +477,8 @@ class _Store:
             self.lapse(rec, now)
         else:
             rec.state = DEFERRED
+            if self.ns.journal is not None:
+                self.ns.journal.record(self, rec)
 
     def unlock(self, rec: _Record, now: float, props: dict[str, Any] | None = None) -> None:
         """The lock ended without completion (abandoned or expired)."""
@@ -547,6 +560,10 @@ class _Store:
             out.append(rec.received(path))
         if recs:
             self._push(until, _LOCKS, recs)
+            journal = self.ns.journal
+            if journal is not None:
+                for rec in recs:
+                    journal.record(self, rec)
         return out
 
     def find(self, seqs: Sequence[int], state: int, what: str) -> list[_Record]:
@@ -612,6 +629,10 @@ class _Session:
             rec.locked_until = until
         if recs:
             store._push(until, _LOCKS, recs)
+            journal = self.entity.ns.journal
+            if journal is not None:
+                for rec in recs:
+                    journal.record(store, rec)
 
     def release(self, now: float) -> None:
         """Give the session up (or its lock expired): its locked messages come back."""
@@ -860,6 +881,7 @@ class EmulatorNamespace:
         self._users = 0
         self._handle: asyncio.TimerHandle | None = None
         self._handle_when = INF
+        self.journal: Journal | None = None  # durable mode (aiosb serve --data-dir)
 
     def __repr__(self) -> str:
         return (
@@ -1397,6 +1419,9 @@ class EmulatorNamespace:
                 renewed.setdefault(store, []).append(rec)
             for store, recs in renewed.items():
                 store._push(until, _LOCKS, recs)
+                if self.journal is not None:
+                    for rec in recs:
+                        self.journal.record(store, rec)
             return [until] * len(found)
         else:
             raise InvalidArgument(f"unknown settlement action {action!r}.")
@@ -1461,6 +1486,8 @@ class EmulatorNamespace:
             return SessionInfo(sid, session.lock, until)
         if action == "set_state":
             session.state = None if request.state is None else bytes(request.state)
+            if self.journal is not None:
+                self.journal.session(session)
         return SessionInfo(sid, session.lock, session.locked_until, session.state)
 
     async def _accept_next(self, path: str, max_wait: float | None) -> SessionInfo:
@@ -1610,6 +1637,8 @@ class EmulatorNamespace:
             topic.subscriptions[entity.key] = entity
             topic.touch(now)
         self._entities[entity.key] = entity
+        if self.journal is not None:
+            self.journal.entity(entity)
         return entity.description()
 
     def _forward_target(self, name: str, what: str) -> _Entity:
@@ -1634,6 +1663,8 @@ class EmulatorNamespace:
             if target is not None:
                 self._forward_target(target, target_name)
         entity.apply(props)
+        if self.journal is not None:
+            self.journal.entity(entity)
         entity.updated = now
         entity.touch(now)
         entity._idle_armed = INF
@@ -1645,6 +1676,8 @@ class EmulatorNamespace:
             return
         entity.deleted = True
         self._entities.pop(entity.key, None)
+        if self.journal is not None:
+            self.journal.entity_gone(entity)
         for sub in list(entity.subscriptions.values()):
             self._delete_entity(sub)
         if entity.topic is not None:

@@ -92,6 +92,7 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
@@ -113,6 +114,7 @@ from ..errors import (
 from ..message import Message, ReceivedMessage
 from ..transport import ManagementRequest, ReceiveRequest, Settlement, _atom, _rest
 from ..transport.memory import MemoryTransport
+from ._durable import Journal
 
 __all__ = ["DEV_KEY", "DEV_KEY_NAME", "EmulatorServer", "ServedEmulator", "serve"]
 
@@ -315,9 +317,12 @@ class EmulatorServer:
     Use :func:`serve` to run it; :meth:`app` gives the bare application.
     """
 
-    def __init__(self, *, key_name: str = DEV_KEY_NAME, key: str = DEV_KEY) -> None:
+    def __init__(
+        self, *, key_name: str = DEV_KEY_NAME, key: str = DEV_KEY, journal: Journal | None = None
+    ) -> None:
         SasCredential(key_name, key)  # validates both
         self._auth = _Auth(key_name, key)
+        self._journal = journal
         self._transports: dict[str, MemoryTransport] = {}
         self._opening: dict[str, asyncio.Future[MemoryTransport]] = {}
 
@@ -354,7 +359,10 @@ class EmulatorServer:
             self._auth.check(request, route)
             budget = request.headers.get(_rest.TIMEOUT_HEADER)
             limit = None if budget is None else _seconds(_rest.TIMEOUT_HEADER, budget, MAX_WAIT)
-            return await self._route(request, route, limit)
+            response = await self._route(request, route, limit)
+            if self._journal is not None:  # durable mode: on disk before the answer
+                await self._journal.commit()
+            return response
         except ServiceBusError as exc:
             return _error_response(exc)
         except web.HTTPException as exc:  # aiohttp's own refusals (body too large ...)
@@ -880,6 +888,7 @@ async def serve(
     key_name: str = DEV_KEY_NAME,
     key: str = DEV_KEY,
     ready: Callable[[ServedEmulator], None] | None = None,
+    data_dir: str | Path | None = None,
 ) -> AsyncIterator[ServedEmulator]:
     """Serve the emulator over HTTP on the running loop, for the ``async with`` block.
 
@@ -889,11 +898,20 @@ async def serve(
         key_name: The shared access key name requests must be signed with.
         key: The key (default: the well-known development key :data:`DEV_KEY`).
         ready: Called with the running server once it listens.
+        data_dir: Durable mode: keep every namespace in a SQLite database there, loaded
+            at start-up; every acknowledged send and settlement is on disk before its
+            answer (R-3). Without it, everything is in memory.
 
     Yields:
         A :class:`ServedEmulator` with the bound URL and the credential.
     """
-    server = EmulatorServer(key_name=key_name, key=key)
+    journal = None
+    if data_dir is not None:
+        journal = Journal(data_dir)
+        await journal.open()
+        await journal.load()
+        emulator.use_journal(journal)
+    server = EmulatorServer(key_name=key_name, key=key, journal=journal)
     # handler_cancellation: a client that hangs up (its own timeout) cancels the
     # operation it asked for, so that a long poll does not lock messages for nobody.
     runner = web.AppRunner(server.app(), handler_cancellation=True, access_log=None)
@@ -910,3 +928,6 @@ async def serve(
         yield served
     finally:
         await runner.cleanup()
+        if journal is not None:
+            emulator.use_journal(None)
+            await journal.aclose()

@@ -1,0 +1,368 @@
+"""Durable emulator state: a SQLite journal of namespaces, entities, messages, sessions.
+
+The broker tells the journal what changed (:meth:`Journal.record` for a message,
+:meth:`Journal.entity` and :meth:`Journal.entity_gone` for entities,
+:meth:`Journal.session` for session state) synchronously and cheaply: a message is only
+marked dirty, however often it changes before the next write. :meth:`Journal.commit`
+returns once everything changed before the call is on disk. Commits are grouped: one
+write, in one SQLite transaction on a thread of its own, carries the changes of every
+request that arrived meanwhile, so concurrency does not cost a disk flush per message.
+
+SQLite runs in WAL mode with ``synchronous=FULL``: a committed transaction survives a
+SIGKILL of the server and a crash of the machine. At start-up :meth:`Journal.load`
+rebuilds every namespace as it was: messages keep their sequence numbers, states,
+delivery counts and lock tokens; a lock that ended while the server was down ends at
+once (the message comes back); sequence numbers go on from where they were. Session
+locks, duplicate-detection history and faults are not kept: they belong to the
+connections and the test that made them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import pickle
+import sqlite3
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import TransientError
+
+if TYPE_CHECKING:
+    from ._broker import EmulatorNamespace, _Entity, _Record, _Session, _Store
+
+__all__ = ["Journal"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS namespaces (name TEXT PRIMARY KEY, tier TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS entities (
+    ns TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL, path TEXT NOT NULL,
+    nfrag INTEGER NOT NULL, created REAL NOT NULL, props BLOB NOT NULL,
+    PRIMARY KEY (ns, key));
+CREATE TABLE IF NOT EXISTS messages (
+    ns TEXT NOT NULL, entity TEXT NOT NULL, seq INTEGER NOT NULL, store TEXT NOT NULL,
+    data BLOB NOT NULL, PRIMARY KEY (ns, entity, seq));
+CREATE TABLE IF NOT EXISTS sequences (
+    ns TEXT NOT NULL, entity TEXT NOT NULL, fragment INTEGER NOT NULL, high INTEGER NOT NULL,
+    PRIMARY KEY (ns, entity, fragment));
+CREATE TABLE IF NOT EXISTS sessions (
+    ns TEXT NOT NULL, entity TEXT NOT NULL, sid TEXT NOT NULL, state BLOB,
+    PRIMARY KEY (ns, entity, sid));
+"""
+_KIND_ORDER = {"queue": 0, "topic": 0, "subscription": 1}  # topics before subscriptions
+
+
+class Journal:
+    """The durable store of one ``aiosb serve --data-dir DIR``.
+
+    Args:
+        directory: Where the database lives (``aiosb.sqlite3``); created if missing.
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.path = Path(directory) / "aiosb.sqlite3"
+        self._dirty: dict[int, tuple[str, str, str, _Record]] = {}
+        self._ops: list[tuple[str, tuple[Any, ...]]] = []
+        self._changes = 0
+        self._durable = 0
+        self._flushing: asyncio.Future[None] | None = None
+        self._kick: asyncio.TimerHandle | None = None
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, "aiosb-journal")
+        self._db: sqlite3.Connection | None = None
+        self.writes = 0
+
+    def __repr__(self) -> str:
+        return f"<Journal {self.path} pending={self._changes - self._durable}>"
+
+    # -- lifetime ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Create or open the database."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        await self._run(self._open)
+
+    def _open(self) -> None:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.executescript(_SCHEMA)
+        self._db = db
+
+    async def aclose(self) -> None:
+        """Write what is pending, then close (idempotent)."""
+        if self._db is None:
+            return
+        if self._kick is not None:
+            self._kick.cancel()
+            self._kick = None
+        await self.commit()
+        await self._run(self._db.close)
+        self._db = None
+        self._executor.shutdown(wait=True)
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # -- what the broker reports (synchronous, cheap) -----------------------------------
+
+    def _changed(self) -> None:
+        self._changes += 1
+        if self._kick is None and self._flushing is None:
+            # Changes no request waits for (expiries, lock ends) reach the disk soon too.
+            loop = asyncio.get_running_loop()
+            self._kick = loop.call_later(0.05, self._background)
+
+    def namespace(self, ns: EmulatorNamespace) -> None:
+        self._ops.append(("INSERT OR IGNORE INTO namespaces VALUES (?, ?)", (ns.name, ns.tier)))
+        self._changed()
+
+    def record(self, store: _Store, rec: _Record) -> None:
+        """A message was added, changed or removed in ``store``."""
+        entity = store.entity
+        if store.session is not None:
+            where = "s:" + store.session.id
+        else:
+            where = "d" if store.is_dlq else "m"
+        self._dirty[id(rec)] = (entity.ns.name, entity.key, where, rec)
+        self._changed()
+
+    def entity(self, entity: _Entity) -> None:
+        """An entity was created or updated."""
+        self._ops.append(
+            (
+                "INSERT OR REPLACE INTO entities VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    entity.ns.name,
+                    entity.key,
+                    entity.kind,
+                    entity.path,
+                    entity.nfrag,
+                    entity.created,
+                    pickle.dumps(entity.props, pickle.HIGHEST_PROTOCOL),
+                ),
+            )
+        )
+        self._changed()
+
+    def entity_gone(self, entity: _Entity) -> None:
+        """An entity was deleted (with its messages and sessions)."""
+        key = (entity.ns.name, entity.key)
+        for table in ("entities", "messages", "sequences", "sessions"):
+            column = "key" if table == "entities" else "entity"
+            self._ops.append((f"DELETE FROM {table} WHERE ns = ? AND {column} = ?", key))
+        for dirty_id, (ns, ekey, _, _) in list(self._dirty.items()):
+            if (ns, ekey) == key:
+                del self._dirty[dirty_id]
+        self._changed()
+
+    def session(self, session: _Session) -> None:
+        """A session's state changed."""
+        entity = session.entity
+        key = (entity.ns.name, entity.key, session.id)
+        if session.state is None:
+            self._ops.append(("DELETE FROM sessions WHERE ns = ? AND entity = ? AND sid = ?", key))
+        else:
+            self._ops.append(
+                ("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?)", (*key, session.state))
+            )
+        self._changed()
+
+    # -- writing -----------------------------------------------------------------------
+
+    async def commit(self) -> None:
+        """Return once every change reported before the call is on disk."""
+        target = self._changes
+        while self._durable < target:
+            if self._flushing is None:
+                self._flushing = asyncio.ensure_future(self._flush())
+            await asyncio.shield(self._flushing)
+
+    def _background(self) -> None:
+        self._kick = None
+        if self._flushing is None and self._durable < self._changes:
+            self._flushing = asyncio.ensure_future(self._flush())
+
+    async def _flush(self) -> None:
+        try:
+            upto = self._changes
+            dirty, self._dirty = self._dirty, {}
+            ops, self._ops = self._ops, []
+            from ._broker import GONE, _Record
+
+            slots = _Record.__slots__
+            deletes, puts = [], []
+            highs: dict[tuple[str, str, int], int] = {}
+            for ns, entity, where, rec in dirty.values():
+                if rec.state == GONE:
+                    deletes.append((ns, entity, rec.seq))
+                    continue
+                data = pickle.dumps(
+                    tuple(getattr(rec, name) for name in slots), pickle.HIGHEST_PROTOCOL
+                )
+                puts.append((ns, entity, rec.seq, where, data))
+                frag = rec.seq >> _shift()
+                key = (ns, entity, frag)
+                if rec.seq > highs.get(key, 0):
+                    highs[key] = rec.seq
+            try:
+                await self._run(self._write, ops, deletes, puts, list(highs.items()))
+            except (sqlite3.Error, OSError) as exc:
+                # Nothing of this group is durable: keep it for the next attempt.
+                self._ops[:0] = ops
+                for item in dirty.values():
+                    self._dirty.setdefault(id(item[3]), item)
+                raise TransientError(
+                    f"the emulator could not write its data to {self.path}: {exc}"
+                ) from exc
+            self._durable = max(self._durable, upto)
+            self.writes += 1
+        finally:
+            self._flushing = None
+            if self._durable < self._changes and self._kick is None:
+                self._kick = asyncio.get_running_loop().call_soon(self._background)  # type: ignore[assignment]
+
+    def _write(
+        self,
+        ops: list[tuple[str, tuple[Any, ...]]],
+        deletes: list[tuple[str, str, int]],
+        puts: list[tuple[str, str, int, str, bytes]],
+        highs: list[tuple[tuple[str, str, int], int]],
+    ) -> None:
+        db = self._db
+        assert db is not None
+        db.execute("BEGIN")
+        try:
+            for sql, args in ops:
+                db.execute(sql, args)
+            db.executemany("DELETE FROM messages WHERE ns = ? AND entity = ? AND seq = ?", deletes)
+            db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?, ?, ?, ?)", puts)
+            db.executemany(
+                "INSERT INTO sequences VALUES (?, ?, ?, ?) ON CONFLICT (ns, entity, fragment) "
+                "DO UPDATE SET high = max(high, excluded.high)",
+                [(*key, high) for key, high in highs],
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def load(self) -> list[EmulatorNamespace]:
+        """Rebuild every namespace kept in the database (call before serving)."""
+        rows = await self._run(self._read)
+        return _rebuild(self, *rows)
+
+    def _read(self) -> tuple[list[Any], ...]:
+        db = self._db
+        assert db is not None
+        return (
+            db.execute("SELECT name, tier FROM namespaces").fetchall(),
+            db.execute(
+                "SELECT ns, key, kind, path, nfrag, created, props FROM entities"
+            ).fetchall(),
+            db.execute("SELECT ns, entity, seq, store, data FROM messages ORDER BY seq").fetchall(),
+            db.execute("SELECT ns, entity, fragment, high FROM sequences").fetchall(),
+            db.execute("SELECT ns, entity, sid, state FROM sessions").fetchall(),
+        )
+
+
+def _shift() -> int:
+    from ._broker import FRAGMENT_SHIFT
+
+    return FRAGMENT_SHIFT
+
+
+def _rebuild(
+    journal: Journal,
+    namespaces: list[Any],
+    entities: list[Any],
+    messages: list[Any],
+    sequences: list[Any],
+    sessions: list[Any],
+) -> list[EmulatorNamespace]:
+    from . import _registry
+    from ._broker import (
+        _LOCKS,
+        AVAILABLE,
+        DEFERRED,
+        FRAGMENT_SHIFT,
+        LOCKED,
+        SCHEDULED,
+        EmulatorNamespace,
+        _Entity,
+        _Record,
+    )
+
+    built: dict[str, EmulatorNamespace] = {}
+    for name, tier in namespaces:
+        ns = _registry.get(name.lower())
+        if ns is None:
+            ns = _registry[name.lower()] = EmulatorNamespace(name, tier)
+        built[name] = ns
+    now = next(iter(built.values())).clock.now() if built else 0.0
+    for row in sorted(entities, key=lambda r: _KIND_ORDER[r[2]]):
+        ns_name, key, kind, path, nfrag, created, props = row
+        ns = built[ns_name]
+        entity = _Entity(ns, kind, path, pickle.loads(props), now, nfrag)
+        entity.created = created
+        if kind == "subscription":
+            topic = ns._entities[key.split("/subscriptions/")[0]]
+            entity.topic = topic
+            topic.subscriptions[entity.key] = entity
+        ns._entities[key] = entity
+    highs: dict[tuple[str, str, int], int] = {}
+    for ns_name, key, fragment, high in sequences:
+        highs[(ns_name, key, fragment)] = high
+    slots = _Record.__slots__
+    locked_at: dict[tuple[int, float], list[Any]] = {}
+    for ns_name, key, seq, where, data in messages:
+        entity = built[ns_name]._entities.get(key)
+        if entity is None:
+            continue
+        rec = _Record.__new__(_Record)
+        for name, value in zip(slots, pickle.loads(data), strict=True):
+            setattr(rec, name, value)
+        frag = min(seq >> FRAGMENT_SHIFT, entity.nfrag - 1)
+        hk = (ns_name, key, frag)
+        highs[hk] = max(highs.get(hk, 0), seq)
+        if where.startswith("s:"):
+            store = entity.session(where[2:]).store
+        else:
+            store = (entity.dlqs if where == "d" else entity.fragments)[frag]
+        state = rec.state
+        if state == SCHEDULED:
+            store.add_scheduled(rec)
+            continue
+        if state == AVAILABLE:
+            store.add(rec, now)
+            continue
+        store.records[rec.seq] = rec
+        store.size += rec.size
+        entity.bytes += rec.size
+        if rec.expires is not None and not store.is_dlq:
+            from ._broker import _EXPIRE
+
+            store._push(rec.expires, _EXPIRE, rec)
+        if state == LOCKED:
+            store.locked[rec.lock_token] = rec
+            locked_at.setdefault((id(store), rec.locked_until), [store]).append(rec)
+        elif state != DEFERRED:
+            raise ValueError(f"unknown message state {state} in {journal.path}")
+    for (_, until), (store, *recs) in locked_at.items():
+        store._push(until, _LOCKS, recs)  # a lock that ended while down ends at once
+    for ns_name, key, sid, state in sessions:
+        entity = built[ns_name]._entities.get(key)
+        if entity is not None:
+            entity.session(sid).state = state
+    for (ns_name, key, fragment), high in highs.items():
+        entity = built[ns_name]._entities.get(key)
+        if entity is not None and fragment < entity.nfrag:
+            entity.seqs[fragment] = itertools.count(high + 1)
+            for store in entity.stores():
+                if store.fragment == fragment:
+                    store.seqs = entity.seqs[fragment]
+    for ns in built.values():
+        ns.journal = journal
+    return list(built.values())
