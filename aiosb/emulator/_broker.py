@@ -713,12 +713,7 @@ class _Entity:
         """Take a (validated) description into force."""
         self.props = props
         self.sessionful = bool(getattr(props, "requires_session", False))
-        self.plain = (
-            self.kind == "queue"
-            and not props.forward_to
-            and not self.sessionful
-            and self.nfrag == 1
-        )
+        self.plain = self.kind == "queue" and not props.forward_to and not self.sessionful
         self.ttl = _seconds(props.default_message_time_to_live)
         self.lock_seconds = (
             props.lock_duration.total_seconds() if hasattr(props, "lock_duration") else 0.0
@@ -1076,7 +1071,7 @@ class EmulatorNamespace:
                 ttl = rec.ttl if rec.ttl < entity.ttl else entity.ttl
                 rec.ttl = ttl
                 rec.expires = None if ttl == INF else now + ttl
-                store = entity.store
+                store = entity.fragments[rec.frag]
                 rec.seq = next(store.seqs)
                 store.add(rec, now)
             else:
@@ -1372,11 +1367,14 @@ class EmulatorNamespace:
             else:
                 stores = entity.dlqs if dlq else entity.fragments
             found = []
+            store = stores[0]  # a batch's locks are mostly in one store: look there first
             for token in dict.fromkeys(settlement.lock_tokens):  # one settlement per lock
-                for store in stores:
-                    rec = store.locked.get(token)
-                    if rec is not None:
-                        break
+                rec = store.locked.get(token)
+                if rec is None:
+                    for store in stores:
+                        rec = store.locked.get(token)
+                        if rec is not None:
+                            break
                 if rec is None or rec.locked_until <= now:  # type: ignore[operator]
                     raise MessageLockLost(
                         f"The lock {token!r} is not held on {stores[0].path!r}: it expired, "
