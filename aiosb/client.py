@@ -16,7 +16,7 @@ import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Literal, Self, TypeVar
 
-from .auth import SasCredential
+from .auth import SasCredential, parse_connection_string
 from .entities import (
     QueueProperties,
     RuntimeProperties,
@@ -154,6 +154,16 @@ def _open_transport(
 ) -> Transport:
     if not isinstance(url, str) or not url:
         raise InvalidArgument(f"connect needs a URL or connection string, not {url!r}.")
+    if url.lower().startswith("endpoint="):
+        parts = parse_connection_string(url)
+        endpoint = parts["Endpoint"]
+        if urllib.parse.urlsplit(endpoint).scheme.lower() in ("http", "https"):
+            # What `aiosb serve` prints: the emulator server, over HTTP, with its key.
+            if credential is None and "SharedAccessKey" in parts:
+                credential = SasCredential(
+                    parts.get("SharedAccessKeyName", ""), parts["SharedAccessKey"]
+                )
+            return _open_transport(endpoint.rstrip("/"), credential, options, operation_timeout)
     parsed = urllib.parse.urlsplit(url)
     scheme = parsed.scheme.lower()
     if url.lower().startswith("endpoint=") or scheme == "sb":

@@ -184,3 +184,12 @@ def test_status_codes_of_a_real_namespace_map_to_the_documented_meaning(status, 
     exc = _rest.error_from_status(status, "detail", settling=settling)
     assert type(exc) is cls
     assert exc.retryable == (status >= 500)
+
+
+async def test_the_connection_string_serve_prints_connects_over_http():
+    """``aiosb serve`` prints ``Endpoint=http://...``: connect() takes it as it is."""
+    async with serve(key_name="Printed", key="cHJpbnRlZC1rZXk=") as server:
+        async with aiosb.connect(server.connection_string("printed")) as ns:
+            assert isinstance(ns.transport, HttpTransport)
+            await ns.create_queue("q")
+            assert await ns.queue_exists("q")
