@@ -151,6 +151,7 @@ async def test_session_state_and_background_expiry_are_kept(tmp_path):
             await sender.send(Message(b"short", time_to_live=timedelta(seconds=5)))
         await asyncio.sleep(10)  # expires in the background, no request waits on it
         assert journal.writes >= 1
+    emulator.use_journal(None)
     await journal.aclose()
     await restart(tmp_path)
     journal = Journal(tmp_path)
@@ -162,6 +163,7 @@ async def test_session_state_and_background_expiry_are_kept(tmp_path):
             assert await receiver.session.get_state() == b"3 items"
         props = await ns.runtime_properties("ttl")
         assert (props.active_message_count, props.dead_letter_message_count) == (0, 1)
+    emulator.use_journal(None)
     await journal.aclose()
 
 

@@ -13,6 +13,7 @@ Namespaces live in this process and are created on first use::
 from __future__ import annotations
 
 from .._clock import CLOCK
+from ..errors import InvalidOperation
 from ._broker import FRAGMENT_SHIFT, MAX_DELIVERY_EXCEEDED, TTL_EXPIRED, EmulatorNamespace
 from ._durable import Journal
 from ._faults import OPERATIONS, Fault, Faults
@@ -56,8 +57,6 @@ def namespace(name: str, *, tier: str | None = None) -> EmulatorNamespace:
             ns.journal = _journal
             _journal.namespace(ns)
     elif tier is not None and tier != ns.tier:
-        from ..errors import InvalidOperation
-
         raise InvalidOperation(
             f"namespace {name!r} exists on the {ns.tier} tier; it cannot be reopened as {tier}."
         )
@@ -70,22 +69,35 @@ def namespaces() -> list[EmulatorNamespace]:
 
 
 def use_journal(journal: Journal | None) -> None:
-    """Keep every namespace of this process in ``journal`` (durable mode), or stop."""
+    """Keep every namespace of this process in ``journal`` (durable mode; what they hold
+    already is written too), or, with ``None``, stop. Call it on the running loop.
+
+    Raises:
+        InvalidOperation: Another journal is in use (one durable server per process).
+    """
     global _journal
+    if journal is not None and _journal is not None and _journal is not journal:
+        raise InvalidOperation(
+            f"the emulator is kept in {_journal.path} already; one durable server per process."
+        )
     _journal = journal
     for ns in _registry.values():
-        ns.journal = journal
-        if journal is not None:
-            journal.namespace(ns)
+        if journal is not None and ns.journal is not journal:
+            ns.journal = journal
+            journal.snapshot(ns)
+        elif journal is None:
+            ns.journal = None
 
 
 def reset() -> None:
     """Forget every emulator namespace (their entities, messages and faults)."""
-    global _journal
+    if _journal is not None:
+        raise InvalidOperation(
+            f"the emulator is being served durably from {_journal.path}; stop that server "
+            "before resetting it."
+        )
     for ns in _registry.values():
         ns.faults.heal()
         ns.detach_all()
-        ns.journal = None
     _registry.clear()
-    _journal = None
     CLOCK.reset()

@@ -473,12 +473,11 @@ class _Store:
         rec.deferred = True
         if props:
             rec.props = {**(rec.props or {}), **props}
+        rec.state = DEFERRED  # before lapse: a session's expiry takes unlocked ones only
         if not self.is_dlq and rec.expires is not None and rec.expires <= now:
             self.lapse(rec, now)
-        else:
-            rec.state = DEFERRED
-            if self.ns.journal is not None:
-                self.ns.journal.record(self, rec)
+        elif self.ns.journal is not None:
+            self.ns.journal.record(self, rec)
 
     def unlock(self, rec: _Record, now: float, props: dict[str, Any] | None = None) -> None:
         """The lock ended without completion (abandoned or expired)."""
@@ -491,6 +490,7 @@ class _Store:
             self.make_available(rec)
             return
         if rec.expires is not None and rec.expires <= now:  # EX-3, EX-11
+            rec.state = AVAILABLE  # unlocked: a session's expiry takes it too (EX-12)
             self.lapse(rec, now)
         elif rec.delivery_count >= self.entity.props.max_delivery_count:
             self.remove(rec)
@@ -648,7 +648,7 @@ class _Session:
         self.entity.forget_if_idle(self)
 
     def on_due(self, now: float) -> None:
-        if self.lock is not None and self.locked_until <= now:
+        if self.lock is not None and self.locked_until <= now and not self.entity.deleted:
             self.release(now)
 
     def expire(self, now: float) -> None:
@@ -659,9 +659,12 @@ class _Session:
             entity.expiry_pending.add(self)
             return
         store = self.store
+        journal = entity.ns.journal
         for rec in list(store.records.values()):
             if rec.expires is None or rec.expires > now:
                 rec.expires = now
+                if journal is not None and rec.state == LOCKED:
+                    journal.record(store, rec)
             if rec.state in (AVAILABLE, DEFERRED):
                 store.expire(rec, now)
             # a locked message expires when its lock ends (EX-3)

@@ -22,17 +22,21 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import logging
 import pickle
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import TransientError
+from ._broker import FRAGMENT_SHIFT, GONE, _Record
 
 if TYPE_CHECKING:
-    from ._broker import EmulatorNamespace, _Entity, _Record, _Session, _Store
+    from ._broker import EmulatorNamespace, _Entity, _Session, _Store
 
 __all__ = ["Journal"]
+
+log = logging.getLogger("aiosb.emulator")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS namespaces (name TEXT PRIMARY KEY, tier TEXT NOT NULL);
@@ -62,12 +66,15 @@ class Journal:
 
     def __init__(self, directory: str | Path) -> None:
         self.path = Path(directory) / "aiosb.sqlite3"
-        self._dirty: dict[int, tuple[str, str, str, _Record]] = {}
+        # One entry per database row (namespace, entity, sequence number): what the row
+        # holds now, a record (and where it is), or None when the row is to go.
+        self._dirty: dict[tuple[str, str, int], tuple[str, _Record] | None] = {}
         self._ops: list[tuple[str, tuple[Any, ...]]] = []
         self._changes = 0
         self._durable = 0
         self._flushing: asyncio.Future[None] | None = None
-        self._kick: asyncio.TimerHandle | None = None
+        self._kick: asyncio.Handle | None = None
+        self._retry = 0.0
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "aiosb-journal")
         self._db: sqlite3.Connection | None = None
         self.writes = 0
@@ -120,12 +127,30 @@ class Journal:
     def record(self, store: _Store, rec: _Record) -> None:
         """A message was added, changed or removed in ``store``."""
         entity = store.entity
-        if store.session is not None:
-            where = "s:" + store.session.id
+        if entity.deleted:  # its rows went with it
+            return
+        row = (entity.ns.name, entity.key, rec.seq)
+        if rec.state == GONE:
+            self._dirty[row] = None
         else:
-            where = "d" if store.is_dlq else "m"
-        self._dirty[id(rec)] = (entity.ns.name, entity.key, where, rec)
+            if store.session is not None:
+                where = "s:" + store.session.id
+            else:
+                where = "d" if store.is_dlq else "m"
+            self._dirty[row] = (where, rec)
         self._changed()
+
+    def snapshot(self, ns: EmulatorNamespace) -> None:
+        """Journal everything ``ns`` holds now (it was made before durability began)."""
+        self.namespace(ns)
+        for entity in sorted(ns._entities.values(), key=lambda e: e.kind == "subscription"):
+            self.entity(entity)
+            for store in entity.stores():
+                for rec in store.records.values():
+                    self.record(store, rec)
+            for session in entity.sessions.values():
+                if session.state is not None:
+                    self.session(session)
 
     def entity(self, entity: _Entity) -> None:
         """An entity was created or updated."""
@@ -151,9 +176,8 @@ class Journal:
         for table in ("entities", "messages", "sequences", "sessions"):
             column = "key" if table == "entities" else "entity"
             self._ops.append((f"DELETE FROM {table} WHERE ns = ? AND {column} = ?", key))
-        for dirty_id, (ns, ekey, _, _) in list(self._dirty.items()):
-            if (ns, ekey) == key:
-                del self._dirty[dirty_id]
+        for row in [row for row in self._dirty if row[:2] == key]:
+            del self._dirty[row]
         self._changed()
 
     def session(self, session: _Session) -> None:
@@ -171,56 +195,82 @@ class Journal:
     # -- writing -----------------------------------------------------------------------
 
     async def commit(self) -> None:
-        """Return once every change reported before the call is on disk."""
+        """Return once every change reported before the call is on disk.
+
+        Raises:
+            TransientError: The write that carried these changes failed (they stay
+                pending and are written by the next attempt).
+        """
         target = self._changes
         while self._durable < target:
             if self._flushing is None:
-                self._flushing = asyncio.ensure_future(self._flush())
-            await asyncio.shield(self._flushing)
+                self._start()
+            try:
+                await asyncio.shield(self._flushing)  # type: ignore[arg-type]
+            except _WriteFailed as exc:
+                if exc.upto >= target:  # our changes were in the write that failed
+                    raise
+                # an earlier group failed; ours is still pending: write it now
+
+    def _start(self) -> None:
+        task = self._flushing = asyncio.ensure_future(self._flush())
+        task.add_done_callback(_consume)
 
     def _background(self) -> None:
         self._kick = None
         if self._flushing is None and self._durable < self._changes:
-            self._flushing = asyncio.ensure_future(self._flush())
+            self._start()
 
     async def _flush(self) -> None:
+        loop = asyncio.get_running_loop()
+        failed = False
         try:
             upto = self._changes
             dirty, self._dirty = self._dirty, {}
             ops, self._ops = self._ops, []
-            from ._broker import GONE, _Record
-
             slots = _Record.__slots__
+            shift = FRAGMENT_SHIFT
             deletes, puts = [], []
             highs: dict[tuple[str, str, int], int] = {}
-            for ns, entity, where, rec in dirty.values():
-                if rec.state == GONE:
-                    deletes.append((ns, entity, rec.seq))
+            for row, item in dirty.items():
+                ns, entity, seq = row
+                key = (ns, entity, seq >> shift)  # every number used counts, kept or not
+                if seq > highs.get(key, 0):
+                    highs[key] = seq
+                if item is None or item[1].state == GONE:
+                    deletes.append(row)
                     continue
+                where, rec = item
                 data = pickle.dumps(
-                    tuple(getattr(rec, name) for name in slots), pickle.HIGHEST_PROTOCOL
+                    {name: getattr(rec, name) for name in slots}, pickle.HIGHEST_PROTOCOL
                 )
-                puts.append((ns, entity, rec.seq, where, data))
-                frag = rec.seq >> _shift()
-                key = (ns, entity, frag)
-                if rec.seq > highs.get(key, 0):
-                    highs[key] = rec.seq
+                puts.append((ns, entity, seq, where, data))
             try:
                 await self._run(self._write, ops, deletes, puts, list(highs.items()))
             except (sqlite3.Error, OSError) as exc:
-                # Nothing of this group is durable: keep it for the next attempt.
+                failed = True
+                # Nothing of this group is durable: keep it for the next attempt (later
+                # changes of the same rows win).
                 self._ops[:0] = ops
-                for item in dirty.values():
-                    self._dirty.setdefault(id(item[3]), item)
-                raise TransientError(
-                    f"the emulator could not write its data to {self.path}: {exc}"
+                for row, item in dirty.items():
+                    self._dirty.setdefault(row, item)
+                self._retry = min(5.0, self._retry * 2 or 0.05)
+                log.error(
+                    "could not write to %s (retrying in %.2f s): %s", self.path, self._retry, exc
+                )
+                raise _WriteFailed(
+                    upto, f"the emulator could not write its data to {self.path}: {exc}"
                 ) from exc
             self._durable = max(self._durable, upto)
+            self._retry = 0.0
             self.writes += 1
         finally:
             self._flushing = None
-            if self._durable < self._changes and self._kick is None:
-                self._kick = asyncio.get_running_loop().call_soon(self._background)  # type: ignore[assignment]
+            if self._durable < self._changes and self._kick is None and self._db is not None:
+                if failed:
+                    self._kick = loop.call_later(self._retry, self._background)
+                else:
+                    self._kick = loop.call_soon(self._background)
 
     def _write(
         self,
@@ -268,10 +318,18 @@ class Journal:
         )
 
 
-def _shift() -> int:
-    from ._broker import FRAGMENT_SHIFT
+class _WriteFailed(TransientError):
+    """A group write failed; ``upto`` is the change count it would have made durable."""
 
-    return FRAGMENT_SHIFT
+    def __init__(self, upto: int, message: str) -> None:
+        super().__init__(message)
+        self.upto = upto
+
+
+def _consume(task: asyncio.Future[None]) -> None:
+    """Retrieve a write's exception (logged already; retried in the background)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _rebuild(
@@ -317,13 +375,16 @@ def _rebuild(
         highs[(ns_name, key, fragment)] = high
     slots = _Record.__slots__
     locked_at: dict[tuple[int, float], list[Any]] = {}
+    orphans = 0
     for ns_name, key, seq, where, data in messages:
         entity = built[ns_name]._entities.get(key)
         if entity is None:
+            orphans += 1
             continue
         rec = _Record.__new__(_Record)
-        for name, value in zip(slots, pickle.loads(data), strict=True):
-            setattr(rec, name, value)
+        fields = pickle.loads(data)
+        for name in slots:  # a field added since the row was written reads as None
+            setattr(rec, name, fields.get(name))
         frag = min(seq >> FRAGMENT_SHIFT, entity.nfrag - 1)
         hk = (ns_name, key, frag)
         highs[hk] = max(highs.get(hk, 0), seq)
@@ -364,5 +425,9 @@ def _rebuild(
                 if store.fragment == fragment:
                     store.seqs = entity.seqs[fragment]
     for ns in built.values():
-        ns.journal = journal
+        ns.journal = journal  # what was loaded is on disk already
+    if orphans:
+        log.warning(
+            "%s: %d messages of entities that no longer exist were skipped", journal.path, orphans
+        )
     return list(built.values())

@@ -909,8 +909,12 @@ async def serve(
     if data_dir is not None:
         journal = Journal(data_dir)
         await journal.open()
-        await journal.load()
-        emulator.use_journal(journal)
+        try:
+            await journal.load()
+            emulator.use_journal(journal)
+        except BaseException:
+            await journal.aclose()
+            raise
     server = EmulatorServer(key_name=key_name, key=key, journal=journal)
     # handler_cancellation: a client that hangs up (its own timeout) cancels the
     # operation it asked for, so that a long poll does not lock messages for nobody.
