@@ -272,6 +272,11 @@ def _object(data: bytes, allowed: dict[str, Any]) -> dict[str, Any]:
     return {**allowed, **value}
 
 
+def _batch_response(data: dict[str, Any], status: int = 200) -> web.Response:
+    """A JSON answer of the batch encoding's kind (see :func:`aiosb.transport._rest.dumps`)."""
+    return web.Response(status=status, body=_rest.dumps(data), content_type="application/json")
+
+
 def _int(name: str, value: Any, low: int = 0, high: int = 2**63 - 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidArgument(f"{name} is {value!r:.60}; it must be a whole number from "
@@ -299,7 +304,13 @@ def _str_or_none(name: str, value: Any) -> str | None:
 
 
 def _messages(payload: dict[str, Any]) -> list[Message]:
-    items = payload["messages"]
+    """The messages of a send or schedule: ``batch`` (the batch encoding) or
+    ``messages`` (one object per message), exactly one of them."""
+    items, batch = payload["messages"], payload["batch"]
+    if (items is None) == (batch is None):
+        raise InvalidArgument("give the messages as either messages or batch (one of them).")
+    if batch is not None:
+        return _rest.decode_batch(batch)
     if not isinstance(items, list) or not items:
         raise InvalidArgument("messages must be a non-empty list.")
     return [_rest.decode_message(item) for item in items]
@@ -546,7 +557,7 @@ class EmulatorServer:
     ) -> web.StreamResponse:
         body = await request.read()
         if op == "send":
-            payload = _object(body, {"messages": None, "transaction": False})
+            payload = _object(body, {"messages": None, "batch": None, "transaction": False})
             transaction = payload["transaction"]
             if not isinstance(transaction, bool):
                 raise InvalidArgument(f"transaction must be true or false, not {transaction!r}.")
@@ -555,7 +566,7 @@ class EmulatorServer:
             )
             return web.Response(status=201)
         if op == "schedule":
-            payload = _object(body, {"messages": None})
+            payload = _object(body, {"messages": None, "batch": None})
             messages = _messages(payload)
             if any(m.scheduled_enqueue_time is None for m in messages):
                 raise InvalidArgument("every message to schedule needs scheduled_enqueue_time.")
@@ -571,12 +582,14 @@ class EmulatorServer:
             )
             return web.json_response({})
         if op == "receive":
-            receive = self._receive_request(body)
+            receive, batch = self._receive_request(body)
             # A receive that waits for ever is bounded by nothing but its client.
             bound = None if receive.max_wait is None else limit
             got = await self._bounded(
                 bound, ns.receive(path, receive), receive.max_wait or 0.0  # type: ignore[arg-type]
             )
+            if batch:
+                return _batch_response({"batch": _rest.encode_received_batch(got)})  # type: ignore[arg-type]
             return web.json_response(
                 {"messages": [_rest.encode_received(m) for m in got]}  # type: ignore[union-attr]
             )
@@ -590,7 +603,8 @@ class EmulatorServer:
         )
 
     @staticmethod
-    def _receive_request(body: bytes) -> ReceiveRequest:
+    def _receive_request(body: bytes) -> tuple[ReceiveRequest, bool]:
+        """The receive asked for, and whether the answer is in the batch encoding."""
         fields = _object(
             body,
             {
@@ -601,8 +615,11 @@ class EmulatorServer:
                 "peek": False,
                 "from_sequence_number": 0,
                 "sequence_numbers": None,
+                "batch": False,
             },
         )
+        if not isinstance(fields["batch"], bool):
+            raise InvalidArgument("batch must be true or false.")
         if fields["mode"] not in ("peek_lock", "receive_and_delete"):
             raise InvalidArgument(f"mode is {fields['mode']!r:.40}; use peek_lock or "
                                   "receive_and_delete.")
@@ -617,7 +634,7 @@ class EmulatorServer:
                 raise InvalidArgument("sequence_numbers must be a list (at most 10,000).")
             seqs = [_int("sequence number", s) for s in seqs]
         wait = fields["max_wait"]
-        return ReceiveRequest(
+        request = ReceiveRequest(
             mode=fields["mode"],
             max_messages=_int("max_messages", fields["max_messages"], 1, 10_000),
             max_wait=None if wait is None else _seconds("max_wait", wait, MAX_WAIT),
@@ -626,6 +643,7 @@ class EmulatorServer:
             from_sequence_number=_int("from_sequence_number", fields["from_sequence_number"]),
             sequence_numbers=seqs,
         )
+        return request, fields["batch"]
 
     @staticmethod
     def _settlement(body: bytes) -> Settlement:
