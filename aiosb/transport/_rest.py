@@ -25,7 +25,6 @@ import email.utils
 import itertools
 import json
 import math
-import operator
 import re
 import uuid
 from collections.abc import Sequence
@@ -366,7 +365,10 @@ _RECEIVED_DEFAULTS: dict[str, Any] = {
     "state": "active",
     "entity_path": "",
 }
-_GET = {name: operator.attrgetter(name) for name in (*_MESSAGE_FIELDS, *_RECEIVED_DEFAULTS)}
+#: The columns after ``body``, in the order the decoders take them.
+_SENT_COLUMNS = (*_TEXT_FIELDS, _TTL, _AT, _PROPS)
+_COLUMNS = (*_SENT_COLUMNS, *_RECEIVED_DEFAULTS)
+_FIELD_OF = {_PROPS: "application_properties"}
 _NONE = type(None)
 #: Property value types JSON carries as they are (floats: when finite).
 _PLAIN = frozenset((str, int, bool, float, _NONE))
@@ -386,7 +388,7 @@ def dumps(data: Any) -> bytes:
         return json.dumps(data, separators=(",", ":")).encode()
 
 
-def _column(values: list[Any]) -> Any:
+def _column(values: Sequence[Any]) -> Any:
     """``values`` as a column: the one value when all are the same (and of one type),
     else the list."""
     first = values[0]
@@ -394,10 +396,10 @@ def _column(values: list[Any]) -> Any:
         first is None or type(first) is str or len(set(map(type, values))) == 1
     ):
         return first
-    return values
+    return list(values)
 
 
-def _plain(props: list[Any]) -> bool:
+def _plain(props: Sequence[Any]) -> bool:
     """Whether ``props`` are all dicts whose values JSON carries as they are."""
     try:
         values = list(_chain(map(_values_of, props)))
@@ -411,39 +413,46 @@ def _plain(props: list[Any]) -> bool:
     )
 
 
-def _encode_properties(props: list[dict[str, PropertyValue]]) -> list[Any] | None:
+def _encode_properties(props: Sequence[dict[str, PropertyValue]]) -> list[Any] | None:
     if not any(props):
         return None
     if _plain(props):
-        return props
+        return list(props)
     return [{k: encode_value(v) for k, v in p.items()} if p else None for p in props]
 
 
-def _encode_columns(messages: Sequence[Message], out: dict[str, Any]) -> None:
+def _sent_columns(messages: Sequence[Message], out: dict[str, Any]) -> None:
+    """Add the columns of the sent fields of ``messages`` (at least one) to ``out``."""
     n = len(messages)
-    for name in _TEXT_FIELDS:
-        values = list(map(_GET[name], messages))
-        if values.count(None) != n:
+    # One pass that reads every field (a tuple per message), turned into columns: much
+    # cheaper than a pass per field. The order is that of _MESSAGE_FIELDS.
+    _, *texts, ttls, ats, props = zip(*[
+        (None, m.message_id, m.session_id, m.partition_key, m.content_type,
+         m.correlation_id, m.subject, m.reply_to, m.reply_to_session_id, m.to,
+         m.time_to_live, m.scheduled_enqueue_time, m.application_properties)
+        for m in messages
+    ], strict=True)
+    for name, values in zip(_TEXT_FIELDS, texts, strict=True):
+        if any(values) or values.count(None) != n:
             out[name] = _column(values)
-    ttls = list(map(_GET[_TTL], messages))
-    if ttls.count(None) != n:
+    if any(ttls):
         out[_TTL] = _column([None if t is None else _microseconds(t) for t in ttls])
-    ats = list(map(_GET[_AT], messages))
-    if ats.count(None) != n:
+    if any(ats):
         out[_AT] = _column([None if t is None else t.isoformat() for t in ats])
-    props = _encode_properties(list(map(_GET["application_properties"], messages)))
-    if props is not None:
-        out[_PROPS] = props
+    encoded = _encode_properties(props)
+    if encoded is not None:
+        out[_PROPS] = encoded
 
 
 def encode_batch(messages: Sequence[Message]) -> dict[str, Any]:
     """Messages in the aiosb batch encoding (what aiosb's client sends)."""
-    bodies = list(map(_GET["body"], messages))
+    bodies = [m.body for m in messages]
     out: dict[str, Any] = {
         "body": base64.b64encode(b"".join(bodies)).decode("ascii"),
         "body_sizes": list(map(len, bodies)),
     }
-    _encode_columns(messages, out)
+    if messages:
+        _sent_columns(messages, out)
     return out
 
 
@@ -453,8 +462,13 @@ def encode_received_batch(messages: Sequence[ReceivedMessage]) -> dict[str, Any]
     out = encode_batch(messages)
     if messages:
         n = len(messages)
-        for name, default in _RECEIVED_DEFAULTS.items():
-            values = list(map(_GET[name], messages))
+        columns = zip(*[
+            (m.sequence_number, m.enqueued_timestamp, m.expires_timestamp, m.delivery_count,
+             m.locked_until_timestamp, m.lock_token, m.dead_letter_reason,
+             m.dead_letter_error_description, m.dead_letter_source, m.state, m.entity_path)
+            for m in messages
+        ], strict=True)
+        for (name, default), values in zip(_RECEIVED_DEFAULTS.items(), columns, strict=True):
             if values.count(default) != n or type(values[0]) is not type(default):
                 out[name] = _column(values)
     return out
@@ -547,33 +561,35 @@ def decode_batch(data: Any) -> list[Message]:
         columns[_AT] = [None if t is None else _parse_iso(_AT, t) for t in ats]
     props = data.get(_PROPS)
     if props is not None:
-        columns["application_properties"] = _properties_column(props, n)
+        columns[_PROPS] = _properties_column(props, n)
     if not _valid(columns):
         # Something Message refuses: let it say what, exactly as it always does.
-        names = list(columns)
+        names = [_FIELD_OF.get(name, name) for name in columns]
         return [
             Message(body, **dict(zip(names, row, strict=True)))
             for body, *row in zip(bodies, *columns.values(), strict=True)
         ]
     msgs = []
-    for body in bodies:
+    for (
+        body, message_id, session_id, partition_key, content_type, correlation_id, subject,
+        reply_to, reply_to_session_id, to, time_to_live, scheduled_enqueue_time, props,
+    ) in zip(bodies, *(columns.get(name) or _repeat(None, n) for name in _SENT_COLUMNS),
+             strict=True):
         m = _new(Message)
         m.body = body
-        m.message_id = None
-        m.session_id = None
-        m.partition_key = None
-        m.content_type = None
-        m.correlation_id = None
-        m.subject = None
-        m.reply_to = None
-        m.reply_to_session_id = None
-        m.to = None
-        m.time_to_live = None
-        m.scheduled_enqueue_time = None
-        m.application_properties = {}
+        m.message_id = message_id
+        m.session_id = session_id
+        m.partition_key = partition_key
+        m.content_type = content_type
+        m.correlation_id = correlation_id
+        m.subject = subject
+        m.reply_to = reply_to
+        m.reply_to_session_id = reply_to_session_id
+        m.to = to
+        m.time_to_live = time_to_live
+        m.scheduled_enqueue_time = scheduled_enqueue_time
+        m.application_properties = {} if props is None else props
         msgs.append(m)
-    for name, values in columns.items():
-        list(map(setattr, msgs, _repeat(name), values))
     return msgs
 
 
@@ -602,55 +618,65 @@ def decode_received_batch(data: dict[str, Any]) -> list[ReceivedMessage]:
     """:class:`~aiosb.ReceivedMessage` objects from the server's batch encoding."""
     bodies = _bodies(data)
     n = len(bodies)
-    msgs = []
-    for body in bodies:
-        m = _new(ReceivedMessage)
-        m.body = body
-        m.message_id = None
-        m.session_id = None
-        m.partition_key = None
-        m.content_type = None
-        m.correlation_id = None
-        m.subject = None
-        m.reply_to = None
-        m.reply_to_session_id = None
-        m.to = None
-        m.time_to_live = None
-        m.scheduled_enqueue_time = None
-        m.application_properties = {}
-        m.sequence_number = 0
-        m.enqueued_timestamp = 0.0
-        m.expires_timestamp = None
-        m.delivery_count = 0
-        m.lock_token = None
-        m.locked_until_timestamp = None
-        m.dead_letter_reason = None
-        m.dead_letter_error_description = None
-        m.dead_letter_source = None
-        m.state = "active"
-        m.entity_path = ""
-        msgs.append(m)
-    for name, column in data.items():
-        if column is None or name in ("body", "body_sizes"):
-            continue
+    if not n:
+        return []
+    columns = []
+    for name in _COLUMNS:
+        column = data.get(name)
         if name == _TTL:
-            column = [None if t is None else _dt.timedelta(microseconds=t)
-                      for t in _expand(column, n)]
+            if column is not None:
+                column = [None if t is None else _dt.timedelta(microseconds=t)
+                          for t in _expand(column, n)]
         elif name == _AT:
-            column = [None if t is None else _dt.datetime.fromisoformat(t)
-                      for t in _expand(column, n)]
+            if column is not None:
+                column = [None if t is None else _dt.datetime.fromisoformat(t)
+                          for t in _expand(column, n)]
         elif name == _PROPS:
-            name = "application_properties"
-            column = _properties_column(column, n)
-        elif name not in _RECEIVED_DEFAULTS and name not in _TEXT_FIELDS:
-            continue  # a column a newer server adds
+            if column is not None:
+                column = _properties_column(column, n)
+        elif column is None:
+            column = _RECEIVED_DEFAULTS.get(name)
         if type(column) is list:
             if len(column) != n:
                 raise InvalidArgument(f"the server answered {len(column)} {name} for {n} "
                                       "messages.")
-            list(map(setattr, msgs, _repeat(name), column))
+            columns.append(column)
         else:
-            list(map(setattr, msgs, _repeat(name), _repeat(column, n)))
+            columns.append(_repeat(column, n))
+    msgs = []
+    for (
+        body, message_id, session_id, partition_key, content_type, correlation_id, subject,
+        reply_to, reply_to_session_id, to, time_to_live, scheduled_enqueue_time, props,
+        sequence_number, enqueued_timestamp, expires_timestamp, delivery_count,
+        locked_until_timestamp, lock_token, dead_letter_reason, dead_letter_error_description,
+        dead_letter_source, state, entity_path,
+    ) in zip(bodies, *columns, strict=True):
+        m = _new(ReceivedMessage)
+        m.body = body
+        m.message_id = message_id
+        m.session_id = session_id
+        m.partition_key = partition_key
+        m.content_type = content_type
+        m.correlation_id = correlation_id
+        m.subject = subject
+        m.reply_to = reply_to
+        m.reply_to_session_id = reply_to_session_id
+        m.to = to
+        m.time_to_live = time_to_live
+        m.scheduled_enqueue_time = scheduled_enqueue_time
+        m.application_properties = {} if props is None else props
+        m.sequence_number = sequence_number
+        m.enqueued_timestamp = enqueued_timestamp
+        m.expires_timestamp = expires_timestamp
+        m.delivery_count = delivery_count
+        m.lock_token = lock_token
+        m.locked_until_timestamp = locked_until_timestamp
+        m.dead_letter_reason = dead_letter_reason
+        m.dead_letter_error_description = dead_letter_error_description
+        m.dead_letter_source = dead_letter_source
+        m.state = state
+        m.entity_path = entity_path
+        msgs.append(m)
     return msgs
 
 
