@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 from ..auth import SasCredential
 from ..entities import DEAD_LETTER_SUFFIX, _check_name
@@ -131,7 +132,8 @@ class HttpTransport:
         self._base = base
         self._resource = base.lower()
         self._credential = credential
-        self._timeout = operation_timeout
+        self._timeout_header = repr(operation_timeout)
+        self._urls: dict[str, URL] = {}
         self._token = ""
         self._token_until = 0.0
         self._session: aiohttp.ClientSession | None = None
@@ -195,13 +197,18 @@ class HttpTransport:
             )
         sent = {"Authorization": self._authorization()}
         if self.extensions:
-            sent[_rest.TIMEOUT_HEADER] = repr(self._timeout)
+            sent[_rest.TIMEOUT_HEADER] = self._timeout_header
         if headers:
             sent.update(headers)
+        url = self._urls.get(path)
+        if url is None:  # parsed once per path: aiohttp would parse a str every time
+            if len(self._urls) >= 256:
+                self._urls.clear()
+            url = self._urls[path] = URL(f"{self._base}/{path}" if path else self._base)
         try:
             async with session.request(
                 method,
-                f"{self._base}/{path}" if path else self._base,
+                url,
                 data=data,
                 headers=sent,
                 params=params,
