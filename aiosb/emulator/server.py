@@ -44,16 +44,36 @@ says whether to try again), so aiosb's client raises what the embedded emulator 
 namespace has none of them). The REST protocol has no peek, defer, dead-letter,
 receive of deferred messages, scheduling with sequence numbers, cancel of scheduled
 messages, batch receive or batch settlement, and it loses precision (instants to the
-second) and property types. These take and answer JSON, one message per object with
-every field of :class:`~aiosb.Message` (the encoding of :mod:`aiosb.transport._rest`):
+second) and property types. These take and answer JSON with every field of
+:class:`~aiosb.Message`, exact and typed (the encodings of :mod:`aiosb.transport._rest`),
+in one of two shapes:
 
-* ``POST /{ns}/{entity}/$aiosb/send`` ``{"messages": [...], "transaction": false}``
-  (``201``; a transaction is held to PT-16 to PT-18);
-* ``POST /{ns}/{entity}/$aiosb/schedule`` ``{"messages": [...]}`` (``201``,
-  ``{"sequence_numbers": [...]}``);
+* ``"messages"``: a list with one object per message, ``{"body": BASE64, "message_id":
+  ..., "time_to_live": MICROSECONDS, "scheduled_enqueue_time": ISO_8601, "properties":
+  {...}}``, null fields left out;
+* ``"batch"``: the batch encoding, one object of columns (what aiosb's client sends and
+  asks for: per-message objects cost most of a batch's time). ``body`` is every body
+  joined, in base64, and ``body_sizes`` the length of each, so also the number of
+  messages N. Every other field is a column: absent when every message has the
+  default (null; for a received message's ``sequence_number``, ``enqueued_timestamp``,
+  ``delivery_count`` and ``state``: 0, 0.0, 0 and ``"active"``), one value that every
+  message has, or a list of N values (null for none). ``properties`` is a list of N
+  objects or nulls. Broker times are UTC epoch seconds. For example, three messages
+  with the same subject: ``{"body": "YWJhYmFi", "body_sizes": [2, 2, 2], "subject": "s",
+  "properties": [{"i": 0}, {"i": 1}, {"i": 2}]}``.
+
+Property values are JSON where JSON has the type, else tagged: ``{"bytes": BASE64}``,
+``{"datetime": ISO_8601}``, ``{"timedelta": MICROSECONDS}``, ``{"uuid": TEXT}``,
+``{"float": "nan"|"inf"|"-inf"}``. The operations:
+
+* ``POST /{ns}/{entity}/$aiosb/send`` ``{"messages": [...], "transaction": false}`` or
+  ``{"batch": {...}, ...}`` (``201``; a transaction is held to PT-16 to PT-18);
+* ``POST /{ns}/{entity}/$aiosb/schedule`` ``{"messages": [...]}`` or ``{"batch": {...}}``
+  (``201``, ``{"sequence_numbers": [...]}``);
 * ``POST /{ns}/{entity}/$aiosb/cancel`` ``{"sequence_numbers": [...]}``;
 * ``POST /{ns}/{entity}/$aiosb/receive`` with the fields of
-  :class:`~aiosb.transport.ReceiveRequest` (``{"messages": [...]}``);
+  :class:`~aiosb.transport.ReceiveRequest` (``{"messages": [...]}``), and ``"batch":
+  true`` for the answer ``{"batch": {...}}``;
 * ``POST /{ns}/{entity}/$aiosb/settle`` with the fields of
   :class:`~aiosb.transport.Settlement` (``{"locked_until": [...] | null}``);
 * the request header ``x-aiosb-timeout: SECONDS``: the client's budget for the request;

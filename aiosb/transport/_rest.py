@@ -7,9 +7,10 @@ Two message encodings travel over HTTP:
   array of ``{"Body", "BrokerProperties", "UserProperties"}`` with content type
   ``application/vnd.microsoft.servicebus.json``. It loses precision (times to the second)
   and types (no bytes, durations or UUIDs in custom properties).
-* The aiosb encoding, used only between aiosb's own client and server (the ``$aiosb``
-  extensions of :mod:`aiosb.emulator.server`): one JSON object per message with every
-  field of :class:`~aiosb.Message` / :class:`~aiosb.ReceivedMessage`, exact and typed.
+* The aiosb encodings, used only between aiosb's own client and server (the ``$aiosb``
+  extensions of :mod:`aiosb.emulator.server`), with every field of
+  :class:`~aiosb.Message` / :class:`~aiosb.ReceivedMessage`, exact and typed: one JSON
+  object per message, or a batch as one object of columns (what aiosb's client uses).
 
 Errors travel as a status code (the one Service Bus documents) and, from aiosb's server,
 an ``x-aiosb-error`` header naming the exact :mod:`aiosb.errors` class, so that a client
