@@ -56,7 +56,8 @@ in one of two shapes:
   joined, in base64, and ``body_sizes`` the length of each, so also the number of
   messages N. Every other field is a column: absent when every message has the
   default (null; for a received message's ``sequence_number``, ``enqueued_timestamp``,
-  ``delivery_count`` and ``state``: 0, 0.0, 0 and ``"active"``), one value that every
+  ``delivery_count``, ``state`` and ``entity_path``: 0, 0.0, 0, ``"active"`` and
+  ``""``), one value that every
   message has, or a list of N values (null for none). ``properties`` is a list of N
   objects or nulls. Broker times are UTC epoch seconds. For example, three messages
   with the same subject: ``{"body": "YWJhYmFi", "body_sizes": [2, 2, 2], "subject": "s",
