@@ -173,9 +173,21 @@ class Message:
             size += _value_size(self.reply_to_session_id)
         if self.to is not None:
             size += _value_size(self.to)
-        if self.application_properties:
-            for key, value in self.application_properties.items():
-                size += _value_size(key) + _value_size(value)
+        props = self.application_properties
+        if props:
+            for key, value in props.items():
+                kind = type(key)
+                if kind is str and key.isascii():
+                    size += len(key)
+                else:
+                    size += _value_size(key)
+                kind = type(value)
+                if kind is int or kind is float or kind is bool:
+                    size += 8
+                elif kind is str and value.isascii():
+                    size += len(value)
+                else:
+                    size += _value_size(value)
         return size
 
 

@@ -44,16 +44,37 @@ says whether to try again), so aiosb's client raises what the embedded emulator 
 namespace has none of them). The REST protocol has no peek, defer, dead-letter,
 receive of deferred messages, scheduling with sequence numbers, cancel of scheduled
 messages, batch receive or batch settlement, and it loses precision (instants to the
-second) and property types. These take and answer JSON, one message per object with
-every field of :class:`~aiosb.Message` (the encoding of :mod:`aiosb.transport._rest`):
+second) and property types. These take and answer JSON with every field of
+:class:`~aiosb.Message`, exact and typed (the encodings of :mod:`aiosb.transport._rest`),
+in one of two shapes:
 
-* ``POST /{ns}/{entity}/$aiosb/send`` ``{"messages": [...], "transaction": false}``
-  (``201``; a transaction is held to PT-16 to PT-18);
-* ``POST /{ns}/{entity}/$aiosb/schedule`` ``{"messages": [...]}`` (``201``,
-  ``{"sequence_numbers": [...]}``);
+* ``"messages"``: a list with one object per message, ``{"body": BASE64, "message_id":
+  ..., "time_to_live": MICROSECONDS, "scheduled_enqueue_time": ISO_8601, "properties":
+  {...}}``, null fields left out;
+* ``"batch"``: the batch encoding, one object of columns (what aiosb's client sends and
+  asks for: per-message objects cost most of a batch's time). ``body`` is every body
+  joined, in base64, and ``body_sizes`` the length of each, so also the number of
+  messages N. Every other field is a column: absent when every message has the
+  default (null; for a received message's ``sequence_number``, ``enqueued_timestamp``,
+  ``delivery_count``, ``state`` and ``entity_path``: 0, 0.0, 0, ``"active"`` and
+  ``""``), one value that every
+  message has, or a list of N values (null for none). ``properties`` is a list of N
+  objects or nulls. Broker times are UTC epoch seconds. For example, three messages
+  with the same subject: ``{"body": "YWJhYmFi", "body_sizes": [2, 2, 2], "subject": "s",
+  "properties": [{"i": 0}, {"i": 1}, {"i": 2}]}``.
+
+Property values are JSON where JSON has the type, else tagged: ``{"bytes": BASE64}``,
+``{"datetime": ISO_8601}``, ``{"timedelta": MICROSECONDS}``, ``{"uuid": TEXT}``,
+``{"float": "nan"|"inf"|"-inf"}``. The operations:
+
+* ``POST /{ns}/{entity}/$aiosb/send`` ``{"messages": [...], "transaction": false}`` or
+  ``{"batch": {...}, ...}`` (``201``; a transaction is held to PT-16 to PT-18);
+* ``POST /{ns}/{entity}/$aiosb/schedule`` ``{"messages": [...]}`` or ``{"batch": {...}}``
+  (``201``, ``{"sequence_numbers": [...]}``);
 * ``POST /{ns}/{entity}/$aiosb/cancel`` ``{"sequence_numbers": [...]}``;
 * ``POST /{ns}/{entity}/$aiosb/receive`` with the fields of
-  :class:`~aiosb.transport.ReceiveRequest` (``{"messages": [...]}``);
+  :class:`~aiosb.transport.ReceiveRequest` (``{"messages": [...]}``), and ``"batch":
+  true`` for the answer ``{"batch": {...}}``;
 * ``POST /{ns}/{entity}/$aiosb/settle`` with the fields of
   :class:`~aiosb.transport.Settlement` (``{"locked_until": [...] | null}``);
 * the request header ``x-aiosb-timeout: SECONDS``: the client's budget for the request;
@@ -84,6 +105,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import json
 import logging
@@ -91,7 +113,7 @@ import math
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
@@ -136,12 +158,15 @@ _MAX_SEGMENT = 512
 class _Route:
     namespace: str
     segments: tuple[str, ...]  # decoded, below the namespace
+    path: str = field(init=False)  # what a signature's scope covers
 
-    @property
-    def path(self) -> str:
-        return "/" + "/".join((self.namespace, *self.segments)).lower()
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "path", "/" + "/".join((self.namespace, *self.segments)).lower()
+        )
 
 
+@functools.lru_cache(maxsize=1024)  # clients use the same few paths over and over
 def _split(raw_path: str) -> _Route:
     """Decode the request path into namespace and segments, refusing path tricks."""
     path = raw_path.split("?", 1)[0]
@@ -274,6 +299,11 @@ def _object(data: bytes, allowed: dict[str, Any]) -> dict[str, Any]:
     return {**allowed, **value}
 
 
+def _batch_response(data: dict[str, Any], status: int = 200) -> web.Response:
+    """A JSON answer of the batch encoding's kind (see :func:`aiosb.transport._rest.dumps`)."""
+    return web.Response(status=status, body=_rest.dumps(data), content_type="application/json")
+
+
 def _int(name: str, value: Any, low: int = 0, high: int = 2**63 - 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidArgument(f"{name} is {value!r:.60}; it must be a whole number from "
@@ -301,7 +331,13 @@ def _str_or_none(name: str, value: Any) -> str | None:
 
 
 def _messages(payload: dict[str, Any]) -> list[Message]:
-    items = payload["messages"]
+    """The messages of a send or schedule: ``batch`` (the batch encoding) or
+    ``messages`` (one object per message), exactly one of them."""
+    items, batch = payload["messages"], payload["batch"]
+    if (items is None) == (batch is None):
+        raise InvalidArgument("give the messages as either messages or batch (one of them).")
+    if batch is not None:
+        return _rest.decode_batch(batch)
     if not isinstance(items, list) or not items:
         raise InvalidArgument("messages must be a non-empty list.")
     return [_rest.decode_message(item) for item in items]
@@ -554,7 +590,7 @@ class EmulatorServer:
     ) -> web.StreamResponse:
         body = await request.read()
         if op == "send":
-            payload = _object(body, {"messages": None, "transaction": False})
+            payload = _object(body, {"messages": None, "batch": None, "transaction": False})
             transaction = payload["transaction"]
             if not isinstance(transaction, bool):
                 raise InvalidArgument(f"transaction must be true or false, not {transaction!r}.")
@@ -563,7 +599,7 @@ class EmulatorServer:
             )
             return web.Response(status=201)
         if op == "schedule":
-            payload = _object(body, {"messages": None})
+            payload = _object(body, {"messages": None, "batch": None})
             messages = _messages(payload)
             if any(m.scheduled_enqueue_time is None for m in messages):
                 raise InvalidArgument("every message to schedule needs scheduled_enqueue_time.")
@@ -579,12 +615,14 @@ class EmulatorServer:
             )
             return web.json_response({})
         if op == "receive":
-            receive = self._receive_request(body)
+            receive, batch = self._receive_request(body)
             # A receive that waits for ever is bounded by nothing but its client.
             bound = None if receive.max_wait is None else limit
             got = await self._bounded(
                 bound, ns.receive(path, receive), receive.max_wait or 0.0  # type: ignore[arg-type]
             )
+            if batch:
+                return _batch_response({"batch": _rest.encode_received_batch(got)})  # type: ignore[arg-type]
             return web.json_response(
                 {"messages": [_rest.encode_received(m) for m in got]}  # type: ignore[union-attr]
             )
@@ -598,7 +636,8 @@ class EmulatorServer:
         )
 
     @staticmethod
-    def _receive_request(body: bytes) -> ReceiveRequest:
+    def _receive_request(body: bytes) -> tuple[ReceiveRequest, bool]:
+        """The receive asked for, and whether the answer is in the batch encoding."""
         fields = _object(
             body,
             {
@@ -609,8 +648,11 @@ class EmulatorServer:
                 "peek": False,
                 "from_sequence_number": 0,
                 "sequence_numbers": None,
+                "batch": False,
             },
         )
+        if not isinstance(fields["batch"], bool):
+            raise InvalidArgument("batch must be true or false.")
         if fields["mode"] not in ("peek_lock", "receive_and_delete"):
             raise InvalidArgument(f"mode is {fields['mode']!r:.40}; use peek_lock or "
                                   "receive_and_delete.")
@@ -625,7 +667,7 @@ class EmulatorServer:
                 raise InvalidArgument("sequence_numbers must be a list (at most 10,000).")
             seqs = [_int("sequence number", s) for s in seqs]
         wait = fields["max_wait"]
-        return ReceiveRequest(
+        request = ReceiveRequest(
             mode=fields["mode"],
             max_messages=_int("max_messages", fields["max_messages"], 1, 10_000),
             max_wait=None if wait is None else _seconds("max_wait", wait, MAX_WAIT),
@@ -634,6 +676,7 @@ class EmulatorServer:
             from_sequence_number=_int("from_sequence_number", fields["from_sequence_number"]),
             sequence_numbers=seqs,
         )
+        return request, fields["batch"]
 
     @staticmethod
     def _settlement(body: bytes) -> Settlement:

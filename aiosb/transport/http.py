@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 from ..auth import SasCredential
 from ..entities import DEAD_LETTER_SUFFIX, _check_name
@@ -61,6 +62,7 @@ from . import (
 __all__ = ["HttpTransport", "RemoteFaults"]
 
 _JSON = "application/json"
+_JSON_HEADERS = {"Content-Type": _JSON}
 _ATOM = "application/atom+xml;type=entry;charset=utf-8"
 _NO_SESSIONS = (
     "Sessions are not part of the Service Bus REST protocol, so the HTTP transport cannot "
@@ -130,7 +132,8 @@ class HttpTransport:
         self._base = base
         self._resource = base.lower()
         self._credential = credential
-        self._timeout = operation_timeout
+        self._timeout_header = repr(operation_timeout)
+        self._urls: dict[str, URL] = {}
         self._token = ""
         self._token_until = 0.0
         self._session: aiohttp.ClientSession | None = None
@@ -194,13 +197,18 @@ class HttpTransport:
             )
         sent = {"Authorization": self._authorization()}
         if self.extensions:
-            sent[_rest.TIMEOUT_HEADER] = repr(self._timeout)
+            sent[_rest.TIMEOUT_HEADER] = self._timeout_header
         if headers:
             sent.update(headers)
+        url = self._urls.get(path)
+        if url is None:  # parsed once per path: aiohttp would parse a str every time
+            if len(self._urls) >= 256:
+                self._urls.clear()
+            url = self._urls[path] = URL(f"{self._base}/{path}" if path else self._base)
         try:
             async with session.request(
                 method,
-                f"{self._base}/{path}" if path else self._base,
+                url,
                 data=data,
                 headers=sent,
                 params=params,
@@ -239,12 +247,17 @@ class HttpTransport:
             settling=settling,
         )
 
-    async def _extension(self, entity: str, op: str, payload: dict[str, Any]) -> Any:
+    async def _extension(
+        self, entity: str, op: str, payload: dict[str, Any], *, batch: bool = False
+    ) -> Any:
+        """POST ``payload`` to an aiosb extension; ``batch``: it holds a batch (see
+        :func:`_rest.dumps`), and nothing else that is a float."""
         _, _, body = await self._request(
             "POST",
             f"{_quote(entity)}/$aiosb/{op}",
-            data=json.dumps(payload, separators=(",", ":")).encode(),
-            headers={"Content-Type": _JSON},
+            data=_rest.dumps(payload) if batch
+            else json.dumps(payload, separators=(",", ":")).encode(),
+            headers=_JSON_HEADERS,
         )
         return json.loads(body) if body else None
 
@@ -263,10 +276,10 @@ class HttpTransport:
         (PT-16 to PT-18 apply there) and to a real namespace as one atomic batch, since
         the REST protocol has no transactions."""
         if self.extensions:
-            payload: dict[str, Any] = {"messages": [_rest.encode_message(m) for m in messages]}
+            payload: dict[str, Any] = {"batch": _rest.encode_batch(messages)}
             if transaction:
                 payload["transaction"] = True
-            await self._extension(entity, "send", payload)
+            await self._extension(entity, "send", payload, batch=True)
             return
         if len(messages) == 1 and messages[0].content_type != _rest.BATCH_CONTENT_TYPE:
             msg = messages[0]
@@ -317,7 +330,7 @@ class HttpTransport:
                 "scheduled_enqueue_time instead)"
             )
         answer = await self._extension(
-            entity, "schedule", {"messages": [_rest.encode_message(m) for m in messages]}
+            entity, "schedule", {"batch": _rest.encode_batch(messages)}, batch=True
         )
         return list(answer["sequence_numbers"])
 
@@ -346,9 +359,10 @@ class HttpTransport:
                     "sequence_numbers": None
                     if request.sequence_numbers is None
                     else list(request.sequence_numbers),
+                    "batch": True,
                 },
             )
-            return [_rest.decode_received(m) for m in answer["messages"]]
+            return _rest.decode_received_batch(answer["batch"])
         if request.peek:
             raise self._lacks("peek (browse)")
         if request.sequence_numbers is not None:
