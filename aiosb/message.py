@@ -28,6 +28,19 @@ _PROPERTY_TYPES = (str, int, float, bool, bytes, type(None), _dt.datetime, _dt.t
 _UTC = _dt.UTC
 
 
+def check_partition_key(session_id: str | None, partition_key: str | None) -> None:
+    """PT-7: a PartitionKey set beside a SessionId must equal it.
+
+    Raises:
+        InvalidOperation: Both set and different.
+    """
+    if partition_key is not None and session_id is not None and partition_key != session_id:
+        raise InvalidOperation(
+            f"partition_key {partition_key!r} differs from session_id "
+            f"{session_id!r}; when both are set they must be equal (PT-7)."
+        )
+
+
 def _check_id(name: str, value: str | None) -> None:
     if value is None:
         return
@@ -109,15 +122,7 @@ class Message:
         _check_id("message_id", self.message_id)
         _check_id("session_id", self.session_id)
         _check_id("partition_key", self.partition_key)
-        if (
-            self.partition_key is not None
-            and self.session_id is not None
-            and self.partition_key != self.session_id
-        ):
-            raise InvalidOperation(
-                f"partition_key {self.partition_key!r} differs from session_id "
-                f"{self.session_id!r}; when both are set they must be equal (PT-7)."
-            )
+        check_partition_key(self.session_id, self.partition_key)
         ttl = self.time_to_live
         if ttl is not None:
             if not isinstance(ttl, _dt.timedelta):

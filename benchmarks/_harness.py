@@ -77,3 +77,18 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.0f}" if value >= 100 else f"{value:.3f}"
     return str(value)
+
+
+async def round_trips(ns: Any, queue: str, messages: list[Any], rounds: int, **props: Any) -> float:
+    """Seconds for ``rounds`` of send ``messages`` (one batch) -> receive them -> complete
+    them on ``queue`` of the open namespace ``ns`` (created with ``props`` if missing)."""
+    if not await ns.queue_exists(queue):
+        await ns.create_queue(queue, **props)
+    async with ns.sender(queue) as sender, ns.receiver(queue) as receiver:
+        with Stopwatch() as sw:
+            for _ in range(rounds):
+                await sender.send(messages)
+                received = await receiver.receive(max_messages=len(messages), max_wait=0)
+                await receiver.complete(received)
+        assert len(received) == len(messages)
+    return sw.seconds

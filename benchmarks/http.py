@@ -32,7 +32,7 @@ import aiosb
 from aiosb import Message, emulator
 from aiosb.emulator.server import serve
 
-from ._harness import Stopwatch, best_rate, loops, report, run
+from ._harness import Stopwatch, best_rate, loops, report, round_trips, run
 
 BATCH = 100
 BODY = b"x" * 64
@@ -97,34 +97,15 @@ async def aiosb_single_sends(count: int, concurrency: int) -> float:
 
 
 async def aiosb_batches(rounds: int) -> float:
-    messages = [Message(BODY, application_properties={"i": i}) for i in range(BATCH)]
-    async with serve() as server, aiosb.connect(server.namespace_url("bench")) as ns:
-        if not await ns.queue_exists("q"):
-            await ns.create_queue("q")
-        async with ns.sender("q") as sender, ns.receiver("q") as receiver:
-            with Stopwatch() as sw:
-                for _ in range(rounds):
-                    await sender.send(messages)
-                    received = await receiver.receive(max_messages=BATCH, max_wait=0)
-                    await receiver.complete(received)
-            assert len(received) == BATCH
-    return sw.seconds
+    async with serve() as server:
+        return await aiosb_batches_at(server.namespace_url("bench"), rounds)
 
 
 async def aiosb_batches_at(url: str, rounds: int) -> float:
     """S-4 against a server that runs elsewhere (``url`` is a namespace URL)."""
     messages = [Message(BODY, application_properties={"i": i}) for i in range(BATCH)]
     async with aiosb.connect(url) as ns:
-        if not await ns.queue_exists("q"):
-            await ns.create_queue("q")
-        async with ns.sender("q") as sender, ns.receiver("q") as receiver:
-            with Stopwatch() as sw:
-                for _ in range(rounds):
-                    await sender.send(messages)
-                    received = await receiver.receive(max_messages=BATCH, max_wait=0)
-                    await receiver.complete(received)
-            assert len(received) == BATCH
-    return sw.seconds
+        return await round_trips(ns, "q", messages, rounds)
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from collections import deque
 import aiosb
 from aiosb import Message, emulator
 
-from ._harness import Stopwatch, best_rate, loops, report, run
+from ._harness import Stopwatch, best_rate, loops, report, round_trips, run
 
 BATCH = 100
 
@@ -35,16 +35,7 @@ async def emulator_round_trip(
     messages: list[Message], rounds: int, queue: str, partitioned: bool = False
 ) -> float:
     async with aiosb.connect("memory://bench-s1") as ns:
-        if not await ns.queue_exists(queue):
-            await ns.create_queue(queue, enable_partitioning=partitioned)
-        async with ns.sender(queue) as sender, ns.receiver(queue) as receiver:
-            with Stopwatch() as sw:
-                for _ in range(rounds):
-                    await sender.send(messages)
-                    received = await receiver.receive(max_messages=BATCH, max_wait=0)
-                    await receiver.complete(received)
-            assert len(received) == BATCH
-    return sw.seconds
+        return await round_trips(ns, queue, messages, rounds, enable_partitioning=partitioned)
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

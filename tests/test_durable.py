@@ -25,7 +25,7 @@ from aiosb.emulator.server import serve
 LOCK = 30
 
 
-async def restart(data_dir) -> None:
+async def restart() -> None:
     """What a server restart leaves of the in-memory state: nothing."""
     emulator.reset()
 
@@ -68,7 +68,7 @@ async def test_everything_survives_a_restart(tmp_path):
                 await receiver.defer(defer)
                 await receiver.complete(done)
             p_before = sorted(m.sequence_number for m in await _peek(ns, "p", 8))
-    await restart(tmp_path)
+    await restart()
     async with serve(data_dir=tmp_path) as server:
         async with aiosb.connect(server.namespace_url("keep")) as ns:
             queue = await ns.get_queue("q")
@@ -121,7 +121,7 @@ async def test_a_lock_held_at_the_restart_ends_when_it_would_have(tmp_path):
                 await sender.send([Message(b"a"), Message(b"b")])
             async with ns.receiver("q") as receiver:
                 a, _ = await receiver.receive(max_messages=2, max_wait=0)
-    await restart(tmp_path)
+    await restart()
     loop = asyncio.get_running_loop()
     start = loop.time()
     async with serve(data_dir=tmp_path) as server:
@@ -153,7 +153,7 @@ async def test_session_state_and_background_expiry_are_kept(tmp_path):
         assert journal.writes >= 1
     emulator.use_journal(None)
     await journal.aclose()
-    await restart(tmp_path)
+    await restart()
     journal = Journal(tmp_path)
     await journal.open()
     await journal.load()

@@ -60,7 +60,7 @@ async def test_timer_fires_expiry_in_the_background_without_any_operation():
         await asyncio.sleep(31)
         # Read the store directly: the timer, not an operation, moved the message.
         entity = broker._entities["q"]
-        assert len(entity.store.records) == 0 and len(entity.dlq.records) == 1
+        assert len(entity.fragments[0].records) == 0 and len(entity.dlqs[0].records) == 1
 
 
 async def test_lock_timeline_stays_bounded_under_many_completions():
@@ -71,7 +71,7 @@ async def test_lock_timeline_stays_bounded_under_many_completions():
             for _ in range(100):
                 await sender.send([Message(b"x") for _ in range(100)])
                 await receiver.complete(await receiver.receive(max_messages=100, max_wait=0))
-        store = broker._entities["q"].store
+        store = broker._entities["q"].fragments[0]
         assert len(store.timeline) <= 2 * 1024 + 100
         assert store.records == {} and store.locked == {}
 
@@ -189,4 +189,4 @@ async def test_empty_long_polls_leave_no_waiters_behind():
             await asyncio.sleep(1)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        assert broker._entities["q"].store.waiters == []
+        assert broker._entities["q"].fragments[0].waiters == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -13,20 +14,22 @@ from aiosb.cli import demo, main
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
 
 
+@functools.cache
+def run_example(name: str) -> subprocess.CompletedProcess[str]:
+    """Run ``examples/{name}.py`` once per test session."""
+    path = EXAMPLES[0].parent / f"{name}.py"
+    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=60)
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs(path):
-    result = subprocess.run(
-        [sys.executable, str(path)], capture_output=True, text=True, timeout=60
-    )
+    result = run_example(path.stem)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()
 
 
 def test_examples_show_what_they_claim():
-    out = subprocess.run(
-        [sys.executable, str(EXAMPLES[0].parent / "dead_letters.py")],
-        capture_output=True, text=True, timeout=60, check=True,
-    ).stdout
+    out = run_example("dead_letters").stdout
     assert "too late  TTLExpiredException" in out
     assert "poison    MaxDeliveryCountExceeded" in out
     assert "invalid   Invalid" in out
@@ -63,10 +66,7 @@ def test_cli_rejects_bad_arguments(capsys):
 
 def test_sessions_example_shows_a_pinned_order_waiting_for_its_fragment():
     """PT-6, PT-9: the order on the down fragment waits; the others flow and stay in order."""
-    out = subprocess.run(
-        [sys.executable, str(EXAMPLES[0].parent / "sessions_and_partitions.py")],
-        capture_output=True, text=True, timeout=60, check=True,
-    ).stdout
+    out = run_example("sessions_and_partitions").stdout
     assert "order-2 while its fragment is down: PartitionUnavailable" in out
     assert "order-2: ['line 0', 'line 1', 'line 2'] (3 lines done)" in out
     assert "order-1: ['line 0', 'line 1', 'line 2', 'line 3'] (4 lines done)" in out

@@ -11,7 +11,7 @@ import urllib.parse
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from aiosb import SasCredential
@@ -124,9 +124,12 @@ def test_r4_generated_requests_never_get_a_5xx(threaded_server):
              b'servicebus/connect"/></content></entry>')
     assert call(served, "PUT", "/fuzz/q", body=queue)[0] == 201
 
-    @settings(max_examples=150, deadline=None, database=None,
+    # derandomize: the same 150 requests in every CI run (a red run must mean a change)
+    @settings(max_examples=150, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(request)
+    @example({"method": "GET", "segments": [], "query": "",  # found by a random run
+              "headers": {"BrokerProperties": "\x7f"}, "body": b""})
     def throw(req):
         path = "/" + "/".join(req["segments"]) + req["query"]
         try:
@@ -137,7 +140,10 @@ def test_r4_generated_requests_never_get_a_5xx(threaded_server):
             call(served, "DELETE", "/fuzz/$faults")  # whatever the request injected
         assert status < 500, (path, status, text[:300])
         if status >= 400:
-            assert b"<Detail>" in text and len(text) > 40, text
+            if b"<Detail>" in text:
+                assert len(text) > 40, text
+            else:  # refused by aiohttp's HTTP parser, before the app, with its own sentence
+                assert status == 400 and text.startswith(b"Invalid") and len(text) > 25, text
 
     throw()
     assert call(served, "POST", "/fuzz/q/messages", body=b"still here")[0] == 201

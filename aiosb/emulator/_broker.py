@@ -65,7 +65,7 @@ from ..errors import (
     SessionCannotBeLocked,
     SessionLockLost,
 )
-from ..message import PING_CONTENT_TYPE, Message, ReceivedMessage
+from ..message import PING_CONTENT_TYPE, Message, ReceivedMessage, check_partition_key
 from ..transport import (
     ManagementRequest,
     ReceiveRequest,
@@ -707,8 +707,6 @@ class _Entity:
         self.apply(props)
         self.fragments = [_Store(ns, self, False, f) for f in range(nfrag)]
         self.dlqs = [_Store(ns, self, True, f) for f in range(nfrag)] if kind != "topic" else []
-        self.store = self.fragments[0]
-        self.dlq = self.dlqs[0] if self.dlqs else None
         self._idle_armed = INF
         self.arm_idle()
 
@@ -1012,9 +1010,19 @@ class EmulatorNamespace:
             raise EntityUnavailable(f"The entity {path!r} is {status}: it cannot {operation}.")
         return entity, dlq
 
+    def _session_entity(self, path: str) -> _Entity:
+        """The session-enabled queue or subscription at ``path``."""
+        entity, dlq = self._receivable(path, None, "accept a session")
+        if dlq or not entity.sessionful:
+            raise InvalidOperation(
+                f"{path!r} is not session-enabled: create it with requires_session=True, "
+                "or receive without a session_id."
+            )
+        return entity
+
     def _down(self, operation: str, path: str) -> dict[int, Fault] | None:
         """The fragments of ``path`` that are down for ``operation`` (``None``: none)."""
-        if not self.faults.fragmented:
+        if not self.faults.active:
             return None
         return self.faults.fragment_faults(operation, path) or None
 
@@ -1046,20 +1054,7 @@ class EmulatorNamespace:
 
         With ``transaction``, they are one transaction's sends (PT-16 to PT-18).
         """
-        faults = self.faults
-        while True:
-            if faults.active:
-                await faults.check("send", path)
-            now = self.now()
-            entity = self._send_target(path)
-            records = self._records(entity, messages, transaction)
-            if entity.nfrag == 1:
-                break
-            blocked = self._route(entity, records, self._down("send", path))
-            if blocked is None:
-                break
-            await faults.apply(blocked, "send", path)  # raises, or waits out a timeout
-        entity.touch(now)
+        entity, records, now = await self._prepare_send(path, messages, transaction)
         for rec in records:
             if rec is None:  # a ping: accepted, never delivered (PN-14)
                 continue
@@ -1079,6 +1074,28 @@ class EmulatorNamespace:
                 store.add(rec, now)
             else:
                 self._deliver(entity, rec, now, 0)
+
+    async def _prepare_send(
+        self, path: str, messages: Sequence[Message], transaction: bool = False
+    ) -> tuple[_Entity, list[_Record | None], float]:
+        """Check the faults, validate the batch and choose each message's fragment; a
+        fragment in the way raises or, for a timeout fault, is waited out and the whole
+        preparation done again. Returns the entity (touched), the records and the time."""
+        faults = self.faults
+        while True:
+            if faults.active:
+                await faults.check("send", path)
+            now = self.now()
+            entity = self._send_target(path)
+            records = self._records(entity, messages, transaction)
+            if entity.nfrag == 1:
+                break
+            blocked = self._route(entity, records, self._down("send", path))
+            if blocked is None:
+                break
+            await faults.apply(blocked, "send", path)
+        entity.touch(now)
+        return entity, records, now
 
     def _route(
         self, entity: _Entity, records: list[_Record | None], down: dict[int, Fault] | None
@@ -1114,20 +1131,7 @@ class EmulatorNamespace:
                 raise InvalidArgument(
                     "schedule needs each message's scheduled_enqueue_time to be set."
                 )
-        faults = self.faults
-        while True:
-            if faults.active:
-                await faults.check("send", path)
-            now = self.now()
-            entity = self._send_target(path)
-            records = self._records(entity, messages)
-            if entity.nfrag == 1:
-                break
-            blocked = self._route(entity, records, self._down("send", path))
-            if blocked is None:
-                break
-            await faults.apply(blocked, "send", path)
-        entity.touch(now)
+        entity, records, now = await self._prepare_send(path, messages)
         return [
             self._schedule(entity, rec, max(rec.scheduled.timestamp(), now))
             for rec in records
@@ -1451,12 +1455,7 @@ class EmulatorNamespace:
             if faults.active:
                 await faults.check("receive", path)
             now = self.now()
-            entity, dlq = self._receivable(path, None, "accept a session")
-            if dlq or not entity.sessionful:
-                raise InvalidOperation(
-                    f"{path!r} is not session-enabled: create it with requires_session=True, "
-                    "or receive without a session_id."
-                )
+            entity = self._session_entity(path)
             down = self._down("receive", path)
             if action == "release":
                 session = entity.sessions.get(sid)
@@ -1505,12 +1504,7 @@ class EmulatorNamespace:
                 if faults.active:
                     await faults.check("receive", path)
                 now = self.now()
-                entity, dlq = self._receivable(path, None, "accept a session")
-                if dlq or not entity.sessionful:
-                    raise InvalidOperation(
-                        f"{path!r} is not session-enabled: create it with "
-                        "requires_session=True, or receive without a session_id."
-                    )
+                entity = self._session_entity(path)
                 entity.touch(now)
                 if listening is not entity:
                     if listening is not None:
@@ -1763,15 +1757,7 @@ class EmulatorNamespace:
                     f"{entity.path!r} requires sessions (or has a subscription that does): "
                     "set session_id on every message."
                 )
-            if (
-                msg.partition_key is not None
-                and msg.session_id is not None
-                and msg.partition_key != msg.session_id
-            ):
-                raise InvalidOperation(
-                    f"partition_key {msg.partition_key!r} differs from session_id "
-                    f"{msg.session_id!r}; when both are set they must be equal (PT-7)."
-                )
+            check_partition_key(msg.session_id, msg.partition_key)  # fields may change
             rec = _Record(msg, msg.message_id or ids(), size)
             key = msg.session_id
             if key is None:

@@ -342,6 +342,7 @@ def _rebuild(
 ) -> list[EmulatorNamespace]:
     from . import _registry
     from ._broker import (
+        _EXPIRE,
         _LOCKS,
         AVAILABLE,
         DEFERRED,
@@ -403,8 +404,6 @@ def _rebuild(
         store.size += rec.size
         entity.bytes += rec.size
         if rec.expires is not None and not store.is_dlq:
-            from ._broker import _EXPIRE
-
             store._push(rec.expires, _EXPIRE, rec)
         if state == LOCKED:
             store.locked[rec.lock_token] = rec

@@ -94,7 +94,6 @@ class Faults:
         self._on_change = on_change
         self._fragment_count = fragment_count
         self.active: list[Fault] = []
-        self.fragmented = 0
 
     def __repr__(self) -> str:
         return f"<Faults {self._namespace}: {len(self.active)} active>"
@@ -263,15 +262,11 @@ class Faults:
     def _add(self, fault: Fault) -> Fault:
         fault._owner = self
         self.active.append(fault)
-        if fault.fragment is not None:
-            self.fragmented += 1
         self._on_change()
         return fault
 
     def _remove(self, fault: Fault) -> None:
         if fault in self.active:
             self.active.remove(fault)
-            if fault.fragment is not None:
-                self.fragmented -= 1
         fault._healed.set()
         self._on_change()
