@@ -55,11 +55,13 @@ def report(name: str, title: str, rows: list[dict[str, Any]], summary: dict[str,
     """Print ``rows`` as a table and write them with ``summary`` to results/NAME.json."""
     print(f"\n{title}")
     if rows:
-        columns = list(rows[0])
-        widths = [max(len(c), *(len(_fmt(r[c])) for r in rows)) for c in columns]
+        columns = list(dict.fromkeys(c for row in rows for c in row))  # a row may lack some
+        widths = [max(len(c), *(len(_fmt(r.get(c, ""))) for r in rows)) for c in columns]
         print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
         for row in rows:
-            print("  ".join(_fmt(row[c]).ljust(w) for c, w in zip(columns, widths, strict=True)))
+            print("  ".join(
+                _fmt(row.get(c, "")).ljust(w) for c, w in zip(columns, widths, strict=True)
+            ))
     for key, value in summary.items():
         print(f"{key}: {_fmt(value)}")
     RESULTS.mkdir(exist_ok=True)
