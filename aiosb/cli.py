@@ -5,16 +5,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, TypeVar
 
 from . import __version__, emulator
 from .client import connect
 from .errors import ServiceBusError
 from .message import Message
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
+
+T = TypeVar("T")
 
 
 def _say(text: str) -> None:
@@ -177,6 +180,39 @@ def timeline_svg(
     return "\n".join(parts)
 
 
+LOOPS = ("auto", "uvloop", "asyncio")
+
+
+def _loop_kind(loop: str) -> str:
+    """The event loop ``--loop`` asks for: ``auto`` is uvloop where it is installed
+    (S-9), else asyncio's own."""
+    if loop not in LOOPS:
+        raise ValueError(f"--loop must be one of {', '.join(LOOPS)}, not {loop!r}.")
+    if loop != "auto":
+        return loop
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "asyncio"
+    return "uvloop"
+
+
+def run(main: Coroutine[Any, Any, T], loop: str = "auto") -> T:
+    """Run ``main`` to completion on a new event loop of the kind ``loop`` names."""
+    kind = _loop_kind(loop)
+    if kind == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            main.close()
+            raise ServiceBusError(
+                "--loop uvloop needs the uvloop package (pip install uvloop); it is not "
+                "installed (uvloop does not run on Windows)."
+            ) from None
+        return uvloop.run(main)
+    return asyncio.run(main)
+
+
 async def serve_forever(
     host: str, port: int, key_name: str, key: str | None, data_dir: str | None = None
 ) -> None:
@@ -187,6 +223,7 @@ async def serve_forever(
         host, port, key_name=key_name, key=key or DEV_KEY, data_dir=data_dir
     ) as served:
         _say(f"aiosb emulator server listening on {served.url}")
+        _say(f"  event loop: {type(asyncio.get_running_loop()).__module__.split('.')[0]}")
         _say(f"  namespaces exist on first use: {served.url}/NAME (e.g. {served.url}/contoso)")
         if key is None:
             _say(f"  signed with the well-known development key {key_name} / {DEV_KEY}")
@@ -214,6 +251,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_cmd = commands.add_parser(
         "serve", help="serve the emulator over HTTP (the Service Bus REST protocol)"
     )
+    for command in (demo_cmd, serve_cmd):
+        command.add_argument("--loop", choices=LOOPS, default="auto",
+                             help="event loop: uvloop where installed (auto), or asyncio's")
     serve_cmd.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     serve_cmd.add_argument("--port", type=int, default=5380, help="port (0 picks a free one)")
     serve_cmd.add_argument("--key-name", default="RootManageSharedAccessKey",
@@ -228,13 +268,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             if not 0 <= args.port <= 65535:
                 parser.error("--port must be between 0 and 65535")
-            asyncio.run(
-                serve_forever(args.host, args.port, args.key_name, args.key, args.data_dir)
-            )
+            run(serve_forever(args.host, args.port, args.key_name, args.key, args.data_dir),
+                args.loop)
         if args.command == "demo":
             if args.orders < 10:
                 parser.error("--orders must be at least 10")
-            report = asyncio.run(demo(args.orders, svg=args.svg or None))
+            report = run(demo(args.orders, svg=args.svg or None), args.loop)
             if report["lost"]:
                 return 1
     except ServiceBusError as exc:

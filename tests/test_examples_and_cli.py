@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from aiosb.cli import demo, main
+from aiosb.cli import demo, main, run
+from aiosb.errors import ServiceBusError
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
 
@@ -86,10 +87,11 @@ def test_serve_prints_how_to_connect_and_serves_until_stopped():
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        lines = [proc.stdout.readline() for _ in range(5)]
+        lines = [proc.stdout.readline() for _ in range(6)]
         url = lines[0].rsplit(" ", 1)[-1].strip()
         assert url.startswith("http://127.0.0.1:")
         assert DEV_KEY in "".join(lines)
+        assert lines[1].strip() == "event loop: uvloop"  # S-9: the default where installed
         assert f"Endpoint={url}/contoso/;SharedAccessKeyName=RootManageSharedAccessKey" in "".join(
             lines
         )
@@ -115,3 +117,26 @@ def test_serve_refuses_a_taken_port(capsys):
         port = taken.getsockname()[1]
         assert main(["serve", "--port", str(port)]) == 1
     assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+async def _loop_module() -> str:
+    import asyncio
+
+    return type(asyncio.get_running_loop()).__module__.split(".")[0]
+
+
+def test_commands_run_on_uvloop_where_installed_s9():
+    """S-9: uvloop is the default where installed; ``--loop asyncio`` picks the other."""
+    pytest.importorskip("uvloop", reason="uvloop is not installed (Windows)")
+    assert run(_loop_module()) == "uvloop"
+    assert run(_loop_module(), "uvloop") == "uvloop"
+    assert run(_loop_module(), "asyncio") == "asyncio"
+
+
+def test_without_uvloop_auto_falls_back_and_uvloop_says_what_is_missing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop now fails
+    assert run(_loop_module()) == "asyncio"
+    coro = _loop_module()
+    with pytest.raises(ServiceBusError, match="pip install uvloop"):
+        run(coro, "uvloop")
+    assert coro.cr_frame is None  # closed, not left to warn "never awaited"
