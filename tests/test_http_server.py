@@ -185,6 +185,26 @@ async def test_subscriptions_are_managed_under_their_topic(http):
     assert [(e.title, e.fields["max_delivery_count"]) for e in listing] == [("s", 4)]
 
 
+async def test_listings_come_in_pages_of_100_in_name_order_with_skip_and_top(http):
+    """As Service Bus: at most 100 entries unless ``$top`` says otherwise, from ``$skip``;
+    the SDK's client asks ``$skip=0&$top=100``, then ``$skip=100`` ..."""
+    async with aiosb.connect(http.server.namespace_url(NS)) as ns:
+        for i in range(102, -1, -1):
+            await ns.create_queue(f"q{i:03d}")
+
+    async def titles(query):
+        listing = await http.call("GET", f"/{NS}/$Resources/queues{query}")
+        assert listing.status == 200, listing.text
+        return [e.title for e in _atom.parse_feed(listing.body)]
+
+    everything = [f"q{i:03d}" for i in range(103)]
+    assert await titles("") == everything[:100]
+    assert await titles("?$skip=100&$top=100&api-version=2021-05") == everything[100:]
+    assert await titles("?$skip=5&$top=3") == everything[5:8]
+    assert await titles("?$skip=500") == []
+    assert await titles("?$top=1000") == everything
+
+
 # -- fault injection over HTTP ---------------------------------------------------------------
 
 
@@ -368,6 +388,10 @@ JSON_BATCH = {"Content-Type": _rest.BATCH_CONTENT_TYPE}
         ("POST", "/contoso/$faults", {}, b'{"kind": "delay", "seconds": -1}', 400, "seconds"),
         ("POST", "/contoso/$faults", {}, b'{"entity": 5}', 400, "entity must be"),
         ("GET", "/contoso", {}, None, 400, "nothing to do"),
+        ("GET", "/contoso/$Resources/queues?$top=0", {}, None, 400, "top is '0'"),
+        ("GET", "/contoso/$Resources/queues?$top=1001", {}, None, 400, "from 1 to 1000"),
+        ("GET", "/contoso/$Resources/topics?$skip=-1", {}, None, 400, "skip is '-1'"),
+        ("GET", "/contoso/q/subscriptions?$skip=x", {}, None, 400, "whole number"),
         ("GET", "/", {}, None, 400, "no namespace"),
     ],
 )

@@ -193,3 +193,42 @@ async def test_the_connection_string_serve_prints_connects_over_http():
             assert isinstance(ns.transport, HttpTransport)
             await ns.create_queue("q")
             assert await ns.queue_exists("q")
+
+
+async def test_listing_pages_stop_where_a_server_ignores_skip_and_ask_the_api_version():
+    """A listing asks page after page (``$skip``/``$top``, ``api-version`` as the SDK);
+    a server that answers the same page whatever ``$skip`` says ends the listing there
+    instead of looping for ever."""
+    from aiohttp import web
+
+    from aiosb.entities import QueueProperties
+    from aiosb.transport import _atom
+
+    asked = []
+    page = _atom.feed_xml(
+        [("queue", QueueProperties(f"q{i:03d}"), None, f"http://x/ns/q{i:03d}", f"q{i:03d}")
+         for i in range(100)],
+        "http://x/ns/$Resources/queues", "Queues",
+    )
+
+    async def listing(request: web.Request) -> web.Response:
+        asked.append(dict(request.query))
+        return web.Response(body=page, content_type="application/atom+xml")
+
+    app = web.Application()
+    app.router.add_get("/ns/$Resources/queues", listing)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        async with aiosb.connect(f"http://127.0.0.1:{port}/ns", operation_timeout=10) as ns:
+            queues = await ns.list_queues()
+    finally:
+        await runner.cleanup()
+    assert [q.name for q in queues] == [f"q{i:03d}" for i in range(100)]
+    assert asked == [
+        {"$skip": "0", "$top": "100", "api-version": "2021-05"},
+        {"$skip": "100", "$top": "100", "api-version": "2021-05"},
+    ]

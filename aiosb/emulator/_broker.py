@@ -38,7 +38,7 @@ import os
 import re
 import zlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING, Any
 
@@ -1682,10 +1682,13 @@ class EmulatorNamespace:
         _wake(entity.session_waiters)
 
     def _list(self, kind: str | None, topic: str) -> list[Any]:
+        """Descriptions in name order (case-insensitive, as names are), so that pages of
+        a listing over HTTP are stable."""
         if kind == "subscription":
-            parent = self._lookup("topic", topic)
-            return [s.description() for s in parent.subscriptions.values()]
-        return [e.description() for e in self._entities.values() if e.kind == kind]
+            found: Iterable[_Entity] = self._lookup("topic", topic).subscriptions.values()
+        else:
+            found = (e for e in self._entities.values() if e.kind == kind)
+        return [e.description() for e in sorted(found, key=lambda e: e.path.lower())]
 
     def _runtime(self, path: str, now: float) -> RuntimeProperties:
         """Counts summed over every fragment and session (PT-14)."""

@@ -25,8 +25,9 @@ namespace and to this emulator, and many processes share one emulator:
 to update)                                                   (``200``) a queue, topic or
                                                              subscription
 ``GET    /{ns}/{path}``, ``DELETE /{ns}/{path}``              read (with counts) or delete
-``GET    /{ns}/$Resources/queues`` (or ``topics``),           list, as Atom feeds
-``GET    /{ns}/{topic}/subscriptions``
+``GET    /{ns}/$Resources/queues`` (or ``topics``),           list, as Atom feeds, in name
+``GET    /{ns}/{topic}/subscriptions``                        order, ``$top`` (default 100)
+                                                             from ``$skip`` (default 0)
 ==========================================================  ==============================
 
 A subscription is ``{topic}/subscriptions/{name}``; a dead-letter queue is the entity
@@ -150,6 +151,8 @@ DEV_KEY = "aiosbDevelopmentKeyForTheLocalEmulatorOnly000="
 MAX_BODY = 4 * 1024 * 1024
 #: The longest a receive may wait, in seconds.
 MAX_WAIT = 24 * 3600.0
+PAGE = 100  # entries of a listing, unless $top asks for others (as Service Bus)
+MAX_PAGE = 1000
 _DEFAULT_WAIT = 60.0
 _MAX_SEGMENT = 512
 
@@ -322,6 +325,23 @@ def _seconds(name: str, value: Any, high: float) -> float:
     if not math.isfinite(value) or not 0 <= value <= high:
         raise InvalidArgument(f"{name} is {value!r}; it must be between 0 and {high:g} seconds.")
     return float(value)
+
+
+def _page(request: web.Request) -> slice:
+    """The page of a listing that ``$skip`` and ``$top`` ask for: as Service Bus, at
+    most :data:`PAGE` entries unless ``$top`` says otherwise."""
+    skip = _query_int(request, "$skip", 0, 0, 2**31 - 1)
+    top = _query_int(request, "$top", PAGE, 1, MAX_PAGE)
+    return slice(skip, skip + top)
+
+
+def _query_int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
+        raise InvalidArgument(f"{name} is {raw[:40]!r}; use a whole number from {low} to {high}.")
+    return int(raw)
 
 
 def _str_or_none(name: str, value: Any) -> str | None:
@@ -732,14 +752,17 @@ class EmulatorServer:
             if method != "GET" or len(segs) != 2 or segs[1].lower() not in ("queues", "topics"):
                 raise InvalidArgument("use GET /{namespace}/$Resources/queues (or topics).")
             kind = segs[1].lower()[:-1]
+            page = _page(request)
             items = await ns.manage(ManagementRequest("list", kind))  # type: ignore[arg-type]
-            return self._feed(kind, items, f"{url}/$Resources/{segs[1]}", segs[1].capitalize(),
-                              url)
+            return self._feed(kind, items[page], f"{url}/$Resources/{segs[1]}",
+                              segs[1].capitalize(), url)
         path = "/".join(segs)
         if method == "GET" and segs[-1] == "subscriptions" and len(segs) > 1:
             topic = "/".join(segs[:-1])
+            page = _page(request)
             items = await ns.manage(ManagementRequest("list", "subscription", topic))
-            return self._feed("subscription", items, f"{url}/{path}", "Subscriptions", url)
+            return self._feed("subscription", items[page], f"{url}/{path}",
+                              "Subscriptions", url)
         parsed = parse_entity_path(path)
         if parsed.sub_queue is not None:
             raise InvalidOperation(

@@ -62,6 +62,8 @@ from . import (
 __all__ = ["HttpTransport", "RemoteFaults"]
 
 _JSON = "application/json"
+_PAGE = 100  # entries per page of a listing
+_API_VERSION = {"api-version": "2021-05"}  # what the management protocol needs (as the SDK)
 _JSON_HEADERS = {"Content-Type": _JSON}
 _ATOM = "application/atom+xml;type=entry;charset=utf-8"
 _NO_SESSIONS = (
@@ -462,15 +464,12 @@ class HttpTransport:
                 where = f"{_quote(path)}/subscriptions"
             else:
                 where = f"$Resources/{kind}s"
-            _, _, body = await self._request("GET", where)
-            entries = _atom.parse_feed(body)
-            if isinstance(entries, _atom.Entry):
-                entries = [entries]
-            return [self._properties(e, kind, path, e.title or "") for e in entries]
+            return [self._properties(e, kind, path, e.title or "")
+                    for e in await self._list(where)]
         kind_header = {"x-aiosb-kind": kind} if self.extensions and kind else {}
         if action in ("get", "runtime"):
             _, _, body = await self._request(
-                "GET", _quote(path), headers=kind_header
+                "GET", _quote(path), headers=kind_header, params=_API_VERSION
             )
             entry = _atom.parse_feed(body)
             if not isinstance(entry, _atom.Entry) or (kind and entry.kind != kind):
@@ -482,7 +481,8 @@ class HttpTransport:
                 return _atom.runtime_properties(path, entry)
             return self._properties(entry, kind, path)
         if action == "delete":
-            await self._request("DELETE", _quote(path), headers=kind_header)
+            await self._request("DELETE", _quote(path), headers=kind_header,
+                                params=_API_VERSION)
             return None
         if action in ("create", "update"):
             props = request.properties
@@ -497,9 +497,28 @@ class HttpTransport:
                 _quote(path),
                 data=_atom.request_xml(kind, request.properties),  # type: ignore[arg-type]
                 headers=headers,
+                params=_API_VERSION,
             )
             return self._properties(_atom.parse_entry(body), kind, path)
         raise InvalidArgument(f"unknown management action {action!r}.")
+
+    async def _list(self, where: str) -> list[_atom.Entry]:
+        """Every entry of a listing, a page of :data:`_PAGE` at a time (``$skip`` and
+        ``$top``), as Service Bus gives at most 100 at once."""
+        entries: list[_atom.Entry] = []
+        seen: set[str] = set()
+        while True:
+            _, _, body = await self._request("GET", where, params={
+                "$skip": str(len(entries)), "$top": str(_PAGE), **_API_VERSION,
+            })
+            page = _atom.parse_feed(body)
+            if isinstance(page, _atom.Entry):
+                page = [page]
+            new = [e for e in page if (e.title or "").lower() not in seen]
+            entries.extend(new)
+            seen.update((e.title or "").lower() for e in new)
+            if len(page) < _PAGE or not new:  # the last page (or $skip is not honoured)
+                return entries
 
     @staticmethod
     def _properties(entry: _atom.Entry, kind: str | None, path: str, title: str = "") -> Any:
