@@ -1,0 +1,54 @@
+"""Regressions from the review of S-4 streaming, ``--loop`` and paginated listings: each
+failed before its fix."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+from aiosb.client import Receiver
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench():
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks import http
+
+    return http
+
+
+async def test_streaming_benchmark_waits_for_the_last_complete(monkeypatch):
+    """The streaming run ended when every message was *received*, and cancelled
+    consumers still completing theirs: those stayed locked and the run failed its count
+    (and its time left out the completes)."""
+    bench = _bench()
+    complete = Receiver.complete
+    calls = 0
+
+    async def first_is_slow(self, messages):
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await asyncio.sleep(0.5)
+        await complete(self, messages)
+
+    monkeypatch.setattr(Receiver, "complete", first_is_slow)
+    seconds = await asyncio.wait_for(bench.aiosb_streaming_at("memory://s11a", 3, 2), 30)
+    assert seconds > 0
+
+
+async def test_streaming_benchmark_fails_instead_of_hanging_when_consumers_fail(monkeypatch):
+    """Consumers that raised left ``done`` unset for ever: the benchmark hung."""
+    bench = _bench()
+
+    async def broken(self, *args, **kwargs):
+        raise RuntimeError("receive broke")
+
+    monkeypatch.setattr(Receiver, "receive", broken)
+    with pytest.raises(RuntimeError, match="receive broke"):
+        await asyncio.wait_for(bench.aiosb_streaming_at("memory://s11b", 2, 2), 30)
