@@ -52,3 +52,15 @@ async def test_streaming_benchmark_fails_instead_of_hanging_when_consumers_fail(
     monkeypatch.setattr(Receiver, "receive", broken)
     with pytest.raises(RuntimeError, match="receive broke"):
         await asyncio.wait_for(bench.aiosb_streaming_at("memory://s11b", 2, 2), 30)
+
+
+def test_run_closes_the_coroutine_when_the_loop_name_is_wrong():
+    from aiosb.cli import run
+
+    async def main() -> None:
+        pass
+
+    coro = main()
+    with pytest.raises(ValueError, match="--loop"):
+        run(coro, "trio")
+    assert coro.cr_frame is None  # closed, not left to warn "never awaited"
