@@ -7,9 +7,13 @@ import asyncio
 import sys
 from pathlib import Path
 
+import aiohttp
 import pytest
+from yarl import URL
 
+from aiosb.auth import SasCredential
 from aiosb.client import Receiver
+from aiosb.emulator.server import DEV_KEY, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,3 +68,15 @@ def test_run_closes_the_coroutine_when_the_loop_name_is_wrong():
     with pytest.raises(ValueError, match="--loop"):
         run(coro, "trio")
     assert coro.cr_frame is None  # closed, not left to warn "never awaited"
+
+
+@pytest.mark.parametrize("name", ["$skip", "$top"])
+async def test_a_listing_with_a_number_too_long_to_parse_is_a_400(name):
+    """R-4: ``int()`` refuses more than 4300 digits; that was a 500."""
+    async with serve() as server, aiohttp.ClientSession() as session:
+        token = SasCredential("RootManageSharedAccessKey", DEV_KEY).token(f"{server.url}/ns")
+        url = URL(f"{server.url}/ns/$Resources/queues?{name}={'9' * 5000}", encoded=True)
+        async with session.get(url, headers={"Authorization": token}) as response:
+            text = await response.text()
+    assert response.status == 400, text
+    assert name in text
