@@ -199,7 +199,11 @@ def _loop_kind(loop: str) -> str:
 
 def run(main: Coroutine[Any, Any, T], loop: str = "auto") -> T:
     """Run ``main`` to completion on a new event loop of the kind ``loop`` names."""
-    kind = _loop_kind(loop)
+    try:
+        kind = _loop_kind(loop)
+    except ValueError:
+        main.close()  # never run: no "coroutine was never awaited" warning
+        raise
     if kind == "uvloop":
         try:
             import uvloop

@@ -129,21 +129,26 @@ async def aiosb_streaming_at(url: str, rounds: int, in_flight: int) -> float:
         if not await ns.queue_exists("q"):
             await ns.create_queue("q")
         async with ns.sender("q") as sender, ns.receiver("q") as receiver:
-            received = 0
-            done = asyncio.Event()
+            received = completed = 0
+            done = asyncio.Event()  # every message completed, or a consumer failed
 
             async def produce() -> None:
                 await sender.send(messages)
 
             async def consume() -> None:
-                nonlocal received
-                while received < total:
-                    got = await receiver.receive(max_messages=BATCH, max_wait=5)
-                    if got:
-                        received += len(got)
-                        await receiver.complete(got)
-                        if received >= total:
-                            done.set()
+                nonlocal received, completed
+                try:
+                    while received < total:
+                        got = await receiver.receive(max_messages=BATCH, max_wait=5)
+                        if got:
+                            received += len(got)
+                            await receiver.complete(got)
+                            completed += len(got)
+                            if completed >= total:  # not received: others may still complete
+                                done.set()
+                except Exception:
+                    done.set()
+                    raise
 
             with Stopwatch() as sw:
                 consumers = [asyncio.ensure_future(consume()) for _ in range(in_flight)]
@@ -153,7 +158,10 @@ async def aiosb_streaming_at(url: str, rounds: int, in_flight: int) -> float:
                 finally:
                     for task in consumers:
                         task.cancel()
-                    await asyncio.gather(*consumers, return_exceptions=True)
+                    ended = await asyncio.gather(*consumers, return_exceptions=True)
+                for result in ended:
+                    if isinstance(result, Exception):
+                        raise result
         left = (await ns.runtime_properties("q")).total_message_count
     if received != total or left:
         raise AssertionError(f"sent {total}, received {received}, {left} left")

@@ -339,7 +339,8 @@ def _query_int(request: web.Request, name: str, default: int, low: int, high: in
     raw = request.query.get(name)
     if raw is None:
         return default
-    if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
+    # (at most 12 digits: int() refuses thousands of them with a ValueError, a 500)
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 12) or not low <= int(raw) <= high:
         raise InvalidArgument(f"{name} is {raw[:40]!r}; use a whole number from {low} to {high}.")
     return int(raw)
 
