@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -183,38 +183,33 @@ def timeline_svg(
 LOOPS = ("auto", "uvloop", "asyncio")
 
 
-def _loop_kind(loop: str) -> str:
-    """The event loop ``--loop`` asks for: ``auto`` is uvloop where it is installed
-    (S-9), else asyncio's own."""
+def _runner(loop: str) -> Callable[[Coroutine[Any, Any, T]], T]:
+    """What runs a coroutine on the event loop ``--loop`` asks for: ``auto`` is uvloop
+    where it is installed (S-9), else asyncio's own."""
     if loop not in LOOPS:
         raise ValueError(f"--loop must be one of {', '.join(LOOPS)}, not {loop!r}.")
-    if loop != "auto":
-        return loop
+    if loop == "asyncio":
+        return asyncio.run
     try:
-        import uvloop  # noqa: F401
+        import uvloop
     except ImportError:
-        return "asyncio"
-    return "uvloop"
+        if loop == "auto":
+            return asyncio.run
+        raise ServiceBusError(
+            "--loop uvloop needs the uvloop package (pip install uvloop); it is not "
+            "installed (uvloop does not run on Windows)."
+        ) from None
+    return uvloop.run
 
 
 def run(main: Coroutine[Any, Any, T], loop: str = "auto") -> T:
     """Run ``main`` to completion on a new event loop of the kind ``loop`` names."""
     try:
-        kind = _loop_kind(loop)
-    except ValueError:
+        runner = _runner(loop)
+    except (ValueError, ServiceBusError):
         main.close()  # never run: no "coroutine was never awaited" warning
         raise
-    if kind == "uvloop":
-        try:
-            import uvloop
-        except ImportError:
-            main.close()
-            raise ServiceBusError(
-                "--loop uvloop needs the uvloop package (pip install uvloop); it is not "
-                "installed (uvloop does not run on Windows)."
-            ) from None
-        return uvloop.run(main)
-    return asyncio.run(main)
+    return runner(main)
 
 
 async def serve_forever(

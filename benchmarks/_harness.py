@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import platform
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
+
+import aiosb.cli
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -23,13 +24,9 @@ def loops() -> list[str]:
     return ["asyncio", "uvloop"]
 
 
-def run(main: Callable[[], Awaitable[Any]], loop: str = "asyncio") -> Any:
+def run(main: Callable[[], Coroutine[Any, Any, Any]], loop: str = "asyncio") -> Any:
     """Run ``main()`` to completion on a fresh loop of the given kind."""
-    if loop == "uvloop":
-        import uvloop
-
-        return uvloop.run(main())
-    return asyncio.run(main())
+    return aiosb.cli.run(main(), loop)
 
 
 def best_rate(count: int, timings: list[float]) -> dict[str, float]:

@@ -30,7 +30,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 from aiohttp import web
@@ -179,11 +179,11 @@ def _cpu_seconds(pid: int | None = None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class _Served:
+class _Served(NamedTuple):
     """An ``aiosb serve`` process: its base URL and process id."""
 
-    def __init__(self, url: str, pid: int) -> None:
-        self.url, self.pid = url, pid
+    url: str
+    pid: int
 
 
 @contextlib.contextmanager

@@ -26,6 +26,7 @@ def _bench():
     return http
 
 
+@pytest.mark.looptime  # the slow complete's half second passes at once
 async def test_streaming_benchmark_waits_for_the_last_complete(monkeypatch):
     """The streaming run ended when every message was *received*, and cancelled
     consumers still completing theirs: those stayed locked and the run failed its count
