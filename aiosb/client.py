@@ -1006,8 +1006,15 @@ class Receiver:
         """Set the message aside; fetch it later with :meth:`receive_deferred`."""
         await self._settle("defer", message, properties_to_modify=properties_to_modify)
 
-    async def renew_lock(self, message: ReceivedMessage) -> _dt.datetime:
-        """Extend the message's lock by the entity's lock duration; return the new expiry."""
-        until = await self._settle("renew", message)
-        message.locked_until_timestamp = until[0]  # type: ignore[index]
-        return message.locked_until  # type: ignore[return-value]
+    async def renew_lock(
+        self, message: ReceivedMessage | Sequence[ReceivedMessage]
+    ) -> _dt.datetime | list[_dt.datetime]:
+        """Extend the lock of a message (or of a list, in one request) by the entity's
+        lock duration; return the new expiry (a list for a list)."""
+        single = isinstance(message, ReceivedMessage)
+        messages = [message] if single else list(message)  # type: ignore[list-item]
+        until = await self._settle("renew", messages) or []
+        for msg, ts in zip(messages, until, strict=True):
+            msg.locked_until_timestamp = ts
+        expiries = [m.locked_until for m in messages]
+        return expiries[0] if single else expiries  # type: ignore[return-value]

@@ -1,0 +1,79 @@
+"""``aiosb serve`` in a child process: for examples, benchmarks and tests that need a
+server other processes (Spark executors) can reach.
+
+    with ServerProcess() as server:          # a free port on 127.0.0.1
+        aiosb.connect(f"{server.url}/contoso")
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from typing import Self
+
+from ..errors import ServiceBusError
+
+__all__ = ["ServerProcess"]
+
+
+class ServerProcess:
+    """Run ``aiosb serve`` on a free port until :meth:`stop` (or the ``with`` block ends).
+
+    Args:
+        host: The interface to listen on.
+        args: More ``aiosb serve`` arguments (``["--data-dir", path]``, ...).
+
+    Attributes:
+        url: ``http://HOST:PORT``; namespace NAME is ``f"{url}/NAME"``.
+        pid: The server's process id.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", args: list[str] | None = None) -> None:
+        self._cmd = [sys.executable, "-m", "aiosb.cli", "serve", "--host", host, "--port", "0"]
+        self._cmd += args or []
+        self._proc: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.pid = 0
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> Self:
+        """Start the server and wait until it listens."""
+        proc = self._proc = subprocess.Popen(
+            self._cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "listening on" in line:
+                self.url = line.rsplit(" ", 1)[-1].strip()
+                break
+        if not self.url:
+            proc.wait(10)
+            raise ServiceBusError(f"aiosb serve did not start: {''.join(seen)[-2000:]}")
+        self.pid = proc.pid
+        # Keep reading what it prints, so a full pipe never blocks the server.
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 10 s); idempotent."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
