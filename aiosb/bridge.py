@@ -33,7 +33,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Coroutine, Hashable, Sequence
+from collections.abc import Callable, Coroutine, Hashable, Sequence
 from typing import Any, Self, TypeVar
 
 import anyio.from_thread
@@ -89,6 +89,11 @@ def _backend_options(loop: str) -> dict[str, Any]:
 
 async def _await(coro: Coroutine[Any, Any, T]) -> T:
     return await coro
+
+
+async def _on_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call ``fn`` on the bridge's loop (what needs a running loop to be made)."""
+    return fn(*args, **kwargs)
 
 
 class Bridge:
@@ -253,7 +258,11 @@ class Bridge:
             InvalidOperation: Called from the bridge's own loop thread.
             Whatever ``coro`` raises.
         """
-        seconds = _seconds(timeout)
+        try:
+            seconds = _seconds(timeout)
+        except InvalidArgument:
+            coro.close()
+            raise
         return self.wait(self.submit(coro), seconds)
 
     @staticmethod
@@ -344,7 +353,7 @@ class Bridge:
                     )
                 )
                 self._connections[conn_key] = connection
-            link = connection.sender(entity)
+            link = self.run(_on_loop(connection.sender, entity))
             sender = BlockingSender(self, link, connection.max_message_size, key)
             self._senders[key] = sender
             return sender
@@ -366,7 +375,7 @@ class Bridge:
         ns = connect(url, credential=credential, **(connect_options or {}))
         self.run(ns.open())
         try:
-            receiver = ns.receiver(entity, **receiver_options)
+            receiver = self.run(_on_loop(ns.receiver, entity, **receiver_options))
             self.run(receiver.__aenter__())
         except BaseException:
             self.run(ns.aclose())
@@ -581,14 +590,14 @@ class BlockingNamespace(_Mirror):
 
     def sender(self, entity: str) -> BlockingSender:
         """A blocking sender for ``entity`` on this namespace; close it when done."""
-        link = self._target.sender(entity)
+        link = self._bridge.run(_on_loop(self._target.sender, entity))
         return BlockingSender(
             self._bridge, link, self._target.transport.max_message_size, ("own", id(link))
         )
 
     def receiver(self, entity: str, **options: Any) -> BlockingReceiver:
         """A blocking receiver (options of :meth:`aiosb.Namespace.receiver`)."""
-        receiver = self._target.receiver(entity, **options)
+        receiver = self._bridge.run(_on_loop(self._target.receiver, entity, **options))
         self._bridge.run(receiver.__aenter__())
         return BlockingReceiver(self._bridge, receiver)
 
