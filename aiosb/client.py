@@ -977,10 +977,14 @@ class Receiver:
         await self._settle("complete", message)
 
     async def abandon(
-        self, message: ReceivedMessage, *, properties_to_modify: dict[str, Any] | None = None
+        self,
+        message: ReceivedMessage | Sequence[ReceivedMessage],
+        *,
+        properties_to_modify: dict[str, Any] | None = None,
     ) -> None:
-        """Give the message back: it is delivered again (or dead-lettered once its
-        delivery count reaches ``max_delivery_count``, or expired per EX-3)."""
+        """Give the message (or a list, in one request) back: it is delivered again (or
+        dead-lettered once its delivery count reaches ``max_delivery_count``, or expired
+        per EX-3)."""
         await self._settle("abandon", message, properties_to_modify=properties_to_modify)
 
     async def dead_letter(

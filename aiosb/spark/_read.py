@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import signal
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -205,11 +207,11 @@ class Holder:
             self.renewer = None
         messages = list(self.held.values())
         self.held.clear()
-        for message in messages:
+        for chunk in _chunks(messages, _SETTLE_CHUNK):
             try:
-                await self.receiver.abandon(message)
-            except ServiceBusError:
-                pass  # its lock runs out instead
+                await self.receiver.abandon(chunk)
+            except ServiceBusError as exc:  # their locks run out instead
+                log.warning("abandoning %d messages failed (%s)", len(chunk), exc)
 
 
 class StreamSource:
@@ -225,12 +227,34 @@ class StreamSource:
 
     def _open(self) -> Holder:
         if self._holder is None:
+            self._stop_on_sigterm()
             bridge = self._bridge = Bridge.shared()
             self._receiver = _receiver(self.options.connection, self.options.sub_queue, bridge)
             receiver = self._receiver._target
             lock = bridge.run(_lock_duration(receiver))
             self._holder = Holder(receiver, renew_margin=max(lock / 3, 0.1))
         return self._holder
+
+    def _stop_on_sigterm(self) -> None:
+        """Spark ends the driver-side reader's process with SIGTERM when a query stops,
+        without calling ``stop()``: abandon what is held first, then exit as asked."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        stopping = False
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            # Spark may signal more than once: ours stays installed until we are done,
+            # so a second SIGTERM cannot cut the abandon short.
+            nonlocal stopping
+            if stopping:
+                return
+            stopping = True
+            try:
+                self.stop()
+            finally:
+                raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
 
     def latest(self, start: int, limit: int | None) -> int:
         """Admit up to ``limit`` new messages (``None``: as many as the buffer allows)
