@@ -1,0 +1,156 @@
+"""The Spark data source's parts that need no Spark: options, row batching, and the
+streaming source's bookkeeping, on the embedded emulator (issue 12)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+import aiosb
+from aiosb import Message, errors
+from aiosb.bridge import Bridge
+from aiosb.spark._options import read_options, stream_read_options, write_options
+from aiosb.spark._read import Holder, StreamSource, shares
+from aiosb.spark._write import send_partition
+
+
+@pytest.mark.looptime
+async def test_held_messages_keep_their_locks_until_committed():
+    """The streaming source renews locks that would run out before Spark commits."""
+    async with aiosb.connect("memory://renew") as ns:
+        await ns.create_queue("q", lock_duration=timedelta(seconds=30))
+        async with ns.sender("q") as sender:
+            await sender.send([Message(str(i)) for i in range(5)])
+        async with ns.receiver("q") as receiver:
+            holder = Holder(receiver, renew_margin=10)
+            rows = await holder.admit(1, 5, max_wait=0)
+            assert [index for index, _ in rows] == [1, 2, 3, 4, 5]
+            await asyncio.sleep(300)  # ten lock durations between admission and commit
+            assert await holder.complete(3) == 3
+            assert holder.lost == 0 and holder.renewed > 0
+            await holder.release()  # the two uncommitted go back at once
+            again = await receiver.receive(max_messages=10, max_wait=0)
+        assert sorted(m.body for m in again) == [b"3", b"4"]
+        assert all(m.delivery_count == 2 for m in again)
+
+
+@pytest.fixture
+def bridge():
+    with Bridge() as b:
+        yield b
+
+
+def _fill(bridge: Bridge, count: int) -> None:
+    with bridge.connect("memory://src") as ns:
+        ns.create_queue("q")
+        ns.sender("q").send([Message(str(i)) for i in range(count)])
+
+
+def _active(bridge: Bridge) -> list[str]:
+    with bridge.connect("memory://src") as ns, ns.receiver("q") as r:
+        return sorted((m.body.decode() for m in r.receive(max_messages=100, max_wait=0)), key=int)
+
+
+def test_stream_source_offsets_rows_commit_and_stop(bridge):
+    _fill(bridge, 25)
+    options = stream_read_options(
+        {"namespace": "memory://src", "entity": "q", "partitions": "3", "max_wait_seconds": "0"}
+    )
+    source = StreamSource(options)
+    try:
+        assert source.latest(0, 10) == 10
+        slices = source.rows(0, 10)
+        assert [len(s) for s in slices] == [4, 4, 2]
+        assert [r[0] for s in slices for r in s] == [str(i).encode() for i in range(10)]
+        assert source.latest(10, 10) == 20
+        assert source.latest(20, None) == 25  # ReadAllAvailable: what is there
+        assert source.latest(25, 10) == 25  # nothing new: no batch
+        assert source.commit(10) == 10
+    finally:
+        source.stop()
+    # Completed: the first ten. Abandoned on stop: the rest, back at once.
+    assert _active(bridge) == [str(i) for i in range(10, 25)]
+
+
+def test_a_restarted_source_replays_an_unknown_range_empty_and_numbers_on(bridge):
+    _fill(bridge, 5)
+    options = stream_read_options({"namespace": "memory://src", "entity": "q"})
+    source = StreamSource(options)
+    try:
+        assert source.rows(40, 50) == []  # admitted by a driver that is gone
+        assert source.commit(50) == 0
+        assert source.latest(50, 10) == 55
+        assert sum(len(s) for s in source.rows(50, 55)) == 5
+    finally:
+        source.stop()
+
+
+def test_send_partition_fills_batches_to_the_size_limit_and_keeps_order(bridge):
+    with bridge.connect("memory://w") as ns:
+        ns.create_queue("q")
+    sender = bridge.sender("memory://w", "q")
+    body = b"x" * 1000
+    messages = [Message(body, message_id=str(i)) for i in range(1000)]
+    rows, batches, size = send_partition(sender, messages, max_batch_messages=10_000,
+                                         max_in_flight=3)
+    per_batch = sender.max_message_size // (1000 + 3)
+    assert rows == 1000 and size == sum(m.size for m in messages)
+    assert batches == -(-1000 // per_batch)  # as few batches as the limit allows
+    with bridge.connect("memory://w") as ns, ns.receiver("q", mode="receive_and_delete") as r:
+        got = []
+        while chunk := r.receive(max_messages=500, max_wait=0):
+            got.extend(chunk)
+    assert len(got) == 1000  # every row acknowledged before send_partition returned
+    too_big = [Message(b"x" * (sender.max_message_size + 1))]
+    with pytest.raises(errors.MessageSizeExceeded, match="over the"):
+        send_partition(sender, too_big, 100, 1)
+
+
+def test_shares_split_the_total_over_partitions():
+    assert shares(10, 3) == [4, 3, 3]
+    assert shares(2, 8) == [1, 1]
+    assert sum(shares(1_000_001, 7)) == 1_000_001
+
+
+@pytest.mark.parametrize(
+    ("parse", "options", "sentence"),
+    [
+        (write_options, {}, "needs the option 'namespace'"),
+        (write_options, {"namespace": "memory://x", "entity": "q", "max_batch_messages": "1e3"},
+         "'max_batch_messages' is '1e3'; it must be a whole number"),
+        (write_options, {"namespace": "memory://x", "entity": "q", "secondary": "memory://y",
+                         "ping_primary_interval_seconds": "nan"},
+         "'ping_primary_interval_seconds' is 'nan'"),
+        (write_options, {"namespace": "memory://x", "entity": "q", "message_id_prefix": "p" * 65},
+         "'message_id_prefix' is 65 characters long"),
+        (read_options, {"namespace": "memory://x", "entity": "q", "mode": "destroy"},
+         "'mode' is 'destroy'; it must be one of complete, peek"),
+        (read_options, {"namespace": "memory://x", "entity": "q", "sub_queue": "transfer"},
+         "the only sub-queue is 'deadletter'"),
+        (read_options, {"namespace": "memory://x", "entity": "q", "secondary": "memory://y"},
+         "does not know the option 'secondary' for a batch read"),
+        (stream_read_options, {"namespace": "memory://x", "entity": "q",
+                               "max_messages_per_trigger": "50", "max_buffered_messages": "10"},
+         "'max_buffered_messages' is 10; it must be at least"),
+    ],
+)
+def test_bad_options_are_one_sentence_naming_the_option(parse, options, sentence):
+    with pytest.raises(errors.InvalidArgument, match=sentence) as caught:
+        parse(options)
+    assert caught.value.message.count(". ") == 0  # one sentence
+
+
+def test_options_are_case_insensitive_and_build_the_pairing():
+    parsed = write_options(
+        {"NameSpace": "http://h:1/a", "ENTITY": "q", "Secondary": "http://h:1/b",
+         "key_name": "k", "key": "v", "failover_interval_seconds": "2.5",
+         "backlog_queue_count": "3"}
+    )
+    c = parsed.connection
+    assert (c.namespace, c.entity, c.secondary) == ("http://h:1/a", "q", "http://h:1/b")
+    assert c.credential == ("k", "v")
+    assert c.pairing is not None and c.pairing.backlog_queue_count == 3
+    assert c.pairing.failover_interval == timedelta(seconds=2.5)
+    assert not c.pairing.enable_syphon
