@@ -26,7 +26,7 @@ from ..message import Message
 from ._options import WriteOptions
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 log = logging.getLogger("aiosb.spark")
 
