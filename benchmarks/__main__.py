@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from . import http, pairing, s1_emulator
+from . import http, pairing, s1_emulator, spark
 
-BENCHMARKS = {"s1": s1_emulator.main, "pairing": pairing.main, "http": http.main}
+BENCHMARKS = {
+    "s1": s1_emulator.main,
+    "pairing": pairing.main,
+    "http": http.main,
+    "spark": spark.main,
+}
 
 
 def main() -> None:

@@ -56,6 +56,11 @@ _STRING_FIELDS = (
     "reply_to_session_id",
     "to",
 )
+#: Spark types a property value may have (what Service Bus can carry).
+_PROPERTY_VALUE_TYPES = (
+    "string", "byte", "short", "integer", "long", "float", "double", "boolean", "binary",
+    "timestamp",
+)
 #: Room left in a batch per message for the properties a failover adds (PN-12).
 _BACKLOG_ROOM = 160
 
@@ -86,6 +91,12 @@ def check_write_schema(schema: Any) -> None:
             if key != "string":
                 raise InvalidArgument(
                     f"the column 'properties' has {key} keys; property names are strings."
+                )
+            value = f.dataType.valueType.typeName()
+            if value not in _PROPERTY_VALUE_TYPES:
+                raise InvalidArgument(
+                    f"the column 'properties' has {value} values; a property holds "
+                    f"{', '.join(_PROPERTY_VALUE_TYPES)}."
                 )
 
 

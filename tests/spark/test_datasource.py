@@ -287,6 +287,8 @@ def test_bad_columns_and_modes_are_refused_before_anything_is_sent(spark, url, b
         _write(spark.range(3), url, "q")
     with pytest.raises(Exception, match="'subject' is bigint"):
         _write(good.selectExpr("body", "1L as subject"), url, "q")
+    with pytest.raises(Exception, match="'properties' has array values"):
+        _write(good.selectExpr("body", "map('k', array(1)) as properties"), url, "q")
     with pytest.raises(Exception, match="only appends"):
         good.write.format("aiosb").option("namespace", url).option("entity", "q").mode(
             "overwrite"

@@ -1,0 +1,179 @@
+"""S-8: rows written from Spark executors (``local[2]``) to ``aiosb serve``.
+
+Measured in one run, on one SparkSession and one server, each several times:
+
+- the ``"aiosb"`` data source (``df.write.format("aiosb")``);
+- the careful hand-written loop users write today: ``foreachPartition`` with a client and
+  ``asyncio.run`` per partition, sending batches of 100;
+- the naive pattern: a new client and event loop per row (on a smaller sample);
+- the server's own batch ceiling (S-4): one asyncio client on the driver, batches of 100,
+  four in flight, no Spark.
+
+Every run checks that every row arrived. Targets (quality.md S-8): at least 20,000
+rows/s, at least 10x the naive pattern, and faster than the careful loop, each on the
+minimum over runs.
+
+Run: ``./dev bench spark`` or ``python -m benchmarks spark [--rows N] [--runs R]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+import aiosb
+from aiosb import Message
+from aiosb.bridge import Bridge
+from aiosb.emulator.process import ServerProcess
+
+from ._harness import report
+
+TARGET_ROWS_PER_S = 20_000
+
+
+def _spread(rates: list[float]) -> dict[str, float]:
+    return {"min": min(rates), "median": statistics.median(rates), "max": max(rates)}
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks spark")
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--naive-rows", type=int, default=2_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    from pyspark.sql import SparkSession
+
+    import aiosb.spark
+
+    bridge = Bridge.shared()
+    with ServerProcess() as server:
+        url = f"{server.url}/bench"
+        spark = (
+            SparkSession.builder.master("local[2]").appName("aiosb-s8")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        aiosb.spark.register(spark)
+
+        def frame(rows: int) -> Any:
+            return spark.range(0, rows, numPartitions=4).selectExpr(
+                "concat('event-', cast(id as string), '-', repeat('x', 40)) as body"
+            )
+
+        def measure(name: str, rows: int, write: Any) -> float:
+            with bridge.connect(url) as ns:
+                if ns.queue_exists("s8"):
+                    ns.delete_queue("s8")
+                ns.create_queue("s8", max_size_in_megabytes=5120)
+                df = frame(rows)
+                started = time.perf_counter()
+                write(df)
+                seconds = time.perf_counter() - started
+                arrived = ns.runtime_properties("s8").active_message_count
+                ns.delete_queue("s8")
+            if arrived != rows:
+                raise SystemExit(f"S-8 {name}: {arrived} of {rows} rows arrived")
+            rate = rows / seconds
+            print(f"  {name}: {rows:,} rows in {seconds:.1f} s = {rate:,.0f} rows/s", flush=True)
+            return rate
+
+        def data_source(df: Any) -> None:
+            df.write.format("aiosb").option("namespace", url).option("entity", "s8").mode(
+                "append"
+            ).save()
+
+        def careful(df: Any) -> None:
+            target = url
+
+            def partition(rows: Any) -> None:
+                async def go() -> None:
+                    async with aiosb.connect(target) as ns, ns.sender("s8") as sender:
+                        batch: list[Message] = []
+                        for row in rows:
+                            batch.append(Message(row.body))
+                            if len(batch) == 100:
+                                await sender.send(batch)
+                                batch = []
+                        if batch:
+                            await sender.send(batch)
+
+                asyncio.run(go())
+
+            df.foreachPartition(partition)
+
+        def naive(df: Any) -> None:
+            target = url
+
+            def partition(rows: Any) -> None:
+                async def one(body: str) -> None:
+                    async with aiosb.connect(target) as ns, ns.sender("s8") as sender:
+                        await sender.send(Message(body))
+
+                for row in rows:
+                    asyncio.run(one(row.body))
+
+            df.foreachPartition(partition)
+
+        async def ceiling(count: int) -> float:
+            async with aiosb.connect(url) as ns:
+                if not await ns.queue_exists("s8c"):
+                    await ns.create_queue("s8c", max_size_in_megabytes=5120)
+                batch = [Message(f"event-{i}-" + "x" * 40) for i in range(100)]
+                rounds = count // 100
+
+                async def worker(n: int) -> None:
+                    async with ns.sender("s8c") as sender:
+                        for _ in range(n):
+                            await sender.send(batch)
+
+                started = time.perf_counter()
+                await asyncio.gather(*(worker(rounds // 4) for _ in range(4)))
+                seconds = time.perf_counter() - started
+                await ns.delete_queue("s8c")
+            return (rounds // 4) * 4 * 100 / seconds
+
+        print("S-8: warming up Spark and the server", flush=True)
+        measure("warm-up", 20_000, data_source)
+        results: dict[str, list[float]] = {"data source": [], "careful loop": [], "naive": []}
+        ceilings: list[float] = []
+        for run in range(args.runs):
+            print(f"run {run + 1} of {args.runs}", flush=True)
+            results["data source"].append(measure("data source", args.rows, data_source))
+            results["careful loop"].append(measure("careful loop", args.rows, careful))
+            results["naive"].append(measure("naive, per row", args.naive_rows, naive))
+            ceilings.append(bridge.run(ceiling(200_000)))
+            print(f"  server batch ceiling: {ceilings[-1]:,.0f} msg/s", flush=True)
+        spark.stop()
+
+    spread = {name: _spread(rates) for name, rates in results.items()}
+    ds, loop_, naive_ = spread["data source"], spread["careful loop"], spread["naive"]
+    rows = [
+        {"contender": name, "rows": args.naive_rows if name == "naive" else args.rows,
+         "min_rows_per_s": s["min"], "median_rows_per_s": s["median"], "max_rows_per_s": s["max"]}
+        for name, s in spread.items()
+    ]
+    rows.append({"contender": "server ceiling (S-4, 1 client, 4 in flight)",
+                 "rows": 200_000, **{f"{k}_rows_per_s": v for k, v in _spread(ceilings).items()}})
+    checks = {
+        "S-8 rows/s (min)": ds["min"],
+        "S-8 >= 20,000 rows/s": "PASS" if ds["min"] >= TARGET_ROWS_PER_S else "MISS",
+        "S-8 vs naive (min/max)": ds["min"] / naive_["max"],
+        "S-8 >= 10x naive": "PASS" if ds["min"] >= 10 * naive_["max"] else "MISS",
+        "S-8 vs careful loop (min/max)": ds["min"] / loop_["max"],
+        "S-8 faster than the careful loop": "PASS" if ds["min"] > loop_["max"] else "MISS",
+        "S-8 vs careful loop (median/median)": ds["median"] / loop_["median"],
+    }
+    report("s8_spark", f"S-8: Spark rows to aiosb serve, {args.runs} runs", rows, checks)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
