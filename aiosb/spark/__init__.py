@@ -127,7 +127,7 @@ class _Writer(DataSourceArrowWriter):
     def write(self, iterator: Iterator[Any]) -> _Result:
         return _Result(write_task(self.options, iterator, self.write_id))
 
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         tasks, rows, batches, size = summarize(_results(messages))
         log.info(
             "aiosb: wrote %d rows (%d bytes) in %d batches from %d tasks to %r (write %s)",
@@ -139,7 +139,7 @@ class _Writer(DataSourceArrowWriter):
             self.write_id,
         )
 
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         tasks, rows, _, _ = summarize(_results(messages))
         log.warning(
             "aiosb: write %s to %r failed; %d tasks had sent %d rows, which stay sent "
@@ -170,7 +170,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         prefix = self.options.message_id_prefix or query or "query"
         return _Result(write_task(self.options, iterator, f"{prefix}-{batch}"))
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         tasks, rows, batches, _ = summarize(_results(messages))
         log.info(
             "aiosb: micro-batch %d: %d rows in %d batches from %d tasks to %r",
@@ -181,7 +181,7 @@ class _StreamWriter(DataSourceStreamArrowWriter):
             self.options.connection.entity,
         )
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         tasks, rows, _, _ = summarize(_results(messages))
         log.warning(
             "aiosb: micro-batch %d failed after %d tasks sent %d rows; Spark replays it "
