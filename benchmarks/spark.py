@@ -26,7 +26,6 @@ import sys
 import time
 from typing import Any
 
-import aiosb
 from aiosb import Message
 from aiosb.bridge import Bridge
 from aiosb.emulator.process import ServerProcess
