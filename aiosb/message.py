@@ -7,6 +7,7 @@ on one thread (a Spark executor) and sent from another.
 from __future__ import annotations
 
 import datetime as _dt
+import re
 import uuid
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
@@ -50,6 +51,34 @@ def _check_id(name: str, value: str | None) -> None:
         raise InvalidArgument(
             f"{name} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}."
         )
+
+
+#: What an application property name may be: an HTTP token, since the REST protocol
+#: carries properties as headers (RFC 9110 tchar).
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_GOOD_NAMES: set[str] = set()
+
+
+def property_name_ok(name: object) -> bool:
+    """Whether :class:`Message` takes ``name`` as an application property name."""
+    return name in _GOOD_NAMES or (isinstance(name, str) and bool(_TOKEN.fullmatch(name)))
+
+
+def content_type_ok(value: object) -> bool:
+    """Whether :class:`Message` takes ``value`` as a content type (or it is ``None``)."""
+    return value is None or (isinstance(value, str) and value.isascii() and value.isprintable())
+
+
+def _check_property_name(name: object) -> None:
+    if not isinstance(name, str):
+        raise InvalidArgument(f"application property names must be strings, not {name!r}.")
+    if not _TOKEN.fullmatch(name):
+        raise InvalidArgument(
+            f"application property name {name!r} is not allowed: names are letters, digits "
+            "and !#$%&'*+-.^_`|~ only, since the REST protocol carries them as HTTP headers."
+        )
+    if len(_GOOD_NAMES) < 10_000:
+        _GOOD_NAMES.add(name)
 
 
 def _value_size(value: Any) -> int:
@@ -131,6 +160,11 @@ class Message:
                 )
             if ttl <= _dt.timedelta(0):
                 raise InvalidArgument(f"time_to_live must be positive, not {ttl}.")
+        if not content_type_ok(self.content_type):
+            raise InvalidArgument(
+                f"content_type {self.content_type!r} is not allowed: a content type is "
+                "printable ASCII."
+            )
         at = self.scheduled_enqueue_time
         if at is not None and (not isinstance(at, _dt.datetime) or at.tzinfo is None):
             raise InvalidArgument(
@@ -143,10 +177,8 @@ class Message:
                     f"application_properties must be a dict, not {type(props).__name__}."
                 )
             for key, value in props.items():
-                if not isinstance(key, str):
-                    raise InvalidArgument(
-                        f"application property names must be strings, not {key!r}."
-                    )
+                if key not in _GOOD_NAMES:
+                    _check_property_name(key)
                 if not isinstance(value, _PROPERTY_TYPES):
                     raise InvalidArgument(
                         f"application property {key!r} has a value of type "

@@ -113,12 +113,20 @@ def test_a_batch_decodes_to_what_one_message_at_a_time_gives(kws):
         for name in ("message_id", "session_id", "partition_key"):
             if any(kw.get(name) is not None for kw in kws):
                 batch[name] = [kw.get(name) for kw in kws]
+        for name in ("content_type",):
+            if any(kw.get(name) is not None for kw in kws):
+                batch[name] = [kw.get(name) for kw in kws]
+        if any(kw.get("application_properties") for kw in kws):
+            batch["properties"] = [
+                {k: _rest.encode_value(v) for k, v in kw.get("application_properties", {}).items()}
+                for kw in kws
+            ]
         ttls = [kw.get("time_to_live") for kw in kws]
         if any(t is not None for t in ttls):
             batch["time_to_live"] = [None if t is None else _rest._microseconds(t)
                                      for t in ttls]
         if not any(batch.get(n) for n in ("message_id", "session_id", "partition_key",
-                                          "time_to_live")):
+                                          "time_to_live", "content_type", "properties")):
             return  # refused for a property type the encoder cannot write either
         with pytest.raises(expected):
             _rest.decode_batch(wire(batch))

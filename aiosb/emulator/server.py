@@ -111,6 +111,7 @@ import hmac
 import json
 import logging
 import math
+import re
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -280,6 +281,48 @@ def _error_response(exc: ServiceBusError, status: int | None = None) -> web.Resp
             _rest.RETRYABLE_HEADER: "true" if exc.retryable else "false",
         },
     )
+
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _rest_headers(msg: ReceivedMessage, *, locked: bool) -> dict[str, str]:
+    """The headers a REST receive answers with, every one checked writable.
+
+    Raises:
+        InvalidArgument: Something of the message cannot be an HTTP header (checked
+            before the message is deleted, never after).
+    """
+    if not locked:
+        msg.lock_token = None
+        msg.locked_until_timestamp = None
+    headers = {
+        "BrokerProperties": json.dumps(_rest.received_broker_properties(msg)),
+        "Content-Type": msg.content_type or "application/octet-stream",
+    }
+    for name, value in msg.application_properties.items():
+        if name.lower() in _rest.NOT_PROPERTIES:
+            continue
+        if not _TOKEN.fullmatch(name):
+            raise InvalidArgument(
+                f"application property {name!r} cannot be an HTTP header name; receive "
+                "this message with another protocol."
+            )
+        try:
+            headers[name] = _rest.custom_value(name, value)
+        except InvalidArgument:  # a type REST cannot carry: its text, quoted
+            headers[name] = json.dumps(str(value))
+    if msg.dead_letter_reason is not None:
+        headers["DeadLetterReason"] = json.dumps(msg.dead_letter_reason)
+    if msg.dead_letter_error_description is not None:
+        headers["DeadLetterErrorDescription"] = json.dumps(msg.dead_letter_error_description)
+    content_type = headers["Content-Type"]
+    if not content_type.isprintable() or not content_type.isascii():
+        raise InvalidArgument(
+            f"content type {content_type!r} cannot be an HTTP header; receive this message "
+            "with another protocol."
+        )
+    return headers
 
 
 def _json_body(data: bytes) -> Any:
@@ -549,8 +592,10 @@ class EmulatorServer:
         wait = _seconds("timeout", request.query.get("timeout", _DEFAULT_WAIT), MAX_WAIT)
         parsed = parse_entity_path(path)
         lock = request.method == "POST"
+        # Receive-and-delete locks first and completes only once the answer is built:
+        # a message the server cannot answer with is never deleted (R-4).
         receive = ReceiveRequest(
-            mode="peek_lock" if lock else "receive_and_delete",
+            mode="peek_lock",
             max_messages=1,
             max_wait=wait,
             sub_queue=parsed.sub_queue,
@@ -559,30 +604,21 @@ class EmulatorServer:
         if not got:
             return web.Response(status=204)
         msg: ReceivedMessage = got[0]  # type: ignore[index]
-        headers = {"BrokerProperties": json.dumps(_rest.received_broker_properties(msg))}
-        for name, value in msg.application_properties.items():
-            if name.lower() in _rest.NOT_PROPERTIES:
-                continue
-            try:
-                headers[name] = _rest.custom_value(name, value)
-            except InvalidArgument:  # a type REST cannot carry: its text, quoted
-                headers[name] = json.dumps(str(value))
-        if msg.dead_letter_reason is not None:
-            headers["DeadLetterReason"] = json.dumps(msg.dead_letter_reason)
-        if msg.dead_letter_error_description is not None:
-            headers["DeadLetterErrorDescription"] = json.dumps(
-                msg.dead_letter_error_description
-            )
+        token = msg.lock_token
+        try:
+            headers = _rest_headers(msg, locked=lock)
+        except BaseException:
+            settle = Settlement("abandon", [token], parsed.sub_queue)  # type: ignore[list-item]
+            await ns.settle(parsed.path, settle)
+            raise
         if lock:
             base = f"{request.scheme}://{request.host}/{urllib.parse.quote(route.namespace)}"
             where = urllib.parse.quote(path, safe="/$")
-            headers["Location"] = f"{base}/{where}/messages/{msg.sequence_number}/{msg.lock_token}"
-        return web.Response(
-            status=201 if lock else 200,
-            body=msg.body,
-            headers=headers,
-            content_type=msg.content_type or "application/octet-stream",
-        )
+            headers["Location"] = f"{base}/{where}/messages/{msg.sequence_number}/{token}"
+        else:
+            settle = Settlement("complete", [token], parsed.sub_queue)  # type: ignore[list-item]
+            await ns.settle(parsed.path, settle)
+        return web.Response(status=201 if lock else 200, body=msg.body, headers=headers)
 
     async def _lock(
         self, request: web.Request, ns: MemoryTransport, path: str, message: str, token: str

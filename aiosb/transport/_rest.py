@@ -35,7 +35,14 @@ import orjson
 
 from .. import errors
 from ..errors import InvalidArgument, ServiceBusError
-from ..message import MAX_ID_LENGTH, Message, PropertyValue, ReceivedMessage
+from ..message import (
+    MAX_ID_LENGTH,
+    Message,
+    PropertyValue,
+    ReceivedMessage,
+    content_type_ok,
+    property_name_ok,
+)
 
 __all__ = [
     "BATCH_CONTENT_TYPE",
@@ -621,6 +628,12 @@ def _valid(columns: dict[str, list[Any]]) -> bool:
     if sessions is not None and keys is not None and any(
         s is not None and k is not None and s != k for s, k in zip(sessions, keys, strict=True)
     ):
+        return False
+    types = columns.get("content_type")
+    if types is not None and not all(map(content_type_ok, types)):
+        return False
+    props = columns.get(_PROPS)
+    if props is not None and not all(property_name_ok(k) for p in props for k in p):
         return False
     ttls = columns.get(_TTL)
     return ttls is None or all(t is None or t > _ZERO for t in ttls)
