@@ -102,9 +102,14 @@ _ACTIVATE = object()
 _LOCKS = object()
 
 
+#: A time to live this long or longer means never (as TimeSpan.MaxValue does): past it,
+#: an expiry instant would lie beyond the year 9999, which no datetime can hold.
+_FAR_S = min(_NEVER_S, 2.0**37)  # about 4,355 years
+
+
 def _seconds(delta: _dt.timedelta) -> float:
     seconds = delta.total_seconds()
-    return INF if seconds >= _NEVER_S else seconds
+    return INF if seconds >= _FAR_S else seconds
 
 
 def _utc(ts: float | None) -> _dt.datetime | None:

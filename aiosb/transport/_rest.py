@@ -34,6 +34,7 @@ from typing import Any
 import orjson
 
 from .. import errors
+from ..entities import NEVER
 from ..errors import InvalidArgument, ServiceBusError
 from ..message import (
     MAX_ID_LENGTH,
@@ -354,6 +355,7 @@ def decode_received(data: dict[str, Any]) -> ReceivedMessage:
 # values as :func:`encode_value` writes them.
 
 _TTL = "time_to_live"
+_NEVER_SECONDS = NEVER.total_seconds()
 _AT = "scheduled_enqueue_time"
 _PROPS = "properties"
 _ID_FIELDS = ("message_id", "session_id", "partition_key")
@@ -826,9 +828,10 @@ def message_from_rest(
         if field == "time_to_live":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise InvalidArgument(f"TimeToLive must be seconds, not {value!r:.80}.")
-            if not 0 < value < 1e15:
+            if not 0 < value < math.inf:  # NaN too
                 raise InvalidArgument(f"TimeToLive is {value!r}; it must be positive.")
-            kw[field] = _dt.timedelta(seconds=value)
+            # TimeSpan.MaxValue (and anything longer) means never.
+            kw[field] = NEVER if value >= _NEVER_SECONDS else _dt.timedelta(seconds=value)
         elif field == "scheduled_enqueue_time":
             kw[field] = parse_http_date("ScheduledEnqueueTimeUtc", value)
         else:

@@ -72,3 +72,30 @@ async def test_the_batch_format_refuses_them_too():
         with pytest.raises(errors.InvalidArgument, match="'a b'"):
             await ns.sender("q").send(odd)
         assert (await ns.runtime_properties("q")).active_message_count == 0
+
+
+@pytest.mark.parametrize("days", [2_000_000, 10_675_199, 999_999_999])
+async def test_a_huge_time_to_live_means_never_and_expires_at_stays_valid(days):
+    """Issue 18, item 4: TimeSpan.MaxValue (or near it) is "never", not a crash."""
+    from datetime import timedelta
+
+    async with aiosb.connect("memory://ttl") as ns:
+        await ns.create_queue("q")
+        await ns.sender("q").send(Message(b"x", time_to_live=timedelta(days=days)))
+        async with ns.receiver("q") as receiver:
+            [got] = await receiver.peek(1)
+        assert got.expires_at is None
+
+
+@pytest.mark.parametrize("seconds", [8.64e13, 9e13, 9.99e14, 1e300])
+async def test_a_huge_rest_time_to_live_is_accepted_as_never(seconds):
+    async with serve() as server:
+        url, http = await _rest(server, "ttl")
+        async with aiosb.connect(url) as ns, http:
+            await ns.create_queue("q")
+            sent = await http.post(f"{url}/q/messages", data=b"x",
+                                   headers={"BrokerProperties": f'{{"TimeToLive": {seconds}}}'})
+            assert sent.status == 201, await sent.text()
+            async with ns.receiver("q") as receiver:
+                [got] = await receiver.peek(1)
+            assert got.expires_at is None
