@@ -27,6 +27,7 @@ PropertyValue = str | int | float | bool | bytes | None | _dt.datetime | _dt.tim
 
 _PROPERTY_TYPES = (str, int, float, bool, bytes, type(None), _dt.datetime, _dt.timedelta, uuid.UUID)
 _UTC = _dt.UTC
+_TEXT_FIELDS = ("correlation_id", "subject", "reply_to", "reply_to_session_id", "to")
 
 
 def check_partition_key(session_id: str | None, partition_key: str | None) -> None:
@@ -42,11 +43,24 @@ def check_partition_key(session_id: str | None, partition_key: str | None) -> No
         )
 
 
+def _check_text(name: str, value: object) -> None:
+    """A string every protocol can carry: UTF-8, so no lone surrogates."""
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise InvalidArgument(
+                f"{name} holds a lone surrogate ({value!r:.60}), which is not text any "
+                "protocol can carry."
+            ) from None
+
+
 def _check_id(name: str, value: str | None) -> None:
     if value is None:
         return
     if not isinstance(value, str):
         raise InvalidArgument(f"{name} must be a string, not {type(value).__name__}.")
+    _check_text(name, value)
     if len(value) > MAX_ID_LENGTH:
         raise InvalidArgument(
             f"{name} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}."
@@ -143,6 +157,7 @@ class Message:
             if body is None:
                 self.body = b""
             elif isinstance(body, str):
+                _check_text("body", body)
                 self.body = body.encode()
             elif isinstance(body, (bytearray, memoryview)):
                 self.body = bytes(body)
@@ -160,6 +175,10 @@ class Message:
                 )
             if ttl <= _dt.timedelta(0):
                 raise InvalidArgument(f"time_to_live must be positive, not {ttl}.")
+        for name in _TEXT_FIELDS:
+            value = getattr(self, name)
+            if value is not None and type(value) is str and not value.isascii():
+                _check_text(name, value)
         if not content_type_ok(self.content_type):
             raise InvalidArgument(
                 f"content_type {self.content_type!r} is not allowed: a content type is "
@@ -179,6 +198,8 @@ class Message:
             for key, value in props.items():
                 if key not in _GOOD_NAMES:
                     _check_property_name(key)
+                if type(value) is str and not value.isascii():
+                    _check_text(f"application property {key!r}", value)
                 if not isinstance(value, _PROPERTY_TYPES):
                     raise InvalidArgument(
                         f"application property {key!r} has a value of type "

@@ -99,3 +99,31 @@ async def test_a_huge_rest_time_to_live_is_accepted_as_never(seconds):
             async with ns.receiver("q") as receiver:
                 [got] = await receiver.peek(1)
             assert got.expires_at is None
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"session_id": "s\ud800"}, {"subject": "\udfff"}, {"message_id": "m\ud800x"},
+     {"application_properties": {"p": "v\ud800"}}, {"to": "\ud800"}],
+    ids=["session_id", "subject", "message_id", "property", "to"],
+)
+def test_lone_surrogates_are_refused_at_send_naming_the_field(kw):
+    """Issue 18, item 5: InvalidArgument naming the field, not a bare UnicodeEncodeError."""
+    name = next(iter(kw))
+    with pytest.raises(errors.InvalidArgument, match="lone surrogate") as caught:
+        Message(b"x", **kw)
+    assert (name if name != "application_properties" else "'p'") in caught.value.message
+    with pytest.raises(errors.InvalidArgument, match="body holds a lone surrogate"):
+        Message("\ud800")
+
+
+async def test_a_lone_surrogate_over_rest_is_a_400_not_a_500():
+    async with serve() as server:
+        url, http = await _rest(server, "sur")
+        async with aiosb.connect(url) as ns, http:
+            await ns.create_queue("q")
+            sent = await http.post(f"{url}/q/messages", data=b"x",
+                                   headers={"BrokerProperties": '{"Label": "\\ud800"}'})
+            assert sent.status == 400
+            assert "lone surrogate" in await sent.text()
+            assert (await ns.runtime_properties("q")).active_message_count == 0
