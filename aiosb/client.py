@@ -40,6 +40,7 @@ from .transport import (
     SessionRequest,
     Settlement,
     Transport,
+    check_receive,
 )
 
 __all__ = [
@@ -85,8 +86,8 @@ def _seconds(name: str, value: Duration | None, *, allow_none: bool = False) -> 
         seconds = float(value)
     else:
         raise InvalidArgument(f"{name} must be a timedelta or seconds, not {value!r}.")
-    if seconds < 0:
-        raise InvalidArgument(f"{name} is {value}; it must not be negative.")
+    if not seconds >= 0:  # NaN too
+        raise InvalidArgument(f"{name} is {value}; it must not be negative or NaN.")
     return seconds
 
 
@@ -856,9 +857,8 @@ class Receiver:
         out. ``max_wait=None`` waits until a message arrives.
         """
         self._check()
-        if not isinstance(max_messages, int) or max_messages < 1:
-            raise InvalidArgument(f"max_messages is {max_messages!r}; it must be at least 1.")
         wait = _seconds("max_wait", max_wait, allow_none=True)
+        check_receive(max_messages, wait)
         if self._wants_session:
             await self._accept()
         ns = self.namespace
@@ -911,8 +911,7 @@ class Receiver:
         nothing is left, since a broker may return fewer than asked (PT-13).
         """
         self._check()
-        if not isinstance(max_messages, int) or max_messages < 1:
-            raise InvalidArgument(f"max_messages is {max_messages!r}; it must be at least 1.")
+        check_receive(max_messages)
         start = self._last_peeked + 1 if from_sequence_number is None else from_sequence_number
         if self._wants_session:
             await self._accept()

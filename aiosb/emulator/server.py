@@ -136,7 +136,15 @@ from ..errors import (
     Unauthorized,
 )
 from ..message import Message, ReceivedMessage
-from ..transport import ManagementRequest, ReceiveRequest, Settlement, _atom, _rest
+from ..transport import (
+    MAX_RECEIVE_MESSAGES,
+    MAX_RECEIVE_WAIT,
+    ManagementRequest,
+    ReceiveRequest,
+    Settlement,
+    _atom,
+    _rest,
+)
 from ..transport.memory import MemoryTransport
 from ._durable import Journal
 
@@ -151,7 +159,7 @@ DEV_KEY = "aiosbDevelopmentKeyForTheLocalEmulatorOnly000="
 #: The largest request body: a batch at the premium limit, base64-encoded, with room.
 MAX_BODY = 4 * 1024 * 1024
 #: The longest a receive may wait, in seconds.
-MAX_WAIT = 24 * 3600.0
+MAX_WAIT = MAX_RECEIVE_WAIT
 PAGE = 100  # entries of a listing, unless $top asks for others (as Service Bus)
 MAX_PAGE = 1000
 _DEFAULT_WAIT = 60.0
@@ -726,7 +734,7 @@ class EmulatorServer:
         wait = fields["max_wait"]
         request = ReceiveRequest(
             mode=fields["mode"],
-            max_messages=_int("max_messages", fields["max_messages"], 1, 10_000),
+            max_messages=_int("max_messages", fields["max_messages"], 1, MAX_RECEIVE_MESSAGES),
             max_wait=None if wait is None else _seconds("max_wait", wait, MAX_WAIT),
             sub_queue=fields["sub_queue"],
             peek=fields["peek"],

@@ -96,8 +96,14 @@ def read_partition(options: ReadOptions, share: int) -> Iterator[tuple[Any, ...]
     bridge = Bridge.shared()
     with _receiver(options.connection, options.sub_queue, bridge) as receiver:
         if options.mode == "peek":
-            for message in receiver.peek(share):
-                yield to_row(message)
+            seen = 0
+            while seen < share:
+                batch = receiver.peek(min(share - seen, 1000))
+                if not batch:
+                    break
+                seen += len(batch)
+                for message in batch:
+                    yield to_row(message)
             return
         held: list[ReceivedMessage] = []
         wait = options.max_wait

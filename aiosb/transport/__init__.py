@@ -15,9 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from ..errors import InvalidArgument
 from ..message import Message, PropertyValue, ReceivedMessage
 
 __all__ = [
+    "MAX_RECEIVE_MESSAGES",
+    "MAX_RECEIVE_WAIT",
+    "check_receive",
     "ManagementRequest",
     "ReceiveRequest",
     "SessionInfo",
@@ -31,6 +35,36 @@ SettleAction = Literal["complete", "abandon", "dead_letter", "defer", "renew"]
 ManageAction = Literal["create", "get", "update", "delete", "list", "runtime"]
 SessionAction = Literal["accept", "renew", "get_state", "set_state", "release"]
 EntityKind = Literal["queue", "topic", "subscription"]
+
+
+#: The most messages one receive or peek returns, on every backend.
+MAX_RECEIVE_MESSAGES = 10_000
+#: The longest one receive waits for its first message, in seconds (a day); ``None``
+#: waits for ever.
+MAX_RECEIVE_WAIT = 24 * 3600.0
+
+
+def check_receive(max_messages: object, max_wait: float | None = None) -> None:
+    """The one check of a receive's or peek's limits, whatever the backend.
+
+    Raises:
+        InvalidArgument: ``max_messages`` not a whole number from 1 to
+            :data:`MAX_RECEIVE_MESSAGES`, or ``max_wait`` (seconds) not from 0 to
+            :data:`MAX_RECEIVE_WAIT`.
+    """
+    if (
+        type(max_messages) is not int
+        or not 1 <= max_messages <= MAX_RECEIVE_MESSAGES
+    ):
+        raise InvalidArgument(
+            f"max_messages is {max_messages!r:.40}; it must be a whole number from 1 to "
+            f"{MAX_RECEIVE_MESSAGES:,}."
+        )
+    if max_wait is not None and not 0 <= max_wait <= MAX_RECEIVE_WAIT:  # NaN fails too
+        raise InvalidArgument(
+            f"max_wait is {max_wait!r}; it must be from 0 to {MAX_RECEIVE_WAIT:g} seconds, "
+            "or None to wait for ever."
+        )
 
 
 @dataclass(slots=True)

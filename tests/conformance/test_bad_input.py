@@ -186,3 +186,27 @@ async def test_schedule_needs_an_aware_time(ns):
         with pytest.raises(errors.MessageNotFound):
             await sender.cancel_scheduled(seq + 100)
     assert (await ns.runtime_properties("q")).scheduled_message_count == 1
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"max_messages": 0}, r"max_messages is 0; it must be a whole number from 1 to 10,000"),
+        ({"max_messages": 10_001}, r"max_messages is 10001"),
+        ({"max_messages": True}, r"max_messages is True"),
+        ({"max_messages": 2.0}, r"max_messages is 2.0"),
+        ({"max_wait": float("nan")}, r"max_wait is nan"),
+        ({"max_wait": float("inf")}, r"max_wait is inf; it must be from 0 to 86400"),
+        ({"max_wait": -1}, r"max_wait is -1"),
+        ({"max_wait": timedelta(days=2)}, r"max_wait is 172800.0"),
+    ],
+)
+async def test_receive_limits_are_checked_alike_on_every_backend(ns, kw, match):
+    """Issue 18, item 6: one check, in one place (NaN used to wait for ever on memory)."""
+    await ns.create_queue("q")
+    async with ns.receiver("q") as receiver:
+        with pytest.raises(errors.InvalidArgument, match=match):
+            await receiver.receive(**{"max_wait": 0, **kw})
+        if "max_messages" in kw:
+            with pytest.raises(errors.InvalidArgument, match=match):
+                await receiver.peek(kw["max_messages"])
