@@ -75,6 +75,57 @@ class _NextAvailableSession:
 NEXT_AVAILABLE_SESSION = _NextAvailableSession()
 
 
+class InFlight:
+    """The tasks running operations of one object (a namespace, receiver or pairing), so
+    that closing it ends them all, promptly, with :class:`~aiosb.errors.ClientClosed`.
+
+    An operation registers its task with :meth:`enter` and :meth:`exit`; :meth:`close`
+    cancels every registered task; the operation turns that cancellation into
+    ``ClientClosed`` with :meth:`closed_error` (a caller's own cancellation stays one).
+    """
+
+    __slots__ = ("cancelled", "reason", "tasks")
+
+    def __init__(self) -> None:
+        self.tasks: dict[asyncio.Task[Any], int] = {}
+        self.cancelled: set[asyncio.Task[Any]] = set()
+        self.reason: str | None = None
+
+    def enter(self, task: asyncio.Task[Any] | None) -> None:
+        if task is not None:
+            self.tasks[task] = self.tasks.get(task, 0) + 1
+
+    def exit(self, task: asyncio.Task[Any] | None) -> None:
+        if task is not None:
+            left = self.tasks[task] - 1
+            if left:
+                self.tasks[task] = left
+            else:
+                del self.tasks[task]
+
+    def close(self, reason: str) -> None:
+        """Cancel every operation in flight (except the caller's own)."""
+        self.reason = reason
+        current = asyncio.current_task()
+        for task in list(self.tasks):
+            if task is not current and task not in self.cancelled:
+                self.cancelled.add(task)
+                task.cancel()
+
+    def closed_error(self, task: asyncio.Task[Any] | None) -> ClientClosed | None:
+        """After a CancelledError in ``task``: the ClientClosed to raise instead, if the
+        cancellation was this object's closing (taken back) and nothing else's."""
+        if self.reason is None or task is None:
+            return None
+        if task in self.cancelled:
+            self.cancelled.discard(task)
+            task.uncancel()
+        if task.cancelling():
+            return None  # the caller cancelled too: that cancellation goes on
+        return ClientClosed(f"{self.reason} while the operation was in flight; it may or "
+                            "may not have taken effect.")
+
+
 def _seconds(name: str, value: Duration | None, *, allow_none: bool = False) -> float | None:
     if value is None:
         if allow_none:
@@ -247,6 +298,7 @@ class Namespace:
         self._closed_because = ""
         self._links: set[Sender | Receiver] = set()
         self._close_callbacks: list[Callable[[Namespace], None]] = []
+        self._inflight = InFlight()
 
     @property
     def name(self) -> str:
@@ -298,6 +350,7 @@ class Namespace:
             return
         self._state = "closed"
         self._closed_because = because
+        self._inflight.close(f"namespace {self.name!r} was {because}")
         for callback in list(self._close_callbacks):
             callback(self)
         for link in list(self._links):
@@ -317,12 +370,38 @@ class Namespace:
         *args: Any,
         wait: float | None = 0.0,
         timeout: float | None = None,  # noqa: ASYNC109 - a budget for retries, not a cancel scope
+        link: InFlight | None = None,
         **kwargs: Any,
     ) -> T:
         """Run one transport operation, ``fn(*args, **kwargs)``, within the operation
         timeout (or ``timeout``) plus ``wait``, retrying transient errors with backoff;
-        ``wait=None`` means no deadline."""
+        ``wait=None`` means no deadline. Closing the namespace (or ``link``'s owner)
+        ends it with :class:`~aiosb.errors.ClientClosed`."""
         self._check_open()
+        task = asyncio.current_task()
+        trackers = (self._inflight,) if link is None else (self._inflight, link)
+        for tracker in trackers:
+            tracker.enter(task)
+        try:
+            return await self._attempts(fn, args, kwargs, wait, timeout)
+        except asyncio.CancelledError:
+            for tracker in trackers:
+                error = tracker.closed_error(task)
+                if error is not None:
+                    raise error from None
+            raise
+        finally:
+            for tracker in trackers:
+                tracker.exit(task)
+
+    async def _attempts(
+        self,
+        fn: Callable[..., Awaitable[T]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        wait: float | None,
+        timeout: float | None,  # noqa: ASYNC109 - a budget for retries, not a cancel scope
+    ) -> T:
         loop = asyncio.get_running_loop()
         limit = self.operation_timeout if timeout is None else timeout
         deadline = None if wait is None else loop.time() + limit + wait
@@ -777,6 +856,7 @@ class Receiver:
         self._entity_path = parsed.path
         self._last_peeked = 0
         self._closed = False
+        self._inflight = InFlight()
         namespace._track(self)
 
     def __repr__(self) -> str:
@@ -799,6 +879,7 @@ class Receiver:
         if self._closed:
             return
         self._closed = True
+        self._inflight.close(f"the receiver for {self.entity!r} was closed")
         self.namespace._untrack(self)
         if self.session is not None:
             await self._release(self.session)
@@ -828,7 +909,10 @@ class Receiver:
                 ns = self.namespace
                 wait = self._session_wait if self.session_id is None else 0.0
                 request = SessionRequest("accept", self.session_id, max_wait=wait, mode=self.mode)
-                info = await ns._call(ns.transport.session, self._entity_path, request, wait=wait)
+                info = await ns._call(
+                    ns.transport.session, self._entity_path, request, wait=wait,
+                    link=self._inflight,
+                )
                 session = ReceiverSession(self, info)
                 if self._closed:  # closed while accepting: give it straight back
                     await self._release(session)
@@ -866,7 +950,9 @@ class Receiver:
         deadline = None if wait is None else loop.time() + wait
         while True:
             request = self._request(max_messages=max_messages, max_wait=wait)
-            messages = await ns._call(ns.transport.receive, self._entity_path, request, wait=wait)
+            messages = await ns._call(
+                ns.transport.receive, self._entity_path, request, wait=wait, link=self._inflight
+            )
             if messages and any(m.content_type == PING_CONTENT_TYPE for m in messages):
                 messages = await self._drop_pings(messages)
                 if not messages and (deadline is None or loop.time() < deadline):
@@ -899,7 +985,9 @@ class Receiver:
             await self._accept()
         ns = self.namespace
         request = self._request(max_messages=max(1, len(seqs)), sequence_numbers=seqs)
-        return await ns._call(ns.transport.receive, self._entity_path, request)
+        return await ns._call(
+            ns.transport.receive, self._entity_path, request, link=self._inflight
+        )
 
     async def peek(
         self, max_messages: int = 1, *, from_sequence_number: int | None = None
@@ -921,7 +1009,9 @@ class Receiver:
             request = self._request(
                 max_messages=max_messages - len(found), peek=True, from_sequence_number=start
             )
-            batch = await ns._call(ns.transport.receive, self._entity_path, request)
+            batch = await ns._call(
+                ns.transport.receive, self._entity_path, request, link=self._inflight
+            )
             if not batch:
                 break
             found.extend(batch)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from .._clock import CLOCK
-from ..client import Namespace, SendingLink
+from ..client import InFlight, Namespace, SendingLink
 from ..entities import NEVER
 from ..errors import (
     BacklogUnavailable,
@@ -243,6 +243,7 @@ class PairedNamespace:
         self._state = "new"
         self._wake_syphon = asyncio.Event()
         self._partner_timer: asyncio.TimerHandle | None = None
+        self._inflight = InFlight()
 
     def __repr__(self) -> str:
         down = [e.path for e in self._entries.values() if e.state.health is not Health.HEALTHY]
@@ -283,6 +284,7 @@ class PairedNamespace:
         if self._state == "closed":
             return
         self._state = "closed"
+        self._inflight.close("the pairing was closed")
         for entry in self._entries.values():
             if entry.timer is not None:
                 entry.timer.cancel()
@@ -577,19 +579,30 @@ class PairedSender(SendingLink):
 
     async def _send_now(self, messages: list[Message], transaction: bool = False) -> None:
         entry = self._entry
-        if entry.healthy:  # S-2: the healthy path is a plain send, as deep as Sender's
-            try:
-                await self._send_primary(messages, transaction)
-            except ServiceBusError as exc:
-                if not is_outage(exc):
-                    raise
-                self.paired._failed(entry, exc)
+        inflight = self.paired._inflight  # closing the pairing ends this send (ClientClosed)
+        task = asyncio.current_task()
+        inflight.enter(task)
+        try:
+            if entry.healthy:  # S-2: the healthy path is a plain send, as deep as Sender's
+                try:
+                    await self._send_primary(messages, transaction)
+                except ServiceBusError as exc:
+                    if not is_outage(exc):
+                        raise
+                    self.paired._failed(entry, exc)
+                else:
+                    self.paired._counters.primary_sends += 1
+                    return
+                await self._send_degraded(messages, 1, transaction)
             else:
-                self.paired._counters.primary_sends += 1
-                return
-            await self._send_degraded(messages, 1, transaction)
-        else:
-            await self._send_degraded(messages, 0, transaction)
+                await self._send_degraded(messages, 0, transaction)
+        except asyncio.CancelledError:
+            error = inflight.closed_error(task)
+            if error is not None:
+                raise error from None
+            raise
+        finally:
+            inflight.exit(task)
 
     def _send_primary(
         self, messages: list[Message], transaction: bool
