@@ -579,23 +579,28 @@ class PairedSender(SendingLink):
 
     async def _send_now(self, messages: list[Message], transaction: bool = False) -> None:
         entry = self._entry
-        inflight = self.paired._inflight  # closing the pairing ends this send (ClientClosed)
+        if entry.healthy:  # S-2: the healthy path is a plain send, as deep as Sender's
+            try:
+                await self._send_primary(messages, transaction)
+            except ServiceBusError as exc:
+                if not is_outage(exc):
+                    raise
+                self.paired._failed(entry, exc)
+            else:
+                self.paired._counters.primary_sends += 1
+                return
+            await self._send_slowly(messages, 1, transaction)
+        else:
+            await self._send_slowly(messages, 0, transaction)
+
+    async def _send_slowly(self, messages: list[Message], attempt: int, transaction: bool) -> None:
+        """The degraded path, which closing the pairing ends with ClientClosed (the
+        healthy path's one call is tracked by the namespace's ``_call``)."""
+        inflight = self.paired._inflight
         task = asyncio.current_task()
         inflight.enter(task)
         try:
-            if entry.healthy:  # S-2: the healthy path is a plain send, as deep as Sender's
-                try:
-                    await self._send_primary(messages, transaction)
-                except ServiceBusError as exc:
-                    if not is_outage(exc):
-                        raise
-                    self.paired._failed(entry, exc)
-                else:
-                    self.paired._counters.primary_sends += 1
-                    return
-                await self._send_degraded(messages, 1, transaction)
-            else:
-                await self._send_degraded(messages, 0, transaction)
+            await self._send_degraded(messages, attempt, transaction)
         except asyncio.CancelledError:
             error = inflight.closed_error(task)
             if error is not None:
@@ -609,9 +614,12 @@ class PairedSender(SendingLink):
     ) -> Coroutine[Any, Any, None]:
         """The one primary send of both paths: exactly what a plain Sender does."""
         primary = self.paired.primary
+        link = self.paired._inflight
         if transaction:
-            return primary._call(primary.transport.send, self.entity, messages, transaction=True)
-        return primary._call(primary.transport.send, self.entity, messages)
+            return primary._call(
+                primary.transport.send, self.entity, messages, transaction=True, link=link
+            )
+        return primary._call(primary.transport.send, self.entity, messages, link=link)
 
     async def _send_degraded(
         self, messages: list[Message], attempt: int, transaction: bool = False
