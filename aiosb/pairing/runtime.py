@@ -108,7 +108,8 @@ class PairingEvent:
         kind: ``suspect``, ``failover``, ``recovered``, ``ping_failed``,
             ``backlog_queue_ready``, ``backlog_queue_differs``, ``backlog_queue_removed``,
             ``backlog_queue_restored``, ``syphon_moved``, ``syphon_dead_lettered``,
-            ``syphon_failed``, ``partner_closed``, ``faulted``.
+            ``syphon_failed``, ``partner_closed``, ``faulted``; and ``events_missed``
+            (``count`` events were dropped because this reader fell behind).
         entity: The entity or backlog queue concerned, if any.
         at: When (UTC, from the loop clock).
         detail: A sentence for people.
@@ -910,14 +911,23 @@ async def _quietly(awaitable: Coroutine[Any, Any, Any]) -> None:
         pass
 
 
+#: Events one ``events()`` reader may leave unread; past it the oldest are dropped and
+#: the reader is told how many (an ``events_missed`` event) when it reads next.
+MAX_UNREAD_EVENTS = 10_000
+
+
 class _Subscriber:
-    """One ``events()`` iterator: a queue of events, ended by ``None`` on close."""
+    """One ``events()`` iterator: a bounded queue of events, ended by ``None`` on close."""
 
     def __init__(self) -> None:
-        self._queue: collections.deque[PairingEvent | None] = collections.deque(maxlen=10_000)
+        self._queue: collections.deque[PairingEvent | None] = collections.deque()
         self._ready = asyncio.Event()
+        self._missed = 0
 
     def put(self, event: PairingEvent | None) -> None:
+        if event is not None and len(self._queue) >= MAX_UNREAD_EVENTS:
+            self._queue.popleft()
+            self._missed += 1
         self._queue.append(event)
         self._ready.set()
 
@@ -930,6 +940,17 @@ class _Subscriber:
                 while not self._queue:
                     self._ready.clear()
                     await self._ready.wait()
+                if self._missed:
+                    missed, self._missed = self._missed, 0
+                    yield PairingEvent(
+                        "events_missed",
+                        None,
+                        _dt.datetime.fromtimestamp(CLOCK.now(), _dt.UTC),
+                        f"{missed} events were dropped: this reader fell more than "
+                        f"{MAX_UNREAD_EVENTS} behind.",
+                        missed,
+                    )
+                    continue
                 event = self._queue.popleft()
                 if event is None:
                     return
