@@ -54,6 +54,8 @@ EXIT_FLUSH_SECONDS = 30.0
 
 _registry_lock = threading.RLock()
 _bridges: weakref.WeakSet[Bridge] = weakref.WeakSet()
+#: The threads that run a bridge's loop: a blocking wait there would wait for itself.
+_loop_threads: set[int] = set()
 _shared: Bridge | None = None
 
 
@@ -69,6 +71,14 @@ def _seconds(timeout: Timeout) -> float | None:
     if not seconds >= 0:  # also refuses NaN
         raise InvalidArgument(f"timeout is {timeout!r}; it must be a non-negative duration.")
     return seconds
+
+
+def _check_not_a_loop_thread() -> None:
+    if threading.get_ident() in _loop_threads:
+        raise InvalidOperation(
+            "a blocking Bridge call was made from a bridge's own event loop thread, where "
+            "it would wait for itself for ever; await the coroutine instead."
+        )
 
 
 def _backend_options(loop: str) -> dict[str, Any]:
@@ -117,6 +127,7 @@ class Bridge:
         self._state = "new"
         self._connections: dict[Hashable, Any] = {}
         self._senders: dict[Hashable, BlockingSender] = {}
+        self._opening: dict[Hashable, threading.Lock] = {}
 
     def __repr__(self) -> str:
         loop = "uvloop" if self._backend_options else "asyncio"
@@ -160,6 +171,7 @@ class Bridge:
                 )
             )
             self._loop_thread = portal.call(threading.get_ident)
+            _loop_threads.add(self._loop_thread)
             self._stack, self._portal, self._state = stack, portal, "open"
         with _registry_lock:
             _bridges.add(self)
@@ -205,6 +217,7 @@ class Bridge:
                 stack, self._stack, self._portal = self._stack, None, None
                 if stack is not None:
                     stack.close()
+                _loop_threads.discard(self._loop_thread or 0)
 
     def _check_process(self) -> None:
         if self._pid != os.getpid():
@@ -214,11 +227,8 @@ class Bridge:
             )
 
     def _check_thread(self) -> None:
-        if threading.get_ident() == self._loop_thread:
-            raise InvalidOperation(
-                "a blocking Bridge call was made from the bridge's own event loop thread, "
-                "where it would wait for itself for ever; await the coroutine instead."
-            )
+        _check_not_a_loop_thread()
+
 
     def _portal_for_call(self) -> anyio.from_thread.BlockingPortal:
         self._check_process()
@@ -268,6 +278,7 @@ class Bridge:
     @staticmethod
     def wait(future: concurrent.futures.Future[T], timeout: Timeout = None) -> T:
         """Wait for a future from :meth:`submit`; cancel it if ``timeout`` passes."""
+        _check_not_a_loop_thread()
         seconds = _seconds(timeout)
         try:
             return future.result(seconds)
@@ -341,7 +352,14 @@ class Bridge:
             tuple(sorted(connect_options.items())),
         )
         key = (conn_key, entity)
+        sender = self._senders.get(key)
+        if sender is not None and not sender.closed:
+            return sender
+        # One opening at a time per connection, never the whole bridge: a secondary that
+        # takes long to answer must not hold up threads sending elsewhere.
         with self._lock:
+            opening = self._opening.setdefault(conn_key, threading.Lock())
+        with opening:
             sender = self._senders.get(key)
             if sender is not None and not sender.closed:
                 return sender
@@ -352,10 +370,13 @@ class Bridge:
                         url, credential, secondary, secondary_credential, options, connect_options
                     )
                 )
-                self._connections[conn_key] = connection
             link = self.run(_on_loop(connection.sender, entity))
-            sender = BlockingSender(self, link, connection.max_message_size, key)
-            self._senders[key] = sender
+            with self._lock:
+                if self._state != "open":
+                    raise ClientClosed("this Bridge was closed while the sender was opening.")
+                self._connections[conn_key] = connection
+                sender = BlockingSender(self, link, connection.max_message_size, key)
+                self._senders[key] = sender
             return sender
 
     def receiver(
@@ -470,6 +491,7 @@ class BlockingSender:
         self.entity = link.entity
         self.max_message_size = max_message_size
         self._in_flight: set[concurrent.futures.Future[None]] = set()
+        self._failures: list[BaseException] = []
         self._guard = threading.Lock()
         self._closed = False
 
@@ -494,18 +516,33 @@ class BlockingSender:
 
     def send_soon(self, message: Message | Sequence[Message]) -> concurrent.futures.Future[None]:
         """Start sending one message or a batch; the future completes when it is
-        acknowledged (or fails with the same error ``send`` would raise)."""
+        acknowledged (or fails with the same error ``send`` would raise). A failure is
+        also raised by the next :meth:`flush`."""
+        return self._start(message, self._done_soon)
+
+    def _start(
+        self,
+        message: Message | Sequence[Message],
+        done: Callable[[concurrent.futures.Future[None]], None],
+    ) -> concurrent.futures.Future[None]:
         if self._closed:
             raise ClientClosed(f"the blocking sender for {self.entity!r} is closed.")
         future = self._bridge.submit(self._link.send(message))
         with self._guard:
             self._in_flight.add(future)
-        future.add_done_callback(self._done)
+        future.add_done_callback(done)
         return future
 
     def _done(self, future: concurrent.futures.Future[None]) -> None:
         with self._guard:
             self._in_flight.discard(future)
+
+    def _done_soon(self, future: concurrent.futures.Future[None]) -> None:
+        error = None if future.cancelled() else future.exception()
+        with self._guard:
+            self._in_flight.discard(future)
+            if error is not None and len(self._failures) < 100:
+                self._failures.append(error)
 
     def send(self, message: Message | Sequence[Message], *, timeout: Timeout = None) -> None:
         """Send one message, or a list as one batch; return once it is acknowledged.
@@ -515,30 +552,33 @@ class BlockingSender:
                 not have landed) or the operation timeout ran out.
             The other :mod:`aiosb.errors` of :meth:`aiosb.Sender.send`.
         """
-        Bridge.wait(self.send_soon(message), timeout)
+        Bridge.wait(self._start(message, self._done), timeout)  # its error is raised here
 
     def flush(self, timeout: Timeout = None) -> None:
-        """Wait until every send started so far (by any thread) has finished.
+        """Wait until every send started so far (by any thread) has finished, then raise
+        the first error of a :meth:`send_soon` since the last flush, if any.
 
         Raises:
             OperationTimeout: ``timeout`` passed first.
-            The first error among those sends.
+            The first error among those sends (the others are logged).
         """
+        _check_not_a_loop_thread()
         seconds = _seconds(timeout)
         with self._guard:
             pending = list(self._in_flight)
-        if not pending:
-            return
-        done, not_done = concurrent.futures.wait(pending, seconds)
-        if not_done:
-            raise OperationTimeout(
-                f"{len(not_done)} sends to {self.entity!r} were still in flight after "
-                f"{seconds:g} s."
-            )
-        for future in done:
-            exc = None if future.cancelled() else future.exception()
-            if exc is not None:
-                raise exc
+        if pending:
+            _, not_done = concurrent.futures.wait(pending, seconds)
+            if not_done:
+                raise OperationTimeout(
+                    f"{len(not_done)} sends to {self.entity!r} were still in flight after "
+                    f"{seconds:g} s."
+                )
+        with self._guard:
+            failures, self._failures = self._failures, []
+        for other in failures[1:]:
+            log.error("a send to %r failed too: %s", self.entity, other)
+        if failures:
+            raise failures[0]
 
     def close(self, timeout: Timeout = None) -> None:
         """Flush, then close the sender (idempotent); the bridge makes a new one if asked."""
@@ -645,6 +685,7 @@ class BlockingReceiver(_Mirror):
 def _after_fork_in_child() -> None:
     global _shared, _registry_lock
     _shared = None
+    _loop_threads.clear()  # the parent's loop threads do not exist here
     _registry_lock = threading.RLock()  # another thread may have held it at the fork
 
 

@@ -184,3 +184,39 @@ def test_interpreter_exit_flushes_sends_in_flight():
         with bridge.connect(url) as ns:
             bridge.run(ns.transport.faults.heal())
         assert len(_drain(bridge, url, "q")) == 5000
+
+
+def test_flush_raises_what_a_send_soon_failed_with(bridge):
+    with bridge.connect("memory://bridge") as ns:
+        ns.create_queue("q")
+    sender = bridge.sender("memory://bridge", "q")
+    failed = sender.send_soon(Message(b"x" * 300_000))
+    sender.send_soon(Message(b"fine"))
+    with pytest.raises(errors.MessageSizeExceeded):
+        sender.flush()
+    assert isinstance(failed.exception(), errors.MessageSizeExceeded)
+    sender.flush()  # reported once
+    with pytest.raises(errors.MessageSizeExceeded):
+        sender.send(Message(b"x" * 300_000))  # a blocking send raises its own error ...
+    sender.flush()  # ... and flush does not raise it again
+
+
+@pytest.mark.parametrize("call", ["flush", "close", "wait"])
+def test_waiting_calls_from_the_loop_thread_are_refused_too(bridge, call):
+    with bridge.connect("memory://bridge") as ns:
+        ns.create_queue("q")
+    sender = bridge.sender("memory://bridge", "q")
+    emulator.namespace("bridge").faults.delay("q", 0.2)
+    sender.send_soon(Message(b"x"))
+
+    async def inside() -> None:
+        if call == "flush":
+            sender.flush()
+        elif call == "close":
+            sender.close()
+        else:
+            Bridge.wait(sender.send_soon(Message(b"y")))
+
+    with pytest.raises(errors.InvalidOperation, match="own event loop thread"):
+        bridge.run(inside(), timeout=5)
+    assert bridge.run(asyncio.sleep(0, result="alive"), timeout=5) == "alive"

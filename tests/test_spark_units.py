@@ -154,3 +154,24 @@ def test_options_are_case_insensitive_and_build_the_pairing():
     assert c.pairing is not None and c.pairing.backlog_queue_count == 3
     assert c.pairing.failover_interval == timedelta(seconds=2.5)
     assert not c.pairing.enable_syphon
+
+
+@pytest.mark.looptime
+async def test_one_lost_lock_does_not_cost_the_others_theirs():
+    """A broker settles a chunk all or nothing: the holder settles a failed chunk again
+    message by message, so one lost lock neither stops the renewal of the others nor
+    makes a commit report messages it did not complete."""
+    async with aiosb.connect("memory://lost") as ns:
+        await ns.create_queue("q", lock_duration=timedelta(seconds=5))
+        await ns.sender("q").send([Message(str(i)) for i in range(4)])
+        async with ns.receiver("q") as receiver:
+            holder = Holder(receiver, renew_margin=5 / 3)
+            await holder.admit(1, 4, max_wait=0)
+            await receiver.complete(holder.held[1])  # its lock is gone now
+            await asyncio.sleep(60)  # twelve lock durations
+            async with ns.receiver("q") as other:
+                assert await other.receive(max_messages=10, max_wait=0) == []
+            assert await holder.complete(4) == 3
+            assert holder.lost == 1
+            await holder.release()
+        assert (await ns.runtime_properties("q")).active_message_count == 0

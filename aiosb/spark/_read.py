@@ -22,7 +22,7 @@ import logging
 import math
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from .._clock import CLOCK
@@ -90,6 +90,27 @@ def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
         yield items[i : i + size]
 
 
+async def settle_all(
+    settle: Callable[[list[ReceivedMessage]], Awaitable[Any]], messages: list[ReceivedMessage]
+) -> list[ReceivedMessage]:
+    """Settle ``messages`` in chunks; return those whose locks were lost.
+
+    A broker settles a chunk all or nothing: one lost lock fails the chunk, so a failed
+    chunk is settled again message by message, and only the lost ones are given up.
+    """
+    lost: list[ReceivedMessage] = []
+    for chunk in _chunks(messages, _SETTLE_CHUNK):
+        try:
+            await settle(chunk)
+        except MessageLockLost:
+            for message in chunk:
+                try:
+                    await settle([message])
+                except MessageLockLost:
+                    lost.append(message)
+    return lost
+
+
 def read_partition(options: ReadOptions, share: int) -> Iterator[tuple[Any, ...]]:
     """One batch-read task: receive up to ``share`` messages, yield their rows, then
     complete them (see the module's docstring for exactly when)."""
@@ -116,12 +137,7 @@ def read_partition(options: ReadOptions, share: int) -> Iterator[tuple[Any, ...]
         for message in held:
             yield to_row(message)
         # Spark has every row of this partition: now they may go.
-        lost = 0
-        for chunk in _chunks(held, _SETTLE_CHUNK):
-            try:
-                receiver.complete(chunk)
-            except MessageLockLost:
-                lost += len(chunk)
+        lost = len(bridge.run(settle_all(receiver._target.complete, held)))
         if lost:
             log.warning(
                 "%d messages read from %r outlived their locks before completion; they "
@@ -172,17 +188,15 @@ class Holder:
         """Complete every held message numbered ``upto`` or lower; return how many."""
         done = sorted(i for i in self.held if i <= upto)
         messages = [self.held.pop(i) for i in done]
-        for chunk in _chunks(messages, _SETTLE_CHUNK):
-            try:
-                await self.receiver.complete(chunk)
-            except MessageLockLost:
-                self.lost += len(chunk)
-                log.warning(
-                    "%d committed messages had lost their locks before completion; they "
-                    "will be delivered again (at least once).",
-                    len(chunk),
-                )
-        return len(messages)
+        lost = await settle_all(self.receiver.complete, messages)
+        if lost:
+            self.lost += len(lost)
+            log.warning(
+                "%d committed messages had lost their locks before completion; they will "
+                "be delivered again (at least once).",
+                len(lost),
+            )
+        return len(messages) - len(lost)
 
     async def renew_forever(self) -> None:
         while True:
@@ -194,16 +208,17 @@ class Holder:
                 if m.locked_until_timestamp is not None
                 and m.locked_until_timestamp - wall < self.renew_margin
             ]
-            for chunk in _chunks(due, _SETTLE_CHUNK):
-                try:
-                    await self.receiver.renew_lock(chunk)
-                except MessageLockLost:
-                    self.lost += len(chunk)
-                    continue
-                except ServiceBusError as exc:
-                    log.warning("renewing %d locks failed (%s); will try again", len(chunk), exc)
-                    continue
-                self.renewed += len(chunk)
+            try:
+                lost = await settle_all(self.receiver.renew_lock, due)
+            except ServiceBusError as exc:
+                log.warning("renewing %d locks failed (%s); will try again", len(due), exc)
+                continue
+            self.renewed += len(due) - len(lost)
+            if lost:  # delivered again by the broker: stop holding them
+                self.lost += len(lost)
+                gone = {id(m) for m in lost}
+                for index in [i for i, m in self.held.items() if id(m) in gone]:
+                    del self.held[index]
 
     async def release(self) -> None:
         """Abandon everything held (it is delivered again at once), stop renewing."""
@@ -213,11 +228,10 @@ class Holder:
             self.renewer = None
         messages = list(self.held.values())
         self.held.clear()
-        for chunk in _chunks(messages, _SETTLE_CHUNK):
-            try:
-                await self.receiver.abandon(chunk)
-            except ServiceBusError as exc:  # their locks run out instead
-                log.warning("abandoning %d messages failed (%s)", len(chunk), exc)
+        try:
+            await settle_all(self.receiver.abandon, messages)  # lost ones are back already
+        except ServiceBusError as exc:  # their locks run out instead
+            log.warning("abandoning %d messages failed (%s)", len(messages), exc)
 
 
 class StreamSource:
