@@ -175,3 +175,41 @@ async def test_one_lost_lock_does_not_cost_the_others_theirs():
             assert holder.lost == 1
             await holder.release()
         assert (await ns.runtime_properties("q")).active_message_count == 0
+
+
+def test_a_batch_over_the_brokers_limit_is_halved_until_the_parts_fit(bridge):
+    """The advertised limit may be above the batch limit (premium, AMQP framing)."""
+    with bridge.connect("memory://halve") as ns:
+        ns.create_queue("q")
+    sender = bridge.sender("memory://halve", "q")
+    sender.max_message_size = 1024 * 1024  # four times what the broker takes in a batch
+    messages = [Message(b"x" * 1000, message_id=str(i)) for i in range(1000)]
+    rows, batches, _ = send_partition(sender, messages, max_batch_messages=1000,
+                                      max_in_flight=2)
+    assert rows == 1000 and batches >= 4
+    with bridge.connect("memory://halve") as ns:
+        assert ns.runtime_properties("q").active_message_count == 1000
+
+
+def test_rows_become_messages_with_derived_ids_and_checked_ttls():
+    import pyarrow as pa
+
+    from aiosb.spark._write import _row_messages
+
+    batch = pa.record_batch(
+        {
+            "body": pa.array([b"a", b"b", None]),
+            "message_id": pa.array(["given", "", None]),
+            "time_to_live_seconds": pa.array([1.5, 1e30, None]),
+        }
+    )
+    got = list(_row_messages([batch], "w-3-"))
+    assert [m.message_id for m in got] == ["given", "w-3-1", "w-3-2"]  # "" is null
+    assert [m.body for m in got] == [b"a", b"b", b""]  # a null body is an empty message
+    assert got[0].time_to_live == timedelta(seconds=1.5)
+    assert got[1].time_to_live == aiosb.NEVER  # beyond TimeSpan.MaxValue: never
+    for bad in (float("nan"), float("inf"), -1.0, 0.0):
+        rows = pa.record_batch({"body": pa.array([b"x"]), "time_to_live_seconds": [bad]})
+        with pytest.raises(errors.InvalidArgument, match="row 0 of this partition: "
+                                                         "time_to_live_seconds is"):
+            list(_row_messages([rows], "w-0-"))

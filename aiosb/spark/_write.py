@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import math
 import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..bridge import BlockingSender, Bridge
+from ..entities import NEVER
 from ..errors import InvalidArgument, MessageSizeExceeded
 from ..message import Message
 from ._options import WriteOptions
@@ -61,6 +63,7 @@ _PROPERTY_VALUE_TYPES = (
     "string", "byte", "short", "integer", "long", "float", "double", "boolean", "binary",
     "timestamp",
 )
+_NEVER_SECONDS = NEVER.total_seconds()
 #: Room left in a batch per message for the properties a failover adds (PN-12).
 _BACKLOG_ROOM = 160
 
@@ -126,16 +129,25 @@ def _row_messages(
         for i in range(n):
             kwargs: dict[str, Any] = {name: values[i] for name, values in strings}
             mid = message_ids[i]
-            kwargs["message_id"] = mid if mid is not None else f"{ids}{position + i}"
-            if ttl is not None and ttl[i] is not None:
-                kwargs["time_to_live"] = _dt.timedelta(seconds=float(ttl[i]))
-            if props is not None and props[i]:
-                kwargs["application_properties"] = dict(props[i])
+            kwargs["message_id"] = mid if mid else f"{ids}{position + i}"  # "" as null
             try:
+                if ttl is not None and ttl[i] is not None:
+                    kwargs["time_to_live"] = _time_to_live(ttl[i])
+                if props is not None and props[i]:
+                    kwargs["application_properties"] = dict(props[i])
                 yield Message(bodies[i], **kwargs)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"row {position + i} of this partition: {exc}") from None
         position += n
+
+
+def _time_to_live(seconds: Any) -> _dt.timedelta:
+    value = float(seconds)
+    if not 0 < value < math.inf:  # NaN too
+        raise InvalidArgument(
+            f"time_to_live_seconds is {seconds!r}; it must be a positive number of seconds."
+        )
+    return NEVER if value >= _NEVER_SECONDS else _dt.timedelta(seconds=value)
 
 
 def send_partition(
@@ -166,13 +178,24 @@ def send_partition(
         except MessageSizeExceeded:
             if len(sent) == 1:
                 raise
-            # Fuller than the estimate (a failover's added properties): halve and resend.
-            half = len(sent) // 2
-            for part in (sent[:half], sent[half:]):
-                Bridge.wait(sender.send_soon(part))
-                batches += 1
+            # Over the broker's limit after all (a failover's added properties, a batch
+            # limit under the message limit): halve until the parts fit.
+            batches += resend_in_parts(sent)
             return
         batches += 1
+
+    def resend_in_parts(sent: list[Message]) -> int:
+        half = len(sent) // 2
+        count = 0
+        for part in (sent[:half], sent[half:]):
+            try:
+                sender.send(part)
+                count += 1
+            except MessageSizeExceeded:
+                if len(part) == 1:
+                    raise
+                count += resend_in_parts(part)
+        return count
 
     def submit(items: list[Message]) -> None:
         while len(in_flight) >= max_in_flight:

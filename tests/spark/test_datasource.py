@@ -306,3 +306,28 @@ def test_a_row_too_large_fails_the_write_with_a_sentence(spark, url, bridge):
     with pytest.raises(Exception, match=r"over the .* byte limit"):
         _write(df, url, "q")
     assert _count(bridge, url, "q") == 0
+
+
+def test_a_stream_from_one_entity_into_another_as_the_readme_shows(spark, url, bridge, tmp_path):
+    _queue(bridge, url, "orders")
+    _queue(bridge, url, "audit")
+    bridge.sender(url, "orders").send(
+        [Message(str(i), message_id=f"o{i}", subject="order") for i in range(60)]
+    )
+    query = (
+        spark.readStream.format("aiosb").option("namespace", url).option("entity", "orders")
+        .option("max_messages_per_trigger", 25).option("max_wait_seconds", 0.2).load()
+        .select("body", "message_id", "subject", "properties")
+        .writeStream.format("aiosb").option("namespace", url).option("entity", "audit")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="200 milliseconds").start()
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while _count(bridge, url, "audit") < 60 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        query.stop()
+    audit = _drain(bridge, url, "audit")
+    assert sorted(m.message_id for m in audit) == sorted(f"o{i}" for i in range(60))
+    assert {m.subject for m in audit} == {"order"}
