@@ -163,6 +163,10 @@ class Message:
                 self.body = bytes(body)
             else:
                 raise InvalidArgument(f"body must be bytes or str, not {type(body).__name__}.")
+        if self.message_id == "":
+            raise InvalidArgument(
+                "message_id is empty; give one, or None to let the sender assign one."
+            )
         _check_id("message_id", self.message_id)
         _check_id("session_id", self.session_id)
         _check_id("partition_key", self.partition_key)
@@ -179,6 +183,8 @@ class Message:
             value = getattr(self, name)
             if value is not None and type(value) is str and not value.isascii():
                 _check_text(name, value)
+        if self.content_type == "":
+            self.content_type = None  # no content type, as every protocol says it
         if not content_type_ok(self.content_type):
             raise InvalidArgument(
                 f"content_type {self.content_type!r} is not allowed: a content type is "

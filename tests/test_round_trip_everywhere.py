@@ -39,8 +39,10 @@ message_kw = st.fixed_dictionaries(
         "reply_to": st.none() | text,
         "reply_to_session_id": st.none() | text,
         "to": st.none() | text,
-        "time_to_live": st.none() | st.timedeltas(min_value=timedelta(days=-1),
-                                                   max_value=timedelta(days=99)),
+        # Not positive (refused) or long enough to outlive the trip.
+        "time_to_live": st.none()
+        | st.timedeltas(min_value=timedelta(days=-1), max_value=timedelta(0))
+        | st.timedeltas(min_value=timedelta(hours=1), max_value=timedelta(days=99)),
         "application_properties": st.dictionaries(names, value, max_size=3),
     },
 )

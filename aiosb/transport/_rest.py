@@ -631,6 +631,8 @@ def _valid(columns: dict[str, list[Any]]) -> bool:
         s is not None and k is not None and s != k for s, k in zip(sessions, keys, strict=True)
     ):
         return False
+    if "" in columns.get("message_id", ()):
+        return False
     types = columns.get("content_type")
     if types is not None and not all(map(content_type_ok, types)):
         return False
@@ -943,12 +945,22 @@ def custom_headers(properties: dict[str, PropertyValue]) -> dict[str, str]:
                 f"application property {name!r} cannot be a REST header; use names of "
                 "letters, digits and '-', or the AMQP transport."
             )
-        out[name] = custom_value(name, value)
+        out[name] = custom_value(name, value, exact=True)
     return out
 
 
-def custom_value(name: str, value: PropertyValue) -> str:
-    """One custom property as a REST header value."""
+def custom_value(name: str, value: PropertyValue, *, exact: bool = False) -> str:
+    """One custom property as a REST header value.
+
+    Args:
+        exact: Refuse what the header cannot carry exactly (a datetime finer than the
+            second, as an HTTP date is), rather than round it: for sending.
+    """
+    if exact and isinstance(value, _dt.datetime) and value.microsecond:
+        raise InvalidArgument(
+            f"application property {name!r} is {value.isoformat()}; the REST protocol "
+            "carries an instant to the second: round it, or use the AMQP transport."
+        )
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)) and math.isfinite(value):

@@ -307,7 +307,7 @@ class HttpTransport:
                     "binary messages one at a time or use the AMQP transport."
                 ) from None
             for name, value in msg.application_properties.items():
-                _rest.custom_value(name, value)  # refuses types REST cannot carry
+                _rest.custom_value(name, value, exact=True)  # refuses what REST cannot carry
             batch.append(
                 {
                     "Body": text,
