@@ -160,6 +160,14 @@ DEV_KEY = "aiosbDevelopmentKeyForTheLocalEmulatorOnly000="
 MAX_BODY = 4 * 1024 * 1024
 #: The longest a receive may wait, in seconds.
 MAX_WAIT = MAX_RECEIVE_WAIT
+#: A connection that sends no complete request for this long is closed (idle keep-alive
+#: connections, and headers trickling in).
+IDLE_SECONDS = 30.0
+#: How long a signed request's body may take to arrive.
+BODY_SECONDS = 30.0
+#: File descriptors kept free for everything but client connections (the durable
+#: store, logs, the listening socket).
+_FD_RESERVE = 64
 PAGE = 100  # entries of a listing, unless $top asks for others (as Service Bus)
 MAX_PAGE = 1000
 _DEFAULT_WAIT = 60.0
@@ -465,6 +473,14 @@ class EmulatorServer:
         try:
             route = _split(request.raw_path)
             self._auth.check(request, route)
+            if request.can_read_body:
+                try:
+                    async with asyncio.timeout(BODY_SECONDS):
+                        await request.read()  # kept: handlers read it again at no cost
+                except TimeoutError:
+                    raise InvalidArgument(
+                        f"the request body did not arrive within {BODY_SECONDS:g} s."
+                    ) from None
             budget = request.headers.get(_rest.TIMEOUT_HEADER)
             limit = None if budget is None else _seconds(_rest.TIMEOUT_HEADER, budget, MAX_WAIT)
             response = await self._route(request, route, limit)
@@ -991,6 +1007,50 @@ class ServedEmulator:
         )
 
 
+def max_connections() -> int:
+    """How many client connections the server keeps at once: what the process's file
+    descriptor limit allows, less a reserve, and at most 10,000."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY:
+            soft = 10_000 + _FD_RESERVE
+    except (ImportError, OSError, ValueError):  # no such limit here (Windows)
+        soft = 1024
+    return max(16, min(10_000, soft - _FD_RESERVE))
+
+
+class _CappedSite(web.TCPSite):
+    """A TCP site that never runs out of file descriptors: at the cap, a new connection
+    makes room by closing the oldest connection with no request in progress, so idle
+    connections (however many a hostile client opens) never lock signed clients out."""
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        handlers = self._runner.server
+        assert handlers is not None
+        cap = max_connections()
+
+        def connection() -> asyncio.Protocol:
+            live = handlers.connections
+            if len(live) >= cap:
+                for handler in live[: len(live) - cap + 1 + cap // 10]:
+                    if not getattr(handler, "_request_in_progress", False):
+                        handler.force_close()
+            return handlers()
+
+        self._server = await asyncio.get_running_loop().create_server(
+            connection,
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+        )
+
+
 @contextlib.asynccontextmanager
 async def serve(
     host: str = "127.0.0.1",
@@ -1029,10 +1089,12 @@ async def serve(
     server = EmulatorServer(key_name=key_name, key=key, journal=journal)
     # handler_cancellation: a client that hangs up (its own timeout) cancels the
     # operation it asked for, so that a long poll does not lock messages for nobody.
-    runner = web.AppRunner(server.app(), handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(
+        server.app(), handler_cancellation=True, access_log=None, keepalive_timeout=IDLE_SECONDS
+    )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port, reuse_address=True)
+        site = _CappedSite(runner, host, port, reuse_address=True)
         await site.start()
         sockets = site._server.sockets  # type: ignore[union-attr]
         bound = sockets[0].getsockname()[1]
