@@ -23,13 +23,13 @@ import asyncio
 import concurrent.futures
 import itertools
 import logging
-import pickle
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import TransientError
 from ._broker import FRAGMENT_SHIFT, GONE, _Record
+from ._rows import decode_props, decode_record, encode_props, encode_record
 
 if TYPE_CHECKING:
     from ._broker import EmulatorNamespace, _Entity, _Session, _Store
@@ -164,7 +164,7 @@ class Journal:
                     entity.path,
                     entity.nfrag,
                     entity.created,
-                    pickle.dumps(entity.props, pickle.HIGHEST_PROTOCOL),
+                    encode_props(entity.props),
                 ),
             )
         )
@@ -241,9 +241,7 @@ class Journal:
                     deletes.append(row)
                     continue
                 where, rec = item
-                data = pickle.dumps(
-                    {name: getattr(rec, name) for name in slots}, pickle.HIGHEST_PROTOCOL
-                )
+                data = encode_record({name: getattr(rec, name) for name in slots})
                 puts.append((ns, entity, seq, where, data))
             try:
                 await self._run(self._write, ops, deletes, puts, list(highs.items()))
@@ -364,7 +362,7 @@ def _rebuild(
     for row in sorted(entities, key=lambda r: _KIND_ORDER[r[2]]):
         ns_name, key, kind, path, nfrag, created, props = row
         ns = built[ns_name]
-        entity = _Entity(ns, kind, path, pickle.loads(props), now, nfrag)
+        entity = _Entity(ns, kind, path, decode_props(kind, props), now, nfrag)
         entity.created = created
         if kind == "subscription":
             topic = ns._entities[key.split("/subscriptions/")[0]]
@@ -383,7 +381,7 @@ def _rebuild(
             orphans += 1
             continue
         rec = _Record.__new__(_Record)
-        fields = pickle.loads(data)
+        fields = decode_record(data)
         for name in slots:  # a field added since the row was written reads as None
             setattr(rec, name, fields.get(name))
         frag = min(seq >> FRAGMENT_SHIFT, entity.nfrag - 1)

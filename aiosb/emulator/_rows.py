@@ -1,0 +1,116 @@
+"""How the durable journal writes messages and entity properties: explicit, versioned.
+
+A row is ``FORMAT`` followed by JSON: plain JSON values where JSON has the type, tagged
+ones otherwise (bytes, instants, durations, UUIDs, non-finite floats, as the HTTP batch
+format tags them). A row in another format is refused with a sentence, never guessed at.
+
+Rows written before this format (pickles, aiosb 0.1) are still read, through an unpickler
+that admits only the classes such rows hold, so a crafted file cannot run code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import pickle
+from typing import Any
+
+from ..entities import QueueProperties, SubscriptionProperties, TopicProperties
+from ..errors import InvalidArgument
+from ..transport._rest import decode_value, encode_value
+
+__all__ = ["FORMAT", "decode_props", "decode_record", "encode_props", "encode_record"]
+
+#: What every row starts with: the format's name and version.
+FORMAT = b"aiosb-json-1\n"
+
+_KINDS: dict[str, type[Any]] = {
+    "queue": QueueProperties,
+    "topic": TopicProperties,
+    "subscription": SubscriptionProperties,
+}
+#: The classes a pickled row of aiosb 0.1 may hold, and nothing else.
+_LEGACY_CLASSES = {
+    ("datetime", "datetime"),
+    ("datetime", "timedelta"),
+    ("datetime", "timezone"),
+    ("datetime", "date"),
+    ("uuid", "UUID"),
+    ("uuid", "SafeUUID"),
+    ("aiosb.entities", "QueueProperties"),
+    ("aiosb.entities", "TopicProperties"),
+    ("aiosb.entities", "SubscriptionProperties"),
+}
+
+
+def encode_record(fields: dict[str, Any]) -> bytes:
+    """A message row: the record's fields (``props``, a dict of property values)."""
+    out = {}
+    for name, value in fields.items():
+        if name == "props" and value is not None:
+            out[name] = {"props": {k: encode_value(v) for k, v in value.items()}}
+        else:
+            out[name] = encode_value(value)
+    return FORMAT + _dumps(out)
+
+
+def decode_record(data: bytes) -> dict[str, Any]:
+    """The fields of a message row (of this format, or a legacy pickle)."""
+    raw = _open(data)
+    if not isinstance(raw, dict):
+        raise InvalidArgument("a message row of the durable store is not an object.")
+    if not data.startswith(FORMAT):
+        return raw  # legacy: the values are Python objects already
+    out = {}
+    for name, value in raw.items():
+        if name == "props" and isinstance(value, dict) and "props" in value:
+            out[name] = {k: decode_value(k, v) for k, v in value["props"].items()}
+        else:
+            out[name] = decode_value(name, value)
+    return out
+
+
+def encode_props(props: Any) -> bytes:
+    """An entity's properties (a Queue/Topic/SubscriptionProperties)."""
+    fields = {f.name: encode_value(getattr(props, f.name)) for f in dataclasses.fields(props)}
+    return FORMAT + _dumps(fields)
+
+
+def decode_props(kind: str, data: bytes) -> Any:
+    """An entity's properties; fields unknown to this version are left out, missing ones
+    take their defaults."""
+    raw = _open(data)
+    if not data.startswith(FORMAT):
+        return raw
+    cls = _KINDS[kind]
+    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    return cls(**{k: decode_value(k, v) for k, v in raw.items() if k in known})
+
+
+def _dumps(value: Any) -> bytes:
+    # The standard library's json: integers of any size, and ASCII only.
+    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _open(data: bytes) -> Any:
+    data = bytes(data)
+    if data.startswith(FORMAT):
+        return json.loads(data[len(FORMAT) :])
+    if data[:1] == b"\x80":  # a pickle: aiosb 0.1 wrote them
+        return _LegacyUnpickler(io.BytesIO(data)).load()
+    head = bytes(data[:24]).split(b"\n", 1)[0]
+    raise InvalidArgument(
+        f"the durable store holds a row in format {head!r}, which this aiosb does not "
+        f"read (it reads {FORMAT.strip()!r}); use the aiosb that wrote it."
+    )
+
+
+class _LegacyUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _LEGACY_CLASSES:
+            raise InvalidArgument(
+                f"the durable store holds a row that names {module}.{name}, which no row "
+                "aiosb wrote holds; it was not loaded."
+            )
+        return super().find_class(module, name)

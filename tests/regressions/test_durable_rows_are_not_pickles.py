@@ -1,0 +1,86 @@
+"""Issue 18, item 13: the durable store writes an explicit, versioned format; rows aiosb
+0.1 wrote (pickles) are still read, through an unpickler that runs no code."""
+
+from __future__ import annotations
+
+import pickle
+import sqlite3
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+import aiosb
+from aiosb import emulator, errors
+from aiosb.emulator._broker import _Record
+from aiosb.emulator._rows import FORMAT, decode_record, encode_record
+from aiosb.emulator.server import serve
+from aiosb.entities import QueueProperties
+
+pytestmark = pytest.mark.looptime
+
+EVERY_KIND = {
+    "s": "text ü", "i": 2**70, "f": 1.5, "nan": float("inf"), "b": b"\x00\xff", "t": True,
+    "n": None, "d": datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC),
+    "dt": timedelta(days=-3, microseconds=7), "u": uuid.UUID(int=5),
+}
+
+
+def test_a_record_round_trips_every_kind_of_value():
+    fields = {name: None for name in _Record.__slots__}
+    fields.update(body=b"\x00body", ttl=float("inf"), ttl_td=timedelta(hours=2),
+                  scheduled=datetime(2030, 1, 1, tzinfo=UTC), props=EVERY_KIND, seq=7)
+    data = encode_record(fields)
+    assert data.startswith(FORMAT) and b"\x80" not in data[:2]
+    assert decode_record(data) == fields
+
+
+async def _make_legacy_store(path, crafted: bytes | None = None) -> None:
+    """A data directory as aiosb 0.1 wrote it: entity properties and messages pickled."""
+    async with serve(data_dir=path) as server, aiosb.connect(server.namespace_url("old")) as ns:
+        await ns.create_queue("q")
+    emulator.reset()
+    db = sqlite3.connect(path / "aiosb.sqlite3")
+    props = QueueProperties(name="q", lock_duration=timedelta(seconds=45))
+    db.execute("UPDATE entities SET props = ? WHERE key = 'q'",
+               (pickle.dumps(props, pickle.HIGHEST_PROTOCOL),))
+    fields = {name: None for name in _Record.__slots__}
+    fields.update(body=b"from 0.1", message_id="m1", props=EVERY_KIND, size=8, seq=1,
+                  enqueued=1_700_000_000.0, delivery_count=0, state=0, deferred=False,
+                  ttl=float("inf"), frag=0, key=None)
+    data = crafted or pickle.dumps(fields, pickle.HIGHEST_PROTOCOL)
+    db.execute("INSERT INTO messages VALUES ('old', 'q', 1, 'm', ?)", (data,))
+    db.execute("INSERT OR REPLACE INTO sequences VALUES ('old', 'q', 0, 1)")
+    db.commit()
+    db.close()
+
+
+async def test_a_store_written_by_aiosb_0_1_is_read(tmp_path):
+    await _make_legacy_store(tmp_path)
+    async with serve(data_dir=tmp_path) as server, aiosb.connect(server.namespace_url("old")) as ns:
+        assert (await ns.get_queue("q")).lock_duration == timedelta(seconds=45)
+        async with ns.receiver("q") as receiver:
+            [msg] = await receiver.receive(max_wait=0)
+        assert (msg.body, msg.message_id) == (b"from 0.1", "m1")
+        assert msg.application_properties == EVERY_KIND
+
+
+class _Exploit:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("echo owned > /dev/null",))
+
+
+async def test_a_crafted_pickle_is_refused_not_run(tmp_path):
+    await _make_legacy_store(tmp_path, crafted=pickle.dumps(_Exploit()))
+    with pytest.raises(errors.InvalidArgument, match=r"names (posix|os)\.system"):
+        async with serve(data_dir=tmp_path):
+            pass
+
+
+async def test_a_row_of_an_unknown_format_is_refused_with_a_sentence(tmp_path):
+    await _make_legacy_store(tmp_path, crafted=b"aiosb-json-9\n{}")
+    with pytest.raises(errors.InvalidArgument, match="format b'aiosb-json-9'"):
+        async with serve(data_dir=tmp_path):
+            pass
