@@ -223,13 +223,18 @@ def run(main: Coroutine[Any, Any, T], loop: str = "auto") -> T:
 
 
 async def serve_forever(
-    host: str, port: int, key_name: str, key: str | None, data_dir: str | None = None
+    host: str,
+    port: int,
+    key_name: str,
+    key: str | None,
+    data_dir: str | None = None,
+    keys: dict[str, tuple[str, tuple[str, ...]]] | None = None,
 ) -> None:
     """Serve the emulator over HTTP until interrupted, printing how to connect."""
     from .emulator.server import DEV_KEY, serve
 
     async with serve(
-        host, port, key_name=key_name, key=key or DEV_KEY, data_dir=data_dir
+        host, port, key_name=key_name, key=key or DEV_KEY, data_dir=data_dir, keys=keys
     ) as served:
         _say(f"aiosb emulator server listening on {served.url}")
         _say(f"  event loop: {type(asyncio.get_running_loop()).__module__.split('.')[0]}")
@@ -269,6 +274,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                            help="shared access key name requests must be signed with")
     serve_cmd.add_argument("--key", default=None,
                            help="the key (default: the well-known development key)")
+    serve_cmd.add_argument("--send-key", action="append", default=[], metavar="NAME=KEY",
+                           help="also accept this key, with Send rights only (repeatable)")
+    serve_cmd.add_argument("--listen-key", action="append", default=[], metavar="NAME=KEY",
+                           help="also accept this key, with Listen rights only (repeatable)")
     serve_cmd.add_argument("--data-dir", default=None,
                            help="keep everything in a SQLite database in this directory "
                            "(durable across restarts); default: in memory")
@@ -277,8 +286,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             if not 0 <= args.port <= 65535:
                 parser.error("--port must be between 0 and 65535")
-            run(serve_forever(args.host, args.port, args.key_name, args.key, args.data_dir),
-                args.loop)
+            keys: dict[str, tuple[str, tuple[str, ...]]] = {}
+            for option, right in ((args.send_key, "Send"), (args.listen_key, "Listen")):
+                for text in option:
+                    name, sep, secret = text.partition("=")
+                    if not sep or not name or not secret:
+                        parser.error(f"--{right.lower()}-key takes NAME=KEY, not {text!r}")
+                    keys[name] = (secret, (right,))
+            run(serve_forever(args.host, args.port, args.key_name, args.key, args.data_dir,
+                              keys), args.loop)
         if args.command == "demo":
             if args.orders < 10:
                 parser.error("--orders must be at least 10")

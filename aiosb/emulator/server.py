@@ -114,7 +114,7 @@ import math
 import re
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,15 +219,39 @@ def _split(raw_path: str) -> _Route:
     return _Route(segments[0], tuple(segments[1:]))
 
 
+def _right_needed(method: str, segs: tuple[str, ...]) -> str:
+    """The right a request needs: Send to send, Listen to receive and settle, Manage for
+    management and fault injection (what the routing in ``_route`` does)."""
+    if "$aiosb" in segs and segs[-1] in ("send", "schedule", "cancel"):
+        return "Send"
+    if "$aiosb" in segs:
+        return "Listen"
+    if segs and segs[-1] == "messages" and len(segs) > 1:
+        return "Send"
+    if (segs[-2:] == ("messages", "head") and len(segs) > 2) or (
+        len(segs) > 3 and segs[-3] == "messages"
+    ):
+        return "Listen"
+    return "Manage"
+
+
+#: The rights a shared access key may hold, as Service Bus names them.
+RIGHTS = ("Manage", "Send", "Listen")
+#: A token may be valid for at most this long from now (Service Bus's portal offers
+#: up to a year; an unbounded token is a key in all but name).
+MAX_TOKEN_SECONDS = 366 * 24 * 3600
+
+
 class _Auth:
-    """Checks Service Bus shared access signatures against one key."""
+    """Checks Service Bus shared access signatures against the server's keys, each with
+    its rights (``Manage`` includes ``Send`` and ``Listen``)."""
 
-    def __init__(self, key_name: str, key: str) -> None:
-        self.key_name = key_name
-        self.key = key
-        self._good: dict[str, tuple[int, str]] = {}  # token -> (expiry, scope path)
+    def __init__(self, keys: dict[str, tuple[str, frozenset[str]]]) -> None:
+        self.keys = keys
+        self._good: dict[str, tuple[int, str, frozenset[str]]] = {}
 
-    def check(self, request: web.Request, route: _Route) -> None:
+    def check(self, request: web.Request, route: _Route, needs: str) -> None:
+        """Raise unless the request is signed, in time, for its path, with ``needs``."""
         token = request.headers.get("Authorization") or request.headers.get(
             "ServiceBusAuthorization"
         )
@@ -242,7 +266,7 @@ class _Auth:
             if len(self._good) > 1000:
                 self._good.clear()
             self._good[token] = known
-        expiry, scope = known
+        expiry, scope, rights = known
         if expiry <= time.time():
             raise Unauthorized(f"the signature expired at {expiry} (epoch seconds); sign anew.")
         path = route.path
@@ -250,8 +274,13 @@ class _Auth:
             raise Unauthorized(
                 f"the signature is for {scope!r}, which does not cover {path!r}."
             )
+        if needs not in rights:
+            raise Unauthorized(
+                f"the key this request was signed with has {', '.join(sorted(rights))} "
+                f"rights; this operation needs {needs}."
+            )
 
-    def _verify(self, token: str) -> tuple[int, str]:
+    def _verify(self, token: str) -> tuple[int, str, frozenset[str]]:
         scheme, _, rest = token.strip().partition(" ")
         if scheme != "SharedAccessSignature" or not rest:
             raise Unauthorized("the Authorization header is not a SharedAccessSignature.")
@@ -266,11 +295,18 @@ class _Auth:
         if set(fields) != {"sr", "sig", "se", "skn"}:
             raise Unauthorized("the signature needs all of sr, sig, se and skn.")
         skn = urllib.parse.unquote(fields["skn"])
-        if not hmac.compare_digest(skn.encode(), self.key_name.encode()):
+        entry = self.keys.get(skn)
+        if entry is None:
             raise Unauthorized(f"the key name {skn[:60]!r} is not known to this server.")
+        key, rights = entry
         if not fields["se"].isdigit() or len(fields["se"]) > 12:
             raise Unauthorized("the signature's expiry (se) is not epoch seconds.")
-        expected = sign(self.key, f"{fields['sr']}\n{fields['se']}")
+        if int(fields["se"]) > time.time() + MAX_TOKEN_SECONDS:
+            raise Unauthorized(
+                f"the signature is valid until {fields['se']} (epoch seconds), more than a "
+                "year from now; sign with a shorter lifetime."
+            )
+        expected = sign(key, f"{fields['sr']}\n{fields['se']}")
         given = urllib.parse.unquote(fields["sig"])
         if not hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace")):
             raise Unauthorized("the signature does not match: it was not made with this key.")
@@ -279,7 +315,7 @@ class _Auth:
             resource = urllib.parse.urlsplit(resource).path
         else:
             resource = "/" + resource.partition("/")[2]
-        return int(fields["se"]), resource.rstrip("/")
+        return int(fields["se"]), resource.rstrip("/"), rights
 
 
 def _error_response(exc: ServiceBusError, status: int | None = None) -> web.Response:
@@ -434,10 +470,28 @@ class EmulatorServer:
     """
 
     def __init__(
-        self, *, key_name: str = DEV_KEY_NAME, key: str = DEV_KEY, journal: Journal | None = None
+        self,
+        *,
+        key_name: str = DEV_KEY_NAME,
+        key: str = DEV_KEY,
+        journal: Journal | None = None,
+        keys: dict[str, tuple[str, Iterable[str]]] | None = None,
     ) -> None:
         SasCredential(key_name, key)  # validates both
-        self._auth = _Auth(key_name, key)
+        table = {key_name: (key, frozenset(RIGHTS))}
+        for name, (secret, rights) in (keys or {}).items():
+            SasCredential(name, secret)
+            given = set(rights)
+            unknown = sorted(given - set(RIGHTS))
+            if unknown or not given:
+                raise InvalidArgument(
+                    f"key {name!r} has rights {sorted(given)}; give some of "
+                    f"{', '.join(RIGHTS)}."
+                )
+            if name in table:
+                raise InvalidArgument(f"the key name {name!r} is given twice.")
+            table[name] = (secret, frozenset(RIGHTS) if "Manage" in given else frozenset(given))
+        self._auth = _Auth(table)
         self._journal = journal
         self._transports: dict[str, MemoryTransport] = {}
         self._opening: dict[str, asyncio.Future[MemoryTransport]] = {}
@@ -472,7 +526,7 @@ class EmulatorServer:
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         try:
             route = _split(request.raw_path)
-            self._auth.check(request, route)
+            self._auth.check(request, route, _right_needed(request.method, route.segments))
             if request.can_read_body:
                 try:
                     async with asyncio.timeout(BODY_SECONDS):
@@ -1060,6 +1114,7 @@ async def serve(
     key: str = DEV_KEY,
     ready: Callable[[ServedEmulator], None] | None = None,
     data_dir: str | Path | None = None,
+    keys: dict[str, tuple[str, Iterable[str]]] | None = None,
 ) -> AsyncIterator[ServedEmulator]:
     """Serve the emulator over HTTP on the running loop, for the ``async with`` block.
 
@@ -1069,6 +1124,8 @@ async def serve(
         key_name: The shared access key name requests must be signed with.
         key: The key (default: the well-known development key :data:`DEV_KEY`).
         ready: Called with the running server once it listens.
+        keys: More keys, ``{name: (key, rights)}`` with rights among ``Manage``,
+            ``Send``, ``Listen`` (``key_name``/``key`` has all three).
         data_dir: Durable mode: keep every namespace in a SQLite database there, loaded
             at start-up; every acknowledged send and settlement is on disk before its
             answer (R-3). Without it, everything is in memory.
@@ -1086,7 +1143,7 @@ async def serve(
         except BaseException:
             await journal.aclose()
             raise
-    server = EmulatorServer(key_name=key_name, key=key, journal=journal)
+    server = EmulatorServer(key_name=key_name, key=key, journal=journal, keys=keys)
     # handler_cancellation: a client that hangs up (its own timeout) cancels the
     # operation it asked for, so that a long poll does not lock messages for nobody.
     runner = web.AppRunner(
