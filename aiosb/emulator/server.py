@@ -235,6 +235,15 @@ def _right_needed(method: str, segs: tuple[str, ...]) -> str:
     return "Manage"
 
 
+def _hostname(netloc: str) -> str:
+    """The host of ``host[:port]`` (or ``[v6]:port``), lower-cased, without the port: a
+    token names the machine, not which of its listeners the client used."""
+    netloc = netloc.lower().rpartition("@")[2]
+    if netloc.startswith("["):
+        return netloc.partition("]")[0] + "]"
+    return netloc.partition(":")[0]
+
+
 #: The rights a shared access key may hold, as Service Bus names them.
 RIGHTS = ("Manage", "Send", "Listen")
 #: A token may be valid for at most this long from now (Service Bus's portal offers
@@ -248,7 +257,7 @@ class _Auth:
 
     def __init__(self, keys: dict[str, tuple[str, frozenset[str]]]) -> None:
         self.keys = keys
-        self._good: dict[str, tuple[int, str, frozenset[str]]] = {}
+        self._good: dict[str, tuple[int, str, frozenset[str], str]] = {}
 
     def check(self, request: web.Request, route: _Route, needs: str) -> None:
         """Raise unless the request is signed, in time, for its path, with ``needs``."""
@@ -266,7 +275,12 @@ class _Auth:
             if len(self._good) > 1000:
                 self._good.clear()
             self._good[token] = known
-        expiry, scope, rights = known
+        expiry, scope, rights, host = known
+        if host and host != _hostname(request.host):
+            raise Unauthorized(
+                f"the signature is for host {host!r}, not {_hostname(request.host)!r}; "
+                "sign the URL you send to."
+            )
         if expiry <= time.time():
             raise Unauthorized(f"the signature expired at {expiry} (epoch seconds); sign anew.")
         path = route.path
@@ -280,7 +294,7 @@ class _Auth:
                 f"rights; this operation needs {needs}."
             )
 
-    def _verify(self, token: str) -> tuple[int, str, frozenset[str]]:
+    def _verify(self, token: str) -> tuple[int, str, frozenset[str], str]:
         scheme, _, rest = token.strip().partition(" ")
         if scheme != "SharedAccessSignature" or not rest:
             raise Unauthorized("the Authorization header is not a SharedAccessSignature.")
@@ -312,10 +326,12 @@ class _Auth:
             raise Unauthorized("the signature does not match: it was not made with this key.")
         resource = urllib.parse.unquote(fields["sr"]).lower()
         if "://" in resource:
-            resource = urllib.parse.urlsplit(resource).path
+            parts = urllib.parse.urlsplit(resource)
+            host, resource = _hostname(parts.netloc), parts.path
         else:
-            resource = "/" + resource.partition("/")[2]
-        return int(fields["se"]), resource.rstrip("/"), rights
+            netloc, _, rest = resource.partition("/")
+            host, resource = _hostname(netloc), "/" + rest
+        return int(fields["se"]), resource.rstrip("/"), rights, host
 
 
 def _error_response(exc: ServiceBusError, status: int | None = None) -> web.Response:

@@ -59,3 +59,25 @@ def test_serve_takes_send_and_listen_keys_and_refuses_a_malformed_one():
         capture_output=True, text=True, timeout=30,
     )
     assert bad.returncode == 2 and "--send-key takes NAME=KEY" in bad.stderr
+
+
+async def test_a_token_for_another_host_is_refused():
+    """The host in a token's resource is checked (the port is not: one machine)."""
+    async with serve() as server:
+        url = server.namespace_url("host")
+        credential = SasCredential(server.key_name, server.key)
+        port = server.url.rsplit(":", 1)[1]
+        async with aiosb.connect(url) as ns:
+            await ns.create_queue("q")
+            http = ns.transport
+            for resource, ok in [(f"http://127.0.0.1:{port}/host", True),
+                                 ("sb://127.0.0.1:5672/host", True),
+                                 (f"http://evil.example:{port}/host", False),
+                                 ("other.servicebus.windows.net/host", False)]:
+                token = credential.token(resource)
+                http._token, http._token_until = token, time.time() + 600
+                if ok:
+                    await ns.get_queue("q")
+                else:
+                    with pytest.raises(errors.Unauthorized, match="is for host"):
+                        await ns.get_queue("q")
