@@ -1104,10 +1104,9 @@ class Receiver:
     ) -> _dt.datetime | list[_dt.datetime]:
         """Extend the lock of a message (or of a list, in one request) by the entity's
         lock duration; return the new expiry (a list for a list)."""
-        single = isinstance(message, ReceivedMessage)
-        messages = [message] if single else list(message)  # type: ignore[list-item]
+        messages = [message] if isinstance(message, ReceivedMessage) else list(message)
         until = await self._settle("renew", messages) or []
         for msg, ts in zip(messages, until, strict=True):
             msg.locked_until_timestamp = ts
-        expiries = [m.locked_until for m in messages]
-        return expiries[0] if single else expiries  # type: ignore[return-value]
+        expiries = [_dt.datetime.fromtimestamp(ts, _dt.UTC) for ts in until]
+        return expiries[0] if isinstance(message, ReceivedMessage) else expiries

@@ -27,7 +27,19 @@ PropertyValue = str | int | float | bool | bytes | None | _dt.datetime | _dt.tim
 
 _PROPERTY_TYPES = (str, int, float, bool, bytes, type(None), _dt.datetime, _dt.timedelta, uuid.UUID)
 _UTC = _dt.UTC
-_TEXT_FIELDS = ("correlation_id", "subject", "reply_to", "reply_to_session_id", "to")
+#: The text fields of a :class:`Message`, in their order (ids first).
+TEXT_FIELDS = (
+    "message_id",
+    "session_id",
+    "partition_key",
+    "content_type",
+    "correlation_id",
+    "subject",
+    "reply_to",
+    "reply_to_session_id",
+    "to",
+)
+_FREE_TEXT = TEXT_FIELDS[4:]  # checked here; the ids and content type have rules of their own
 
 
 def check_partition_key(session_id: str | None, partition_key: str | None) -> None:
@@ -179,7 +191,7 @@ class Message:
                 )
             if ttl <= _dt.timedelta(0):
                 raise InvalidArgument(f"time_to_live must be positive, not {ttl}.")
-        for name in _TEXT_FIELDS:
+        for name in _FREE_TEXT:
             value = getattr(self, name)
             if value is not None and type(value) is str and not value.isascii():
                 _check_text(name, value)

@@ -62,7 +62,7 @@ def decode_record(data: bytes) -> dict[str, Any]:
         raise InvalidArgument("a message row of the durable store is not an object.")
     if not data.startswith(FORMAT):
         return raw  # legacy: the values are Python objects already
-    out = {}
+    out: dict[str, Any] = {}
     for name, value in raw.items():
         if name == "props" and isinstance(value, dict) and "props" in value:
             out[name] = {k: decode_value(k, v) for k, v in value["props"].items()}

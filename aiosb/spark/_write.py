@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..bridge import BlockingSender, Bridge
 from ..entities import NEVER
 from ..errors import InvalidArgument, MessageSizeExceeded
-from ..message import Message
+from ..message import TEXT_FIELDS, Message
 from ._options import WriteOptions
 
 if TYPE_CHECKING:
@@ -47,17 +47,6 @@ WRITE_COLUMNS: dict[str, tuple[str, ...]] = {
     "time_to_live_seconds": ("byte", "short", "integer", "long", "float", "double", "decimal"),
     "properties": ("map",),
 }
-_STRING_FIELDS = (
-    "message_id",
-    "session_id",
-    "partition_key",
-    "content_type",
-    "correlation_id",
-    "subject",
-    "reply_to",
-    "reply_to_session_id",
-    "to",
-)
 #: Spark types a property value may have (what Service Bus can carry).
 _PROPERTY_VALUE_TYPES = (
     "string", "byte", "short", "integer", "long", "float", "double", "boolean", "binary",
@@ -125,7 +114,7 @@ def _row_messages(
         ttl = columns.pop("time_to_live_seconds", None)
         props = columns.pop("properties", None)
         message_ids = columns.pop("message_id", None) or [None] * n
-        strings = [(name, columns[name]) for name in _STRING_FIELDS if name in columns]
+        strings = [(name, columns[name]) for name in TEXT_FIELDS if name in columns]
         for i in range(n):
             kwargs: dict[str, Any] = {name: values[i] for name, values in strings}
             mid = message_ids[i]

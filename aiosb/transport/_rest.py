@@ -38,6 +38,7 @@ from ..entities import NEVER
 from ..errors import InvalidArgument, ServiceBusError
 from ..message import (
     MAX_ID_LENGTH,
+    TEXT_FIELDS,
     Message,
     PropertyValue,
     ReceivedMessage,
@@ -156,17 +157,7 @@ def error_from_status(
 
 # -- the aiosb encoding -----------------------------------------------------------------
 
-_TEXT_FIELDS = (
-    "message_id",
-    "session_id",
-    "partition_key",
-    "content_type",
-    "correlation_id",
-    "subject",
-    "reply_to",
-    "reply_to_session_id",
-    "to",
-)
+_TEXT_FIELDS = TEXT_FIELDS
 _MESSAGE_KEYS = frozenset(
     (*_TEXT_FIELDS, "body", "time_to_live", "scheduled_enqueue_time", "properties")
 )
