@@ -114,7 +114,7 @@ import math
 import re
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -491,7 +491,7 @@ class EmulatorServer:
         key_name: str = DEV_KEY_NAME,
         key: str = DEV_KEY,
         journal: Journal | None = None,
-        keys: dict[str, tuple[str, Iterable[str]]] | None = None,
+        keys: Mapping[str, tuple[str, Iterable[str]]] | None = None,
     ) -> None:
         SasCredential(key_name, key)  # validates both
         table = {key_name: (key, frozenset(RIGHTS))}
@@ -1130,7 +1130,7 @@ async def serve(
     key: str = DEV_KEY,
     ready: Callable[[ServedEmulator], None] | None = None,
     data_dir: str | Path | None = None,
-    keys: dict[str, tuple[str, Iterable[str]]] | None = None,
+    keys: Mapping[str, tuple[str, Iterable[str]]] | None = None,
 ) -> AsyncIterator[ServedEmulator]:
     """Serve the emulator over HTTP on the running loop, for the ``async with`` block.
 
