@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
@@ -144,9 +146,9 @@ def timeline(
         return "".join(cells)
 
     down = "".join("#" if outage[0] <= (i + 0.5) * step < outage[1] else "_" for i in range(width))
-    scale = "".join(
-        f"{int(i * step)}s".ljust(8) for i in range(0, width, 8)
-    )[:width]
+    # Each label is the time at the left edge of its column, to a tenth of a second
+    # (whole seconds cut it short by up to one: the picture's marks drifted off it).
+    scale = "".join(f"{i * step:.1f}s".ljust(8) for i in range(0, width, 8))[:width]
     return "\n".join(
         [
             f"{'time':<9}{scale}",
@@ -236,6 +238,7 @@ async def serve_forever(
     async with serve(
         host, port, key_name=key_name, key=key or DEV_KEY, data_dir=data_dir, keys=keys
     ) as served:
+        stopped = _Stopped()  # before the banner: a signal may follow it at once
         _say(f"aiosb emulator server listening on {served.url}")
         _say(f"  event loop: {type(asyncio.get_running_loop()).__module__.split('.')[0]}")
         _say(f"  namespaces exist on first use: {served.url}/NAME (e.g. {served.url}/contoso)")
@@ -247,23 +250,62 @@ async def serve_forever(
         _say(f"  connection string: {served.connection_string('contoso')}")
         _say(f"  python: aiosb.connect({served.namespace_url('contoso')!r}"
              + ("" if key is None else f", credential=({key_name!r}, KEY)") + ")")
-        await asyncio.Event().wait()
+        got = await stopped.wait()
+        _say(f"aiosb serve: {got}, stopping (durable data is flushed first)")
+    _say("bye")
+    if got == "SIGINT":
+        raise KeyboardInterrupt  # exits 130, as Ctrl-C does
+
+
+class _Stopped:
+    """SIGTERM or SIGINT, as an awaitable: the server stops cleanly on either (a process
+    in the background ignores SIGINT, and service managers send SIGTERM)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self._signal = ""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self._got, sig.name)
+
+    def _got(self, name: str) -> None:
+        self._signal = self._signal or name
+        self._event.set()
+
+    async def wait(self) -> str:
+        await self._event.wait()
+        return self._signal
+
+
+class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each option's default; an option without one says in its help."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, [], False):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``aiosb`` console script."""
-    parser = argparse.ArgumentParser(prog="aiosb", description="asyncio-native Azure Service Bus")
+    defaults = _ShowDefaults
+    parser = argparse.ArgumentParser(
+        prog="aiosb", description="asyncio-native Azure Service Bus", formatter_class=defaults
+    )
     parser.add_argument("--version", action="version", version=f"aiosb {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo_cmd = commands.add_parser(
-        "demo", help="failover and recovery, end to end, on the embedded emulator"
+        "demo", help="failover and recovery, end to end, on the embedded emulator",
+        formatter_class=defaults,
     )
     demo_cmd.add_argument("--orders", type=int, default=160, help="how many orders to send")
     demo_cmd.add_argument(
         "--svg", default="aiosb-demo-timeline.svg", help="where to write the timeline picture"
     )
     serve_cmd = commands.add_parser(
-        "serve", help="serve the emulator over HTTP (the Service Bus REST protocol)"
+        "serve", help="serve the emulator over HTTP (the Service Bus REST protocol)",
+        formatter_class=defaults,
     )
     for command in (demo_cmd, serve_cmd):
         command.add_argument("--loop", choices=LOOPS, default="auto",
@@ -275,9 +317,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_cmd.add_argument("--key", default=None,
                            help="the key (default: the well-known development key)")
     serve_cmd.add_argument("--send-key", action="append", default=[], metavar="NAME=KEY",
-                           help="also accept this key, with Send rights only (repeatable)")
+                           help="also accept this key, with Send rights only "
+                           "(repeatable; none by default)")
     serve_cmd.add_argument("--listen-key", action="append", default=[], metavar="NAME=KEY",
-                           help="also accept this key, with Listen rights only (repeatable)")
+                           help="also accept this key, with Listen rights only "
+                           "(repeatable; none by default)")
     serve_cmd.add_argument("--data-dir", default=None,
                            help="keep everything in a SQLite database in this directory "
                            "(durable across restarts); default: in memory")

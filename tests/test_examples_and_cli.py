@@ -144,3 +144,33 @@ def test_without_uvloop_auto_falls_back_and_uvloop_says_what_is_missing(monkeypa
     with pytest.raises(ServiceBusError, match="pip install uvloop"):
         run(coro, "uvloop")
     assert coro.cr_frame is None  # closed, not left to warn "never awaited"
+
+
+def test_timeline_labels_name_the_time_of_the_column_below_them():
+    """The scale used to cut times to whole seconds, up to a second off its marks."""
+    from aiosb.cli import timeline
+
+    picture = timeline([(5.0, "P")], [], (100.0, 101.0), 10.0)
+    scale, _, primary = picture.splitlines()[:3]
+    column = primary.index("P")  # 9 characters of row name come first
+    assert scale[column:].split()[0] == "5.0s"
+    assert scale[9 + 56:].split()[0] == "8.8s"  # 56 columns of 10/64 s; not "8s"
+
+
+def test_python_dash_m_aiosb_and_help_shows_defaults():
+    out = subprocess.run([sys.executable, "-m", "aiosb", "serve", "--help"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0
+    assert "(default: 5380)" in out.stdout and "(default: 127.0.0.1)" in out.stdout
+
+
+def test_serve_stops_cleanly_on_sigterm_and_says_bye():
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "aiosb", "serve", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert "listening on" in proc.stdout.readline()  # type: ignore[union-attr]
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert out.rstrip().endswith("bye")
