@@ -135,14 +135,32 @@ def test_urls_and_credentials():
         aiosb.connect("http://127.0.0.1:5380/x", colour="red")
 
 
-async def test_an_unreachable_server_is_transient_and_ends_as_an_outage_timeout():
-    """A refused connection is retried as transient until the operation timeout, which
-    pairing counts as an outage (PN-6)."""
+async def test_nothing_listening_is_said_at_once_and_counts_as_an_outage():
+    """A server that never answered: one sentence at once, not 60 s of retries (issue
+    17); still an outage for pairing (PN-6), so an app started during one fails over."""
     async with serve() as server:
         url = server.namespace_url("gone")
-    async with aiosb.connect(url, operation_timeout=2) as ns:
-        with pytest.raises(errors.OperationTimeout) as info:
+    async with aiosb.connect(url, operation_timeout=30) as ns:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(errors.EntityUnavailable, match="nothing is listening at http://"):
             await ns.create_queue("q")
+        assert asyncio.get_running_loop().time() - started < 5
+    assert is_outage(errors.EntityUnavailable("x"))
+
+
+async def test_a_server_gone_after_answering_is_transient_and_ends_as_an_outage_timeout():
+    """A refused connection once the server has answered is retried as transient until
+    the operation timeout, which pairing counts as an outage (PN-6)."""
+    async with serve() as server:
+        url = server.namespace_url("gone")
+        ns = aiosb.connect(url, operation_timeout=2)
+        await ns.open()
+        await ns.create_queue("q")
+    try:
+        with pytest.raises(errors.OperationTimeout) as info:
+            await ns.create_queue("q2")
+    finally:
+        await ns.aclose()
     assert isinstance(info.value.__cause__, errors.TransientError)
     assert is_outage(info.value)
 

@@ -42,6 +42,7 @@ from ..entities import DEAD_LETTER_SUFFIX, _check_name
 from ..errors import (
     ClientClosed,
     EntityNotFound,
+    EntityUnavailable,
     InvalidArgument,
     InvalidOperation,
     OperationTimeout,
@@ -140,6 +141,7 @@ class HttpTransport:
         self._token_until = 0.0
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
+        self._answered = False  # has anything at this address ever answered?
         self._locations: dict[str, int] = {}  # lock token -> sequence number (REST mode)
 
     def __repr__(self) -> str:
@@ -218,6 +220,7 @@ class HttpTransport:
             ) as response:
                 body = await response.read()
                 status = response.status
+                self._answered = True
                 if status >= 400:
                     raise self._error(response, body, settling=settling)
                 return status, response.headers, body
@@ -225,6 +228,19 @@ class HttpTransport:
             raise
         except TimeoutError:
             raise OperationTimeout(f"{method} {self.url}/{path} got no answer in time.") from None
+        except aiohttp.ClientConnectorError as exc:
+            if not self._answered:
+                # Nothing has ever answered at this address: a server not started or a
+                # wrong URL, said at once rather than retried for the operation timeout
+                # (an outage, for pairing). Once it has answered, a refusal is transient.
+                hint = "; start it with `aiosb serve`" if self.extensions else ""
+                where = f"{url.scheme}://{url.authority}"
+                raise EntityUnavailable(
+                    f"nothing is listening at {where}{hint} ({exc.os_error or exc})."
+                ) from None
+            raise TransientError(
+                f"{method} {self.url}/{path} failed on the connection ({exc}); try again."
+            ) from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise TransientError(
                 f"{method} {self.url}/{path} failed on the connection ({exc or type(exc).__name__})"
