@@ -34,6 +34,7 @@ from .errors import (
 )
 from .message import PING_CONTENT_TYPE, Message, ReceivedMessage
 from .transport import (
+    MAX_RECEIVE_MESSAGES,
     ManagementRequest,
     ReceiveRequest,
     SessionInfo,
@@ -467,8 +468,14 @@ class Namespace:
         self._check_open()
         if mode not in ("peek_lock", "receive_and_delete"):
             raise InvalidArgument(f"mode is {mode!r}; use 'peek_lock' or 'receive_and_delete'.")
-        if not isinstance(prefetch_count, int) or prefetch_count < 0:
-            raise InvalidArgument(f"prefetch_count is {prefetch_count!r}; it must be 0 or more.")
+        if (
+            type(prefetch_count) is not int
+            or not 0 <= prefetch_count <= MAX_RECEIVE_MESSAGES
+        ):
+            raise InvalidArgument(
+                f"prefetch_count is {prefetch_count!r}; it must be a whole number from 0 to "
+                f"{MAX_RECEIVE_MESSAGES:,} (what one receive may ask for)."
+            )
         if session_id is not None and session_id is not NEXT_AVAILABLE_SESSION:
             if not isinstance(session_id, str) or not 0 < len(session_id) <= 128:
                 raise InvalidArgument(
@@ -950,8 +957,12 @@ class Receiver:
         deadline = None if wait is None else loop.time() + wait
         while True:
             request = self._request(max_messages=max_messages, max_wait=wait)
+            # Closing the receiver ends a peek-lock receive in flight (what it had
+            # locked comes back when the locks end); a receive-and-delete one it lets
+            # finish, since the broker may have taken its messages already.
+            link = self._inflight if self.mode == "peek_lock" else None
             messages = await ns._call(
-                ns.transport.receive, self._entity_path, request, wait=wait, link=self._inflight
+                ns.transport.receive, self._entity_path, request, wait=wait, link=link
             )
             if messages and any(m.content_type == PING_CONTENT_TYPE for m in messages):
                 messages = await self._drop_pings(messages)

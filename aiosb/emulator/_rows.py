@@ -38,6 +38,7 @@ _LEGACY_CLASSES = {
     ("datetime", "date"),
     ("uuid", "UUID"),
     ("uuid", "SafeUUID"),
+    ("zoneinfo", "ZoneInfo"),
     ("aiosb.entities", "QueueProperties"),
     ("aiosb.entities", "TopicProperties"),
     ("aiosb.entities", "SubscriptionProperties"),
@@ -106,8 +107,23 @@ def _open(data: bytes) -> Any:
     )
 
 
+def _legacy_getattr(obj: Any, name: str) -> Any:
+    """The one attribute lookup such rows make: a ``ZoneInfo`` unpickling itself (an
+    instant scheduled in a named zone)."""
+    import zoneinfo
+
+    if obj is zoneinfo.ZoneInfo and name == "_unpickle":
+        return zoneinfo.ZoneInfo._unpickle  # type: ignore[attr-defined]
+    raise InvalidArgument(
+        f"the durable store holds a row that looks up {name!r}, which no row aiosb wrote "
+        "does; it was not loaded."
+    )
+
+
 class _LegacyUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("builtins", "getattr"):
+            return _legacy_getattr
         if (module, name) not in _LEGACY_CLASSES:
             raise InvalidArgument(
                 f"the durable store holds a row that names {module}.{name}, which no row "

@@ -222,6 +222,8 @@ def _split(raw_path: str) -> _Route:
 def _right_needed(method: str, segs: tuple[str, ...]) -> str:
     """The right a request needs: Send to send, Listen to receive and settle, Manage for
     management and fault injection (what the routing in ``_route`` does)."""
+    if segs[:1] == ("$faults",):  # routed before anything else, whatever follows
+        return "Manage"
     if "$aiosb" in segs and segs[-1] in ("send", "schedule", "cancel"):
         return "Send"
     if "$aiosb" in segs:
@@ -352,6 +354,8 @@ def _error_response(exc: ServiceBusError, status: int | None = None) -> web.Resp
 
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+#: The longest header line aiohttp's client (and most others) will read.
+_MAX_HEADER_LINE = 8_000
 
 
 def _rest_headers(msg: ReceivedMessage, *, locked: bool) -> dict[str, str]:
@@ -384,6 +388,13 @@ def _rest_headers(msg: ReceivedMessage, *, locked: bool) -> dict[str, str]:
         headers["DeadLetterReason"] = json.dumps(msg.dead_letter_reason)
     if msg.dead_letter_error_description is not None:
         headers["DeadLetterErrorDescription"] = json.dumps(msg.dead_letter_error_description)
+    for name, value in headers.items():
+        if len(name) + len(value) > _MAX_HEADER_LINE:
+            raise InvalidArgument(
+                f"the header {name!r} of this message would be {len(value)} characters, "
+                f"over the {_MAX_HEADER_LINE} an HTTP client reads; receive this message "
+                "with another protocol."
+            )
     content_type = headers["Content-Type"]
     if not content_type.isprintable() or not content_type.isascii():
         raise InvalidArgument(

@@ -622,19 +622,36 @@ def _valid(columns: dict[str, list[Any]]) -> bool:
         s is not None and k is not None and s != k for s, k in zip(sessions, keys, strict=True)
     ):
         return False
-    if "" in columns.get("message_id", ()):
-        return False
+    if "" in columns.get("message_id", ()) or "" in columns.get("content_type", ()):
+        return False  # refused, or normalised, by Message
+    for name in _TEXT_FIELDS:
+        values = columns.get(name)
+        if values is not None and not all(map(_utf8, values)):
+            return False
     types = columns.get("content_type")
     if types is not None and not all(map(content_type_ok, types)):
         return False
     props = columns.get(_PROPS)
-    if props is not None and not all(property_name_ok(k) for p in props for k in p):
+    if props is not None and not all(
+        property_name_ok(k) and _utf8(v) for p in props for k, v in p.items()
+    ):
         return False
     ttls = columns.get(_TTL)
     return ttls is None or all(t is None or t > _ZERO for t in ttls)
 
 
 _ZERO = _dt.timedelta(0)
+
+
+def _utf8(value: Any) -> bool:
+    """Whether a value is no text, or text that is UTF-8 (no lone surrogates)."""
+    if type(value) is not str or value.isascii():
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def decode_received_batch(data: dict[str, Any]) -> list[ReceivedMessage]:
