@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -18,6 +19,7 @@ from .errors import InvalidArgument
 __all__ = [
     "DEAD_LETTER_SUFFIX",
     "NEVER",
+    "time_to_live_seconds",
     "EntityPath",
     "QueueProperties",
     "RuntimeProperties",
@@ -28,6 +30,27 @@ __all__ = [
 
 #: Service Bus's ``TimeSpan.MaxValue``: a duration that never runs out.
 NEVER = _dt.timedelta(days=10675199, seconds=10085, microseconds=477581)
+_NEVER_SECONDS = NEVER.total_seconds()
+
+
+def time_to_live_seconds(name: str, seconds: Any) -> _dt.timedelta:
+    """A time to live given in seconds (REST's TimeToLive, a Spark column): positive and
+    finite; ``TimeSpan.MaxValue`` or more means never (:data:`NEVER`).
+
+    Raises:
+        InvalidArgument: Not a number, or not positive and finite; the sentence names it.
+    """
+    if isinstance(seconds, bool):
+        seconds = None
+    try:
+        value = float(seconds)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"{name} must be seconds, not {seconds!r:.80}.") from None
+    if not 0 < value < math.inf:  # NaN too
+        raise InvalidArgument(f"{name} is {seconds!r}; it must be a positive number of seconds.")
+    return NEVER if value >= _NEVER_SECONDS else _dt.timedelta(seconds=value)
+
+
 #: The dead-letter sub-queue's path suffix.
 DEAD_LETTER_SUFFIX = "/$DeadLetterQueue"
 

@@ -98,7 +98,7 @@ def content_type_ok(value: object) -> bool:
 def _check_property_name(name: object) -> None:
     if not isinstance(name, str):
         raise InvalidArgument(f"application property names must be strings, not {name!r}.")
-    if not _TOKEN.fullmatch(name):
+    if not property_name_ok(name):
         raise InvalidArgument(
             f"application property name {name!r} is not allowed: names are letters, digits "
             "and !#$%&'*+-.^_`|~ only, since the REST protocol carries them as HTTP headers."

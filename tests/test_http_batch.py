@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from message_strategies import ids, text, value
 
 import aiosb
 from aiosb import Message, SasCredential, errors
@@ -40,14 +41,6 @@ async def post():
 
         yield call
 
-text = st.text(max_size=12)
-ids = st.none() | st.text(max_size=130)
-value = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**80), 2**80), st.floats(), text,
-    st.binary(max_size=10), st.uuids(),
-    st.timedeltas(min_value=timedelta(days=-999), max_value=timedelta(days=999)),
-    st.datetimes(timezones=st.just(UTC) | st.just(timezone(timedelta(hours=-3)))),
-)
 message_kw = st.fixed_dictionaries(
     {},
     optional={

@@ -8,25 +8,18 @@ import asyncio
 import dataclasses
 import math
 import uuid
-from datetime import UTC, timedelta, timezone
+from datetime import timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from message_strategies import ids, text, value
 
 import aiosb
 from aiosb import Message, emulator, errors
 from aiosb.emulator.server import serve
 
-text = st.text(max_size=12)
-ids = st.none() | st.text(max_size=130)
 names = st.text(max_size=8) | st.from_regex(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,8}", fullmatch=True)
-value = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), text,
-    st.binary(max_size=10), st.uuids(),
-    st.timedeltas(min_value=timedelta(days=-999), max_value=timedelta(days=999)),
-    st.datetimes(timezones=st.just(UTC) | st.just(timezone(timedelta(hours=-3)))),
-)
 message_kw = st.fixed_dictionaries(
     {},
     optional={

@@ -111,7 +111,6 @@ import hmac
 import json
 import logging
 import math
-import re
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -135,7 +134,7 @@ from ..errors import (
     ServiceBusError,
     Unauthorized,
 )
-from ..message import Message, ReceivedMessage
+from ..message import Message, ReceivedMessage, property_name_ok
 from ..transport import (
     MAX_RECEIVE_MESSAGES,
     MAX_RECEIVE_WAIT,
@@ -353,7 +352,6 @@ def _error_response(exc: ServiceBusError, status: int | None = None) -> web.Resp
     )
 
 
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 #: The longest header line aiohttp's client (and most others) will read.
 _MAX_HEADER_LINE = 8_000
 
@@ -375,7 +373,7 @@ def _rest_headers(msg: ReceivedMessage, *, locked: bool) -> dict[str, str]:
     for name, value in msg.application_properties.items():
         if name.lower() in _rest.NOT_PROPERTIES:
             continue
-        if not _TOKEN.fullmatch(name):
+        if not property_name_ok(name):
             raise InvalidArgument(
                 f"application property {name!r} cannot be an HTTP header name; receive "
                 "this message with another protocol."

@@ -11,9 +11,7 @@ duplicate detection keeps one copy.
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
-import math
 import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -22,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..bridge import BlockingSender, Bridge
-from ..entities import NEVER
+from ..entities import time_to_live_seconds
 from ..errors import InvalidArgument, MessageSizeExceeded
 from ..message import TEXT_FIELDS, Message
 from ._options import WriteOptions
@@ -52,7 +50,6 @@ _PROPERTY_VALUE_TYPES = (
     "string", "byte", "short", "integer", "long", "float", "double", "boolean", "binary",
     "timestamp",
 )
-_NEVER_SECONDS = NEVER.total_seconds()
 #: Room left in a batch per message for the properties a failover adds (PN-12).
 _BACKLOG_ROOM = 160
 
@@ -121,22 +118,15 @@ def _row_messages(
             kwargs["message_id"] = mid if mid else f"{ids}{position + i}"  # "" as null
             try:
                 if ttl is not None and ttl[i] is not None:
-                    kwargs["time_to_live"] = _time_to_live(ttl[i])
+                    kwargs["time_to_live"] = time_to_live_seconds(
+                        "time_to_live_seconds", ttl[i]
+                    )
                 if props is not None and props[i]:
                     kwargs["application_properties"] = dict(props[i])
                 yield Message(bodies[i], **kwargs)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"row {position + i} of this partition: {exc}") from None
         position += n
-
-
-def _time_to_live(seconds: Any) -> _dt.timedelta:
-    value = float(seconds)
-    if not 0 < value < math.inf:  # NaN too
-        raise InvalidArgument(
-            f"time_to_live_seconds is {seconds!r}; it must be a positive number of seconds."
-        )
-    return NEVER if value >= _NEVER_SECONDS else _dt.timedelta(seconds=value)
 
 
 def send_partition(

@@ -26,7 +26,6 @@ import email.utils
 import itertools
 import json
 import math
-import re
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -34,7 +33,7 @@ from typing import Any
 import orjson
 
 from .. import errors
-from ..entities import NEVER
+from ..entities import time_to_live_seconds
 from ..errors import InvalidArgument, ServiceBusError
 from ..message import (
     MAX_ID_LENGTH,
@@ -346,7 +345,6 @@ def decode_received(data: dict[str, Any]) -> ReceivedMessage:
 # values as :func:`encode_value` writes them.
 
 _TTL = "time_to_live"
-_NEVER_SECONDS = NEVER.total_seconds()
 _AT = "scheduled_enqueue_time"
 _PROPS = "properties"
 _ID_FIELDS = ("message_id", "session_id", "partition_key")
@@ -787,7 +785,6 @@ NOT_PROPERTIES = frozenset(
         "Via",
     )
 )
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
 def http_date(ts: float) -> str:
@@ -836,12 +833,9 @@ def message_from_rest(
         if value is None:
             continue
         if field == "time_to_live":
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, str):  # JSON gives numbers; a string is not one here
                 raise InvalidArgument(f"TimeToLive must be seconds, not {value!r:.80}.")
-            if not 0 < value < math.inf:  # NaN too
-                raise InvalidArgument(f"TimeToLive is {value!r}; it must be positive.")
-            # TimeSpan.MaxValue (and anything longer) means never.
-            kw[field] = NEVER if value >= _NEVER_SECONDS else _dt.timedelta(seconds=value)
+            kw[field] = time_to_live_seconds("TimeToLive", value)
         elif field == "scheduled_enqueue_time":
             kw[field] = parse_http_date("ScheduledEnqueueTimeUtc", value)
         else:
@@ -948,7 +942,7 @@ def custom_headers(properties: dict[str, PropertyValue]) -> dict[str, str]:
     """
     out: dict[str, str] = {}
     for name, value in properties.items():
-        if not _TOKEN.fullmatch(name) or name.lower() in NOT_PROPERTIES:
+        if not property_name_ok(name) or name.lower() in NOT_PROPERTIES:
             raise InvalidArgument(
                 f"application property {name!r} cannot be a REST header; use names of "
                 "letters, digits and '-', or the AMQP transport."
