@@ -33,7 +33,7 @@ from .errors import (
     ServiceBusError,
 )
 from .message import PING_CONTENT_TYPE, Message, ReceivedMessage
-from .transport import (
+from .protocol import (
     MAX_RECEIVE_MESSAGES,
     ManagementRequest,
     ReceiveRequest,

@@ -66,7 +66,7 @@ from ..errors import (
     SessionLockLost,
 )
 from ..message import PING_CONTENT_TYPE, Message, ReceivedMessage, check_partition_key
-from ..transport import (
+from ..protocol import (
     ManagementRequest,
     ReceiveRequest,
     SessionInfo,

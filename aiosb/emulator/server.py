@@ -135,15 +135,14 @@ from ..errors import (
     Unauthorized,
 )
 from ..message import Message, ReceivedMessage, property_name_ok
-from ..transport import (
+from ..protocol import (
     MAX_RECEIVE_MESSAGES,
     MAX_RECEIVE_WAIT,
     ManagementRequest,
     ReceiveRequest,
     Settlement,
-    _atom,
-    _rest,
 )
+from ..transport import _atom, _rest
 from ..transport.memory import MemoryTransport
 from ._durable import Journal
 

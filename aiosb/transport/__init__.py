@@ -1,22 +1,24 @@
-"""The Transport protocol: the one small interface every backend implements.
+"""The transports: one file per backend, all behind :class:`aiosb.protocol.Transport`.
 
-A transport speaks to one namespace. Its methods take plain data (entity paths,
-:class:`~aiosb.Message` lists, the small request dataclasses below) and raise only
-:mod:`aiosb.errors`. It does not retry: retries of transient errors, operation
-timeouts and pairing live above it, in :mod:`aiosb.client`, the same for every backend.
-
-Backends: ``memory`` (the embedded emulator, :mod:`aiosb.transport.memory`); HTTP and
-AMQP follow the same protocol and pass the same conformance suite.
+``memory`` (the embedded emulator, :mod:`aiosb.transport.memory`), ``http``
+(:mod:`aiosb.transport.http`: an emulator server or a real namespace over the Service Bus
+REST protocol) and ``amqp`` (:mod:`aiosb.transport.amqp`, through the official SDK). The
+contract they share lives in :mod:`aiosb.protocol`; its names are re-exported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
-
-from ..errors import InvalidArgument
-from ..message import Message, PropertyValue, ReceivedMessage
+from ..protocol import (
+    MAX_RECEIVE_MESSAGES,
+    MAX_RECEIVE_WAIT,
+    ManagementRequest,
+    ReceiveRequest,
+    SessionInfo,
+    SessionRequest,
+    Settlement,
+    Transport,
+    check_receive,
+)
 
 __all__ = [
     "MAX_RECEIVE_MESSAGES",
@@ -29,199 +31,3 @@ __all__ = [
     "Settlement",
     "Transport",
 ]
-
-ReceiveMode = Literal["peek_lock", "receive_and_delete"]
-SettleAction = Literal["complete", "abandon", "dead_letter", "defer", "renew"]
-ManageAction = Literal["create", "get", "update", "delete", "list", "runtime"]
-SessionAction = Literal["accept", "renew", "get_state", "set_state", "release"]
-EntityKind = Literal["queue", "topic", "subscription"]
-
-
-#: The most messages one receive or peek returns, on every backend.
-MAX_RECEIVE_MESSAGES = 10_000
-#: The longest one receive waits for its first message, in seconds (a day); ``None``
-#: waits for ever.
-MAX_RECEIVE_WAIT = 24 * 3600.0
-
-
-def check_receive(max_messages: object, max_wait: float | None = None) -> None:
-    """The one check of a receive's or peek's limits, whatever the backend.
-
-    Raises:
-        InvalidArgument: ``max_messages`` not a whole number from 1 to
-            :data:`MAX_RECEIVE_MESSAGES`, or ``max_wait`` (seconds) not from 0 to
-            :data:`MAX_RECEIVE_WAIT`.
-    """
-    if (
-        type(max_messages) is not int
-        or not 1 <= max_messages <= MAX_RECEIVE_MESSAGES
-    ):
-        raise InvalidArgument(
-            f"max_messages is {max_messages!r:.40}; it must be a whole number from 1 to "
-            f"{MAX_RECEIVE_MESSAGES:,}."
-        )
-    if max_wait is not None and not 0 <= max_wait <= MAX_RECEIVE_WAIT:  # NaN fails too
-        raise InvalidArgument(
-            f"max_wait is {max_wait!r}; it must be from 0 to {MAX_RECEIVE_WAIT:g} seconds, "
-            "or None to wait for ever."
-        )
-
-
-@dataclass(slots=True)
-class ReceiveRequest:
-    """What to receive or peek.
-
-    Attributes:
-        mode: ``"peek_lock"`` or ``"receive_and_delete"``.
-        max_messages: Upper bound on messages returned (at least 1).
-        max_wait: Seconds to wait for the first message; ``None`` waits until one
-            arrives, ``0`` returns at once.
-        sub_queue: ``None`` or ``"deadletter"``.
-        session_id: Receive from this session only (session-enabled entities).
-        session_lock: The session lock :class:`SessionInfo` gave when it was accepted
-            (receives from a session need it; peeks do not).
-        peek: Browse without locking, from ``from_sequence_number``.
-        from_sequence_number: Where a peek starts.
-        sequence_numbers: Receive these deferred messages (by sequence number).
-    """
-
-    mode: ReceiveMode = "peek_lock"
-    max_messages: int = 1
-    max_wait: float | None = None
-    sub_queue: str | None = None
-    session_id: str | None = None
-    session_lock: str | None = None
-    peek: bool = False
-    from_sequence_number: int = 0
-    sequence_numbers: Sequence[int] | None = None
-
-
-@dataclass(slots=True)
-class Settlement:
-    """A settlement of one or more locked messages.
-
-    Attributes:
-        action: ``complete``, ``abandon``, ``dead_letter``, ``defer`` or ``renew``.
-        lock_tokens: The locks to settle.
-        sub_queue: ``None`` or ``"deadletter"`` (where the messages were received).
-        reason: Dead-letter reason.
-        description: Dead-letter error description.
-        properties_to_modify: Application properties to merge (abandon, defer,
-            dead-letter).
-        session_id: The session the messages were received in, if any.
-        session_lock: That session's lock.
-    """
-
-    action: SettleAction
-    lock_tokens: Sequence[str]
-    sub_queue: str | None = None
-    reason: str | None = None
-    description: str | None = None
-    properties_to_modify: dict[str, PropertyValue] | None = None
-    session_id: str | None = None
-    session_lock: str | None = None
-
-
-@dataclass(slots=True)
-class SessionRequest:
-    """An operation on a session of a session-enabled queue or subscription.
-
-    Attributes:
-        action: ``accept`` (lock a session: ``session_id``, or the next available one
-            when it is ``None``, waiting up to ``max_wait`` seconds), ``renew`` (extend
-            the lock), ``get_state``, ``set_state`` (to ``state``) or ``release``.
-        session_id: The session (``None`` with ``accept``: the next available one).
-        lock: The session lock from ``accept`` (every action but ``accept``).
-        state: The new state for ``set_state`` (``None`` clears it).
-        max_wait: How long ``accept`` waits for a session to become available
-            (``None``: until one does).
-        mode: The receive mode of the receiver accepting the session (a backend whose
-            session links carry a mode needs it).
-    """
-
-    action: SessionAction
-    session_id: str | None = None
-    lock: str | None = None
-    state: bytes | None = None
-    max_wait: float | None = 0.0
-    mode: ReceiveMode = "peek_lock"
-
-
-@dataclass(slots=True)
-class SessionInfo:
-    """What a session operation answers.
-
-    Attributes:
-        session_id: The session.
-        lock: The session lock (``accept``); pass it with every later request.
-        locked_until: When the session lock ends (UTC epoch seconds).
-        state: The session state (``get_state``).
-    """
-
-    session_id: str
-    lock: str | None = None
-    locked_until: float | None = None
-    state: bytes | None = None
-
-
-@dataclass(slots=True)
-class ManagementRequest:
-    """A management operation on one entity (or a listing).
-
-    Attributes:
-        action: ``create``, ``get``, ``update``, ``delete``, ``list`` or ``runtime``.
-        kind: ``queue``, ``topic`` or ``subscription`` (``runtime`` takes any path).
-        path: The entity path (``topic/subscriptions/name`` for subscriptions; for a
-            ``list`` of subscriptions, the topic).
-        properties: The description, for ``create`` and ``update``.
-    """
-
-    action: ManageAction
-    kind: EntityKind | None
-    path: str = ""
-    properties: Any = None
-
-
-@runtime_checkable
-class Transport(Protocol):
-    """One namespace, seen through one backend.
-
-    Every method may raise any :mod:`aiosb.errors` class; none retries.
-    """
-
-    namespace: str
-    """The namespace's name."""
-
-    max_message_size: int
-    """The largest message (and batch) the namespace accepts, in bytes."""
-
-    async def send(
-        self, entity: str, messages: Sequence[Message], *, transaction: bool = False
-    ) -> None:
-        """Enqueue ``messages`` on ``entity`` as one batch: all of them or none.
-
-        With ``transaction=True`` they are one transaction's sends: on a partitioned
-        entity they must share one partition key (PT-16 to PT-18), and the batch size
-        limit applies to each message rather than to their sum.
-        """
-
-    async def schedule(self, entity: str, messages: Sequence[Message]) -> list[int]:
-        """Schedule messages (each with ``scheduled_enqueue_time``); return sequence numbers."""
-
-    async def cancel_scheduled(self, entity: str, sequence_numbers: Sequence[int]) -> None:
-        """Cancel scheduled messages by sequence number."""
-
-    async def receive(self, entity: str, request: ReceiveRequest) -> list[ReceivedMessage]:
-        """Receive, peek or fetch deferred messages, as ``request`` says."""
-
-    async def settle(self, entity: str, settlement: Settlement) -> list[float] | None:
-        """Settle locked messages; ``renew`` returns the new lock expiries (UTC seconds)."""
-
-    async def session(self, entity: str, request: SessionRequest) -> SessionInfo:
-        """Accept, renew or release a session, or read or write its state."""
-
-    async def manage(self, request: ManagementRequest) -> Any:
-        """Create, read, update, delete or list entities, or read their counts."""
-
-    async def aclose(self) -> None:
-        """Release everything the transport holds; idempotent."""

@@ -49,7 +49,7 @@ from ..errors import (
     SessionLockLost,
 )
 from ..message import Message, ReceivedMessage
-from . import ManagementRequest, ReceiveRequest, SessionInfo, SessionRequest, Settlement
+from ..protocol import ManagementRequest, ReceiveRequest, SessionInfo, SessionRequest, Settlement
 from ._amqp_convert import (
     apply_to_sdk,
     entity_from_sdk,

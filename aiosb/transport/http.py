@@ -50,15 +50,14 @@ from ..errors import (
     TransientError,
 )
 from ..message import Message, ReceivedMessage
-from . import (
+from ..protocol import (
     ManagementRequest,
     ReceiveRequest,
     SessionInfo,
     SessionRequest,
     Settlement,
-    _atom,
-    _rest,
 )
+from . import _atom, _rest
 
 __all__ = ["HttpTransport", "RemoteFaults"]
 

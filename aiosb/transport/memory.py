@@ -8,7 +8,7 @@ from typing import Any
 from .. import emulator
 from ..errors import ClientClosed
 from ..message import Message, ReceivedMessage
-from . import ManagementRequest, ReceiveRequest, SessionInfo, SessionRequest, Settlement
+from ..protocol import ManagementRequest, ReceiveRequest, SessionInfo, SessionRequest, Settlement
 
 __all__ = ["MemoryTransport"]
 
