@@ -20,7 +20,7 @@ import aiosb
 from aiosb import Message, SasCredential, errors
 from aiosb.emulator.server import DEV_KEY, DEV_KEY_NAME, serve
 from aiosb.message import ReceivedMessage
-from aiosb.transport import _rest
+from aiosb.wire import aiosb_json as _json
 
 
 @pytest.fixture
@@ -82,16 +82,16 @@ def one_at_a_time(kws: list[dict]) -> list[Message] | type[Exception]:
 
 def wire(data: dict) -> dict:
     """Through the bytes, as the server and the client see it."""
-    return json.loads(_rest.dumps(data))
+    return json.loads(_json.dumps(data))
 
 
 def test_the_fast_paths_know_every_field():
     """The decoders set fields one by one: a new field must be added there too."""
-    assert {f.name for f in dataclasses.fields(Message)} == set(_rest._MESSAGE_FIELDS)
+    assert {f.name for f in dataclasses.fields(Message)} == set(_json._MESSAGE_FIELDS)
     received = {f.name for f in dataclasses.fields(ReceivedMessage)}
-    assert received == {*_rest._MESSAGE_FIELDS, *_rest._RECEIVED_DEFAULTS}
+    assert received == {*_json._MESSAGE_FIELDS, *_json._RECEIVED_DEFAULTS}
     blank = ReceivedMessage()
-    assert {k: getattr(blank, k) for k in _rest._RECEIVED_DEFAULTS} == _rest._RECEIVED_DEFAULTS
+    assert {k: getattr(blank, k) for k in _json._RECEIVED_DEFAULTS} == _json._RECEIVED_DEFAULTS
 
 
 @settings(max_examples=200, deadline=None)
@@ -111,20 +111,20 @@ def test_a_batch_decodes_to_what_one_message_at_a_time_gives(kws):
                 batch[name] = [kw.get(name) for kw in kws]
         if any(kw.get("application_properties") for kw in kws):
             batch["properties"] = [
-                {k: _rest.encode_value(v) for k, v in kw.get("application_properties", {}).items()}
+                {k: _json.encode_value(v) for k, v in kw.get("application_properties", {}).items()}
                 for kw in kws
             ]
         ttls = [kw.get("time_to_live") for kw in kws]
         if any(t is not None for t in ttls):
-            batch["time_to_live"] = [None if t is None else _rest._microseconds(t)
+            batch["time_to_live"] = [None if t is None else _json._microseconds(t)
                                      for t in ttls]
         if not any(batch.get(n) for n in ("message_id", "session_id", "partition_key",
                                           "time_to_live", "content_type", "properties")):
             return  # refused for a property type the encoder cannot write either
         with pytest.raises(expected):
-            _rest.decode_batch(wire(batch))
+            _json.decode_batch(wire(batch))
         return
-    decoded = _rest.decode_batch(wire(_rest.encode_batch(expected)))
+    decoded = _json.decode_batch(wire(_json.encode_batch(expected)))
     assert [fields(m) for m in decoded] == [fields(m) for m in expected]
 
 
@@ -149,7 +149,7 @@ def test_received_messages_round_trip_exactly(kws, data):
         r.state = data.draw(st.sampled_from(["active", "deferred", "scheduled"]))
         r.entity_path = "q"
         received.append(r)
-    decoded = _rest.decode_received_batch(wire(_rest.encode_received_batch(received)))
+    decoded = _json.decode_received_batch(wire(_json.encode_received_batch(received)))
     assert all(type(m) is ReceivedMessage for m in decoded)
     assert [fields(m) for m in decoded] == [fields(m) for m in received]
 
@@ -157,19 +157,19 @@ def test_received_messages_round_trip_exactly(kws, data):
 def test_columns_are_compact():
     """Absent when every message has the default, one value when all share it."""
     msgs = [Message(b"ab", subject="s", application_properties={"i": i}) for i in range(3)]
-    assert _rest.encode_batch(msgs) == {
+    assert _json.encode_batch(msgs) == {
         "body": "YWJhYmFi",
         "body_sizes": [2, 2, 2],
         "subject": "s",
         "properties": [{"i": 0}, {"i": 1}, {"i": 2}],
     }
-    assert _rest.encode_received_batch([]) == {"body": "", "body_sizes": []}
-    assert _rest.decode_received_batch({"body": "", "body_sizes": []}) == []
+    assert _json.encode_received_batch([]) == {"body": "", "body_sizes": []}
+    assert _json.decode_received_batch({"body": "", "body_sizes": []}) == []
 
 
 def test_dumps_falls_back_for_what_orjson_refuses():
     for data in ({"x": 2**70}, {"x": "\ud800"}):
-        assert json.loads(_rest.dumps(data)) == data
+        assert json.loads(_json.dumps(data)) == data
 
 
 @pytest.mark.parametrize(

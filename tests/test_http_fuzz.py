@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from aiosb import SasCredential
 from aiosb.emulator.server import DEV_KEY, DEV_KEY_NAME, ServedEmulator, serve
-from aiosb.transport import _rest
+from aiosb.wire import rest as _rest
 
 WORDS = [
     "fuzz", "q", "t", "subscriptions", "s", "messages", "head", "$aiosb", "$faults",

@@ -20,7 +20,9 @@ from yarl import URL
 import aiosb
 from aiosb import Message, SasCredential, emulator, errors
 from aiosb.emulator.server import DEV_KEY, DEV_KEY_NAME, serve
-from aiosb.transport import _atom, _rest
+from aiosb.wire import atom as _atom
+from aiosb.wire import rest as _rest
+from aiosb.wire import status as _status
 
 NS = "contoso"
 DEAD = "$DeadLetterQueue"
@@ -89,7 +91,7 @@ async def test_single_send_peek_lock_renew_unlock_complete_with_documented_codes
     again_broker = json.loads(again.headers["BrokerProperties"])
     assert again_broker["DeliveryCount"] == 2
     gone = await http.call("DELETE", location.path)  # the old lock
-    assert gone.status == 404 and gone.headers[_rest.ERROR_HEADER] == "MessageLockLost"
+    assert gone.status == 404 and gone.headers[_status.ERROR_HEADER] == "MessageLockLost"
     done = URL(again.headers["Location"]).path
     assert (await http.call("DELETE", done)).status == 200  # complete
     assert (await http.call("POST", f"/{NS}/q/messages/head?timeout=0")).status == 204
@@ -114,11 +116,11 @@ async def test_batch_send_and_receive_and_delete(http):
 
 async def test_missing_entity_is_410_in_data_operations_and_404_in_management(http):
     send = await http.call("POST", f"/{NS}/nope/messages", data=b"x")
-    assert send.status == 410 and send.headers[_rest.ERROR_HEADER] == "EntityNotFound"
+    assert send.status == 410 and send.headers[_status.ERROR_HEADER] == "EntityNotFound"
     assert "nope" in detail(send)
     assert (await http.call("POST", f"/{NS}/nope/messages/head?timeout=0")).status == 410
     got = await http.call("GET", f"/{NS}/nope")
-    assert got.status == 404 and got.headers[_rest.ERROR_HEADER] == "EntityNotFound"
+    assert got.status == 404 and got.headers[_status.ERROR_HEADER] == "EntityNotFound"
 
 
 async def test_dead_letter_sub_queue_and_subscriptions_by_path(http):
@@ -217,14 +219,14 @@ async def test_fault_endpoint_injects_lists_and_heals(http):
     listed = json.loads((await http.call("GET", f"/{NS}/$faults")).body)["faults"]
     assert [(f["id"], f["entity"], f["operations"]) for f in listed] == [(fault_id, "q", ["send"])]
     down = await http.call("POST", f"/{NS}/q/messages", data=b"x")
-    assert down.status == 503 and down.headers[_rest.ERROR_HEADER] == "EntityUnavailable"
-    assert down.headers[_rest.RETRYABLE_HEADER] == "false"
+    assert down.status == 503 and down.headers[_status.ERROR_HEADER] == "EntityUnavailable"
+    assert down.headers[_status.RETRYABLE_HEADER] == "false"
     assert (await http.call("DELETE", f"/{NS}/$faults/{fault_id}")).status == 200
     assert (await http.call("DELETE", f"/{NS}/$faults/{fault_id}")).status == 404
     assert (await http.call("POST", f"/{NS}/q/messages", data=b"x")).status == 201
     await http.call("POST", f"/{NS}/$faults", json={"kind": "transient"})
     busy = await http.call("POST", f"/{NS}/q/messages", data=b"x")
-    assert busy.status == 500 and busy.headers[_rest.RETRYABLE_HEADER] == "true"
+    assert busy.status == 500 and busy.headers[_status.RETRYABLE_HEADER] == "true"
     assert json.loads((await http.call("DELETE", f"/{NS}/$faults")).body) == {"healed": 1}
     assert emulator.namespace(NS).faults.active == []
 
@@ -280,7 +282,7 @@ async def test_r5_unsigned_forged_expired_or_wrong_scope_requests_are_refused(ht
     response = await http.call("PUT", f"/{NS}/qq", data=queue_entry(), sign=how != "unsigned",
                                token=tokens.get(how))
     assert response.status == 401
-    assert response.headers[_rest.ERROR_HEADER] == "Unauthorized"
+    assert response.headers[_status.ERROR_HEADER] == "Unauthorized"
     assert re.search(match, detail(response))
     assert emulator.namespace(NS).faults.active == []
     async with aiosb.connect(http.server.namespace_url(NS)) as ns:

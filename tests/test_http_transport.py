@@ -13,8 +13,9 @@ import aiosb
 from aiosb import Message, errors
 from aiosb.emulator.server import serve
 from aiosb.pairing.runtime import is_outage
-from aiosb.transport import _rest
 from aiosb.transport.http import HttpTransport
+from aiosb.wire import atom as _atom
+from aiosb.wire import status as _status
 
 pytestmark = pytest.mark.looptime
 
@@ -174,8 +175,8 @@ def test_every_error_class_travels_exactly_through_the_error_header(cls):
     """Server and client share one table; the header carries the exact class, so that
     pairing classifies HTTP failures as it does embedded ones."""
     exc = cls("what happened")
-    back = _rest.error_from_status(
-        _rest.status_for(exc), exc.message, name=cls.__name__,
+    back = _status.error_from_status(
+        _status.status_for(exc), exc.message, name=cls.__name__,
         retryable="true" if exc.retryable else "false",
     )
     assert type(back) is cls and back.retryable == exc.retryable
@@ -199,7 +200,7 @@ def test_every_error_class_travels_exactly_through_the_error_header(cls):
 )
 def test_status_codes_of_a_real_namespace_map_to_the_documented_meaning(status, settling, cls):
     """Without aiosb's header (a real namespace), the documented status decides."""
-    exc = _rest.error_from_status(status, "detail", settling=settling)
+    exc = _status.error_from_status(status, "detail", settling=settling)
     assert type(exc) is cls
     assert exc.retryable == (status >= 500)
 
@@ -220,7 +221,6 @@ async def test_listing_pages_stop_where_a_server_ignores_skip_and_ask_the_api_ve
     from aiohttp import web
 
     from aiosb.entities import QueueProperties
-    from aiosb.transport import _atom
 
     asked = []
     page = _atom.feed_xml(

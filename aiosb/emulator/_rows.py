@@ -18,7 +18,7 @@ from typing import Any
 
 from ..entities import QueueProperties, SubscriptionProperties, TopicProperties
 from ..errors import InvalidArgument
-from ..transport._rest import decode_value, encode_value
+from ..wire.aiosb_json import decode_value, encode_value
 
 __all__ = ["FORMAT", "decode_props", "decode_record", "encode_props", "encode_record"]
 

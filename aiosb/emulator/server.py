@@ -46,7 +46,7 @@ namespace has none of them). The REST protocol has no peek, defer, dead-letter,
 receive of deferred messages, scheduling with sequence numbers, cancel of scheduled
 messages, batch receive or batch settlement, and it loses precision (instants to the
 second) and property types. These take and answer JSON with every field of
-:class:`~aiosb.Message`, exact and typed (the encodings of :mod:`aiosb.transport._rest`),
+:class:`~aiosb.Message`, exact and typed (the encodings of :mod:`aiosb.wire.aiosb_json`),
 in one of two shapes:
 
 * ``"messages"``: a list with one object per message, ``{"body": BASE64, "message_id":
@@ -142,8 +142,11 @@ from ..protocol import (
     ReceiveRequest,
     Settlement,
 )
-from ..transport import _atom, _rest
 from ..transport.memory import MemoryTransport
+from ..wire import aiosb_json as _json
+from ..wire import atom as _atom
+from ..wire import rest as _rest
+from ..wire import status as _status
 from ._durable import Journal
 
 __all__ = ["DEV_KEY", "DEV_KEY_NAME", "EmulatorServer", "ServedEmulator", "serve"]
@@ -335,7 +338,7 @@ class _Auth:
 
 
 def _error_response(exc: ServiceBusError, status: int | None = None) -> web.Response:
-    status = status or _rest.status_for(exc)
+    status = status or _status.status_for(exc)
     body = (
         f"<Error><Code>{status}</Code><Detail>{escape(exc.message)}</Detail></Error>"
     ).encode()
@@ -345,8 +348,8 @@ def _error_response(exc: ServiceBusError, status: int | None = None) -> web.Resp
         content_type="application/xml",
         charset="utf-8",
         headers={
-            _rest.ERROR_HEADER: type(exc).__name__,
-            _rest.RETRYABLE_HEADER: "true" if exc.retryable else "false",
+            _status.ERROR_HEADER: type(exc).__name__,
+            _status.RETRYABLE_HEADER: "true" if exc.retryable else "false",
         },
     )
 
@@ -422,8 +425,8 @@ def _object(data: bytes, allowed: dict[str, Any]) -> dict[str, Any]:
 
 
 def _batch_response(data: dict[str, Any], status: int = 200) -> web.Response:
-    """A JSON answer of the batch encoding's kind (see :func:`aiosb.transport._rest.dumps`)."""
-    return web.Response(status=status, body=_rest.dumps(data), content_type="application/json")
+    """A JSON answer of the batch encoding's kind (see :func:`aiosb.transport._json.dumps`)."""
+    return web.Response(status=status, body=_json.dumps(data), content_type="application/json")
 
 
 def _int(name: str, value: Any, low: int = 0, high: int = 2**63 - 1) -> int:
@@ -477,10 +480,10 @@ def _messages(payload: dict[str, Any]) -> list[Message]:
     if (items is None) == (batch is None):
         raise InvalidArgument("give the messages as either messages or batch (one of them).")
     if batch is not None:
-        return _rest.decode_batch(batch)
+        return _json.decode_batch(batch)
     if not isinstance(items, list) or not items:
         raise InvalidArgument("messages must be a non-empty list.")
-    return [_rest.decode_message(item) for item in items]
+    return [_json.decode_message(item) for item in items]
 
 
 class EmulatorServer:
@@ -559,8 +562,8 @@ class EmulatorServer:
                     raise InvalidArgument(
                         f"the request body did not arrive within {BODY_SECONDS:g} s."
                     ) from None
-            budget = request.headers.get(_rest.TIMEOUT_HEADER)
-            limit = None if budget is None else _seconds(_rest.TIMEOUT_HEADER, budget, MAX_WAIT)
+            budget = request.headers.get(_status.TIMEOUT_HEADER)
+            limit = None if budget is None else _seconds(_status.TIMEOUT_HEADER, budget, MAX_WAIT)
             response = await self._route(request, route, limit)
             if self._journal is not None:  # durable mode: on disk before the answer
                 await self._journal.commit()
@@ -781,9 +784,9 @@ class EmulatorServer:
                 bound, ns.receive(path, receive), receive.max_wait or 0.0  # type: ignore[arg-type]
             )
             if batch:
-                return _batch_response({"batch": _rest.encode_received_batch(got)})  # type: ignore[arg-type]
+                return _batch_response({"batch": _json.encode_received_batch(got)})  # type: ignore[arg-type]
             return web.json_response(
-                {"messages": [_rest.encode_received(m) for m in got]}  # type: ignore[union-attr]
+                {"messages": [_json.encode_received(m) for m in got]}  # type: ignore[union-attr]
             )
         if op == "settle":
             settlement = self._settlement(body)
@@ -869,7 +872,7 @@ class EmulatorServer:
         if props is not None:
             if not isinstance(props, dict):
                 raise InvalidArgument("properties_to_modify must be a JSON object.")
-            props = {k: _rest.decode_value(k, v) for k, v in props.items()}
+            props = {k: _json.decode_value(k, v) for k, v in props.items()}
         return Settlement(
             action,
             tokens,

@@ -57,7 +57,10 @@ from ..protocol import (
     SessionRequest,
     Settlement,
 )
-from . import _atom, _rest
+from ..wire import aiosb_json as _json
+from ..wire import atom as _atom
+from ..wire import rest as _rest
+from ..wire import status as _status
 
 __all__ = ["HttpTransport", "RemoteFaults"]
 
@@ -200,7 +203,7 @@ class HttpTransport:
             )
         sent = {"Authorization": self._authorization()}
         if self.extensions:
-            sent[_rest.TIMEOUT_HEADER] = self._timeout_header
+            sent[_status.TIMEOUT_HEADER] = self._timeout_header
         if headers:
             sent.update(headers)
         url = self._urls.get(path)
@@ -256,11 +259,11 @@ class HttpTransport:
             detail = unescape(text[start + len("<Detail>"):end])
         else:
             detail = text.strip()[:500] or response.reason or ""
-        return _rest.error_from_status(
+        return _status.error_from_status(
             response.status,
             detail,
-            name=response.headers.get(_rest.ERROR_HEADER),
-            retryable=response.headers.get(_rest.RETRYABLE_HEADER),
+            name=response.headers.get(_status.ERROR_HEADER),
+            retryable=response.headers.get(_status.RETRYABLE_HEADER),
             settling=settling,
         )
 
@@ -268,11 +271,11 @@ class HttpTransport:
         self, entity: str, op: str, payload: dict[str, Any], *, batch: bool = False
     ) -> Any:
         """POST ``payload`` to an aiosb extension; ``batch``: it holds a batch (see
-        :func:`_rest.dumps`), and nothing else that is a float."""
+        :func:`_json.dumps`), and nothing else that is a float."""
         _, _, body = await self._request(
             "POST",
             f"{_quote(entity)}/$aiosb/{op}",
-            data=_rest.dumps(payload) if batch
+            data=_json.dumps(payload) if batch
             else json.dumps(payload, separators=(",", ":")).encode(),
             headers=_JSON_HEADERS,
         )
@@ -293,7 +296,7 @@ class HttpTransport:
         (PT-16 to PT-18 apply there) and to a real namespace as one atomic batch, since
         the REST protocol has no transactions."""
         if self.extensions:
-            payload: dict[str, Any] = {"batch": _rest.encode_batch(messages)}
+            payload: dict[str, Any] = {"batch": _json.encode_batch(messages)}
             if transaction:
                 payload["transaction"] = True
             await self._extension(entity, "send", payload, batch=True)
@@ -347,7 +350,7 @@ class HttpTransport:
                 "scheduled_enqueue_time instead)"
             )
         answer = await self._extension(
-            entity, "schedule", {"batch": _rest.encode_batch(messages)}, batch=True
+            entity, "schedule", {"batch": _json.encode_batch(messages)}, batch=True
         )
         return list(answer["sequence_numbers"])
 
@@ -379,7 +382,7 @@ class HttpTransport:
                     "batch": True,
                 },
             )
-            return _rest.decode_received_batch(answer["batch"])
+            return _json.decode_received_batch(answer["batch"])
         if request.peek:
             raise self._lacks("peek (browse)")
         if request.sequence_numbers is not None:
@@ -436,7 +439,7 @@ class HttpTransport:
                     "description": settlement.description,
                     "properties_to_modify": None
                     if props is None
-                    else {k: _rest.encode_value(v) for k, v in props.items()},
+                    else {k: _json.encode_value(v) for k, v in props.items()},
                 },
             )
             return answer["locked_until"]

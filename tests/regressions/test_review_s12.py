@@ -16,7 +16,7 @@ from aiosb.auth import SasCredential
 from aiosb.emulator._broker import _Record
 from aiosb.emulator._rows import decode_record
 from aiosb.emulator.server import _right_needed, serve
-from aiosb.transport import _rest
+from aiosb.wire import aiosb_json as _json
 
 
 async def test_a_header_too_long_for_http_clients_is_refused_not_deleted():
@@ -47,10 +47,10 @@ async def test_a_receive_and_delete_in_flight_at_close_keeps_what_it_took():
 def test_the_batch_fast_path_refuses_what_message_refuses():
     one = {"body": "eA==", "body_sizes": [1]}
     with pytest.raises(errors.InvalidArgument, match="lone surrogate"):
-        _rest.decode_batch({**one, "subject": "\ud800"})
+        _json.decode_batch({**one, "subject": "\ud800"})
     with pytest.raises(errors.InvalidArgument, match="lone surrogate"):
-        _rest.decode_batch({**one, "properties": [{"p": "\udfff"}]})
-    assert _rest.decode_batch({**one, "content_type": ""})[0].content_type is None
+        _json.decode_batch({**one, "properties": [{"p": "\udfff"}]})
+    assert _json.decode_batch({**one, "content_type": ""})[0].content_type is None
 
 
 async def test_a_prefetch_count_no_receive_can_take_is_refused_when_the_receiver_is_made():
