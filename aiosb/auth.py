@@ -1,4 +1,6 @@
-"""Shared access signatures: Service Bus's token format, signed with HMAC-SHA256."""
+"""Shared access signatures: Service Bus's token format, signed with HMAC-SHA256, and
+checked (:class:`SasChecker`, what aiosb's servers use); the development key of the local
+emulator. Vocabulary: imports only :mod:`aiosb.errors`."""
 
 from __future__ import annotations
 
@@ -9,9 +11,24 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 
-from .errors import InvalidArgument
+from .errors import InvalidArgument, Unauthorized
 
-__all__ = ["SasCredential", "parse_connection_string"]
+__all__ = [
+    "DEV_KEY",
+    "DEV_KEY_NAME",
+    "MAX_TOKEN_SECONDS",
+    "RIGHTS",
+    "SasChecker",
+    "SasCredential",
+    "hostname",
+    "parse_connection_string",
+]
+
+#: The key name the server accepts unless told otherwise.
+DEV_KEY_NAME = "RootManageSharedAccessKey"
+#: The well-known development key: for a local emulator only, never for anything real.
+DEV_KEY = "aiosbDevelopmentKeyForTheLocalEmulatorOnly000="
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +91,103 @@ def parse_connection_string(text: str) -> dict[str, str]:
     if "Endpoint" not in parts:
         raise InvalidArgument("the connection string has no Endpoint=sb://... part.")
     return parts
+
+
+def hostname(netloc: str) -> str:
+    """The host of ``host[:port]`` (or ``[v6]:port``), lower-cased, without the port: a
+    token names the machine, not which of its listeners the client used."""
+    netloc = netloc.lower().rpartition("@")[2]
+    if netloc.startswith("["):
+        return netloc.partition("]")[0] + "]"
+    return netloc.partition(":")[0]
+
+
+#: The rights a shared access key may hold, as Service Bus names them.
+RIGHTS = ("Manage", "Send", "Listen")
+#: A token may be valid for at most this long from now (Service Bus's portal offers
+#: up to a year; an unbounded token is a key in all but name).
+MAX_TOKEN_SECONDS = 366 * 24 * 3600
+
+
+class SasChecker:
+    """Checks Service Bus shared access signatures against the server's keys, each with
+    its rights (``Manage`` includes ``Send`` and ``Listen``)."""
+
+    def __init__(self, keys: dict[str, tuple[str, frozenset[str]]]) -> None:
+        self.keys = keys
+        self._good: dict[str, tuple[int, str, frozenset[str], str]] = {}
+
+    def check(self, token: str | None, host: str, path: str, needs: str) -> None:
+        """Raise unless ``token`` signs a request to ``host`` (``host[:port]``) for
+        ``path`` (``/namespace/entity...``, lower case), in time, with the right ``needs``.
+
+        Raises:
+            Unauthorized: What is wrong with the token, in a sentence.
+        """
+        if not token:
+            raise Unauthorized(
+                "the request is not signed: send 'Authorization: SharedAccessSignature "
+                "sr=...&sig=...&se=...&skn=...' signed with the server's key."
+            )
+        known = self._good.get(token)
+        if known is None:
+            known = self._verify(token)
+            if len(self._good) > 1000:
+                self._good.clear()
+            self._good[token] = known
+        expiry, scope, rights, signed_host = known
+        if signed_host and signed_host != hostname(host):
+            raise Unauthorized(
+                f"the signature is for host {signed_host!r}, not {hostname(host)!r}; "
+                "sign the URL you send to."
+            )
+        if expiry <= time.time():
+            raise Unauthorized(f"the signature expired at {expiry} (epoch seconds); sign anew.")
+        if scope and path != scope and not path.startswith(scope + "/"):
+            raise Unauthorized(
+                f"the signature is for {scope!r}, which does not cover {path!r}."
+            )
+        if needs not in rights:
+            raise Unauthorized(
+                f"the key this request was signed with has {', '.join(sorted(rights))} "
+                f"rights; this operation needs {needs}."
+            )
+
+    def _verify(self, token: str) -> tuple[int, str, frozenset[str], str]:
+        scheme, _, rest = token.strip().partition(" ")
+        if scheme != "SharedAccessSignature" or not rest:
+            raise Unauthorized("the Authorization header is not a SharedAccessSignature.")
+        fields: dict[str, str] = {}
+        for part in rest.split("&"):
+            key, sep, value = part.partition("=")
+            if not sep or key not in ("sr", "sig", "se", "skn") or key in fields:
+                raise Unauthorized(
+                    f"the signature has a bad part {part[:40]!r}; it needs sr, sig, se, skn."
+                )
+            fields[key] = value
+        if set(fields) != {"sr", "sig", "se", "skn"}:
+            raise Unauthorized("the signature needs all of sr, sig, se and skn.")
+        skn = urllib.parse.unquote(fields["skn"])
+        entry = self.keys.get(skn)
+        if entry is None:
+            raise Unauthorized(f"the key name {skn[:60]!r} is not known to this server.")
+        key, rights = entry
+        if not fields["se"].isdigit() or len(fields["se"]) > 12:
+            raise Unauthorized("the signature's expiry (se) is not epoch seconds.")
+        if int(fields["se"]) > time.time() + MAX_TOKEN_SECONDS:
+            raise Unauthorized(
+                f"the signature is valid until {fields['se']} (epoch seconds), more than a "
+                "year from now; sign with a shorter lifetime."
+            )
+        expected = sign(key, f"{fields['sr']}\n{fields['se']}")
+        given = urllib.parse.unquote(fields["sig"])
+        if not hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace")):
+            raise Unauthorized("the signature does not match: it was not made with this key.")
+        resource = urllib.parse.unquote(fields["sr"]).lower()
+        if "://" in resource:
+            parts = urllib.parse.urlsplit(resource)
+            host, resource = hostname(parts.netloc), parts.path
+        else:
+            netloc, _, rest = resource.partition("/")
+            host, resource = hostname(netloc), "/" + rest
+        return int(fields["se"]), resource.rstrip("/"), rights, host

@@ -107,11 +107,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hmac
 import json
 import logging
 import math
-import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -122,7 +120,7 @@ from xml.sax.saxutils import escape
 from aiohttp import web
 
 from .. import emulator
-from ..auth import SasCredential, sign
+from ..auth import DEV_KEY, DEV_KEY_NAME, RIGHTS, SasChecker, SasCredential
 from ..entities import DEAD_LETTER_SUFFIX, parse_entity_path
 from ..errors import (
     EntityNotFound,
@@ -132,7 +130,6 @@ from ..errors import (
     MessageSizeExceeded,
     OperationTimeout,
     ServiceBusError,
-    Unauthorized,
 )
 from ..message import Message, ReceivedMessage, property_name_ok
 from ..protocol import (
@@ -153,10 +150,6 @@ __all__ = ["DEV_KEY", "DEV_KEY_NAME", "EmulatorServer", "ServedEmulator", "serve
 
 log = logging.getLogger("aiosb.server")
 
-#: The key name the server accepts unless told otherwise.
-DEV_KEY_NAME = "RootManageSharedAccessKey"
-#: The well-known development key: for a local emulator only, never for anything real.
-DEV_KEY = "aiosbDevelopmentKeyForTheLocalEmulatorOnly000="
 #: The largest request body: a batch at the premium limit, base64-encoded, with room.
 MAX_BODY = 4 * 1024 * 1024
 #: The longest a receive may wait, in seconds.
@@ -236,105 +229,6 @@ def _right_needed(method: str, segs: tuple[str, ...]) -> str:
     ):
         return "Listen"
     return "Manage"
-
-
-def _hostname(netloc: str) -> str:
-    """The host of ``host[:port]`` (or ``[v6]:port``), lower-cased, without the port: a
-    token names the machine, not which of its listeners the client used."""
-    netloc = netloc.lower().rpartition("@")[2]
-    if netloc.startswith("["):
-        return netloc.partition("]")[0] + "]"
-    return netloc.partition(":")[0]
-
-
-#: The rights a shared access key may hold, as Service Bus names them.
-RIGHTS = ("Manage", "Send", "Listen")
-#: A token may be valid for at most this long from now (Service Bus's portal offers
-#: up to a year; an unbounded token is a key in all but name).
-MAX_TOKEN_SECONDS = 366 * 24 * 3600
-
-
-class _Auth:
-    """Checks Service Bus shared access signatures against the server's keys, each with
-    its rights (``Manage`` includes ``Send`` and ``Listen``)."""
-
-    def __init__(self, keys: dict[str, tuple[str, frozenset[str]]]) -> None:
-        self.keys = keys
-        self._good: dict[str, tuple[int, str, frozenset[str], str]] = {}
-
-    def check(self, request: web.Request, route: _Route, needs: str) -> None:
-        """Raise unless the request is signed, in time, for its path, with ``needs``."""
-        token = request.headers.get("Authorization") or request.headers.get(
-            "ServiceBusAuthorization"
-        )
-        if not token:
-            raise Unauthorized(
-                "the request is not signed: send 'Authorization: SharedAccessSignature "
-                "sr=...&sig=...&se=...&skn=...' signed with the server's key."
-            )
-        known = self._good.get(token)
-        if known is None:
-            known = self._verify(token)
-            if len(self._good) > 1000:
-                self._good.clear()
-            self._good[token] = known
-        expiry, scope, rights, host = known
-        if host and host != _hostname(request.host):
-            raise Unauthorized(
-                f"the signature is for host {host!r}, not {_hostname(request.host)!r}; "
-                "sign the URL you send to."
-            )
-        if expiry <= time.time():
-            raise Unauthorized(f"the signature expired at {expiry} (epoch seconds); sign anew.")
-        path = route.path
-        if scope and path != scope and not path.startswith(scope + "/"):
-            raise Unauthorized(
-                f"the signature is for {scope!r}, which does not cover {path!r}."
-            )
-        if needs not in rights:
-            raise Unauthorized(
-                f"the key this request was signed with has {', '.join(sorted(rights))} "
-                f"rights; this operation needs {needs}."
-            )
-
-    def _verify(self, token: str) -> tuple[int, str, frozenset[str], str]:
-        scheme, _, rest = token.strip().partition(" ")
-        if scheme != "SharedAccessSignature" or not rest:
-            raise Unauthorized("the Authorization header is not a SharedAccessSignature.")
-        fields: dict[str, str] = {}
-        for part in rest.split("&"):
-            key, sep, value = part.partition("=")
-            if not sep or key not in ("sr", "sig", "se", "skn") or key in fields:
-                raise Unauthorized(
-                    f"the signature has a bad part {part[:40]!r}; it needs sr, sig, se, skn."
-                )
-            fields[key] = value
-        if set(fields) != {"sr", "sig", "se", "skn"}:
-            raise Unauthorized("the signature needs all of sr, sig, se and skn.")
-        skn = urllib.parse.unquote(fields["skn"])
-        entry = self.keys.get(skn)
-        if entry is None:
-            raise Unauthorized(f"the key name {skn[:60]!r} is not known to this server.")
-        key, rights = entry
-        if not fields["se"].isdigit() or len(fields["se"]) > 12:
-            raise Unauthorized("the signature's expiry (se) is not epoch seconds.")
-        if int(fields["se"]) > time.time() + MAX_TOKEN_SECONDS:
-            raise Unauthorized(
-                f"the signature is valid until {fields['se']} (epoch seconds), more than a "
-                "year from now; sign with a shorter lifetime."
-            )
-        expected = sign(key, f"{fields['sr']}\n{fields['se']}")
-        given = urllib.parse.unquote(fields["sig"])
-        if not hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace")):
-            raise Unauthorized("the signature does not match: it was not made with this key.")
-        resource = urllib.parse.unquote(fields["sr"]).lower()
-        if "://" in resource:
-            parts = urllib.parse.urlsplit(resource)
-            host, resource = _hostname(parts.netloc), parts.path
-        else:
-            netloc, _, rest = resource.partition("/")
-            host, resource = _hostname(netloc), "/" + rest
-        return int(fields["se"]), resource.rstrip("/"), rights, host
 
 
 def _error_response(exc: ServiceBusError, status: int | None = None) -> web.Response:
@@ -518,7 +412,7 @@ class EmulatorServer:
             if name in table:
                 raise InvalidArgument(f"the key name {name!r} is given twice.")
             table[name] = (secret, frozenset(RIGHTS) if "Manage" in given else frozenset(given))
-        self._auth = _Auth(table)
+        self._auth = SasChecker(table)
         self._journal = journal
         self._transports: dict[str, MemoryTransport] = {}
         self._opening: dict[str, asyncio.Future[MemoryTransport]] = {}
@@ -553,7 +447,13 @@ class EmulatorServer:
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         try:
             route = _split(request.raw_path)
-            self._auth.check(request, route, _right_needed(request.method, route.segments))
+            headers = request.headers
+            self._auth.check(
+                headers.get("Authorization") or headers.get("ServiceBusAuthorization"),
+                request.host,
+                route.path,
+                _right_needed(request.method, route.segments),
+            )
             if request.can_read_body:
                 try:
                     async with asyncio.timeout(BODY_SECONDS):

@@ -37,7 +37,7 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from ..auth import SasCredential
+from ..auth import DEV_KEY, DEV_KEY_NAME, SasCredential
 from ..entities import DEAD_LETTER_SUFFIX, _check_name
 from ..errors import (
     ClientClosed,
@@ -127,8 +127,6 @@ class HttpTransport:
                 raise InvalidArgument(
                     f"{url} needs a credential: credential=('KeyName', 'key') or a SasCredential."
                 )
-            from ..emulator.server import DEV_KEY, DEV_KEY_NAME
-
             credential = SasCredential(DEV_KEY_NAME, DEV_KEY)
         self.namespace = name
         self.url = url
