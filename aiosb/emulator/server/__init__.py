@@ -1,0 +1,279 @@
+"""The emulator server: embedded emulator namespaces served over HTTP (``aiosb serve``).
+
+Every namespace lives under a path prefix: namespace ``contoso`` is
+``http://HOST:PORT/contoso`` and is created on first use. The server speaks the
+documented Service Bus REST protocol, so that one client code path talks both to a real
+namespace and to this emulator, and many processes share one emulator:
+
+==========================================================  ==============================
+``POST   /{ns}/{entity}/messages``                           send one message (body,
+                                                             ``BrokerProperties`` header,
+                                                             custom properties as headers)
+                                                             or a batch (content type
+                                                             ``application/vnd.microsoft.
+                                                             servicebus.json``): ``201``
+``POST   /{ns}/{entity}/messages/head?timeout=S``            peek-lock: ``201`` with the
+                                                             message, ``Location`` and
+                                                             ``BrokerProperties``; ``204``
+                                                             when none came within S s
+``DELETE /{ns}/{entity}/messages/head?timeout=S``            receive and delete: ``200``
+                                                             or ``204``
+``PUT    /{ns}/{entity}/messages/{seq|id}/{lock}``           unlock (abandon): ``200``
+``DELETE /{ns}/{entity}/messages/{seq|id}/{lock}``           complete: ``200``
+``POST   /{ns}/{entity}/messages/{seq|id}/{lock}``           renew the lock: ``200``
+``PUT    /{ns}/{path}`` (Atom entry; ``If-Match: *``          create (``201``) or update
+to update)                                                   (``200``) a queue, topic or
+                                                             subscription
+``GET    /{ns}/{path}``, ``DELETE /{ns}/{path}``              read (with counts) or delete
+``GET    /{ns}/$Resources/queues`` (or ``topics``),           list, as Atom feeds, in name
+``GET    /{ns}/{topic}/subscriptions``                        order, ``$top`` (default 100)
+                                                             from ``$skip`` (default 0)
+==========================================================  ==============================
+
+A subscription is ``{topic}/subscriptions/{name}``; a dead-letter queue is the entity
+path followed by ``/$DeadLetterQueue``. Status codes are those the REST protocol
+documents: ``410`` for an entity that does not exist in data operations, ``404`` for a
+lock that is not held (or a missing entity in management), ``409`` for an entity that
+exists, ``413`` for a message or batch over the size limit, ``403`` for a full entity,
+``401`` for a refused signature, ``400`` for bad input, ``503`` for an unavailable
+entity or a busy server, ``500`` for a transient failure. Every error body is
+``<Error><Code/><Detail/></Error>`` with a sentence that says what is wrong, and the
+``x-aiosb-error`` header names the exact :mod:`aiosb.errors` class (``x-aiosb-retryable``
+says whether to try again), so aiosb's client raises what the embedded emulator raises.
+
+**aiosb extensions** (used by aiosb's HTTP transport on ``http://`` URLs only; a real
+namespace has none of them). The REST protocol has no peek, defer, dead-letter,
+receive of deferred messages, scheduling with sequence numbers, cancel of scheduled
+messages, batch receive or batch settlement, and it loses precision (instants to the
+second) and property types. These take and answer JSON with every field of
+:class:`~aiosb.Message`, exact and typed (the encodings of :mod:`aiosb.wire.aiosb_json`),
+in one of two shapes:
+
+* ``"messages"``: a list with one object per message, ``{"body": BASE64, "message_id":
+  ..., "time_to_live": MICROSECONDS, "scheduled_enqueue_time": ISO_8601, "properties":
+  {...}}``, null fields left out;
+* ``"batch"``: the batch encoding, one object of columns (what aiosb's client sends and
+  asks for: per-message objects cost most of a batch's time). ``body`` is every body
+  joined, in base64, and ``body_sizes`` the length of each, so also the number of
+  messages N. Every other field is a column: absent when every message has the
+  default (null; for a received message's ``sequence_number``, ``enqueued_timestamp``,
+  ``delivery_count``, ``state`` and ``entity_path``: 0, 0.0, 0, ``"active"`` and
+  ``""``), one value that every
+  message has, or a list of N values (null for none). ``properties`` is a list of N
+  objects or nulls. Broker times are UTC epoch seconds. For example, three messages
+  with the same subject: ``{"body": "YWJhYmFi", "body_sizes": [2, 2, 2], "subject": "s",
+  "properties": [{"i": 0}, {"i": 1}, {"i": 2}]}``.
+
+Property values are JSON where JSON has the type, else tagged: ``{"bytes": BASE64}``,
+``{"datetime": ISO_8601}``, ``{"timedelta": MICROSECONDS}``, ``{"uuid": TEXT}``,
+``{"float": "nan"|"inf"|"-inf"}``. The operations:
+
+* ``POST /{ns}/{entity}/$aiosb/send`` ``{"messages": [...], "transaction": false}`` or
+  ``{"batch": {...}, ...}`` (``201``; a transaction is held to PT-16 to PT-18);
+* ``POST /{ns}/{entity}/$aiosb/schedule`` ``{"messages": [...]}`` or ``{"batch": {...}}``
+  (``201``, ``{"sequence_numbers": [...]}``);
+* ``POST /{ns}/{entity}/$aiosb/cancel`` ``{"sequence_numbers": [...]}``;
+* ``POST /{ns}/{entity}/$aiosb/receive`` with the fields of
+  :class:`~aiosb.transport.ReceiveRequest` (``{"messages": [...]}``), and ``"batch":
+  true`` for the answer ``{"batch": {...}}``;
+* ``POST /{ns}/{entity}/$aiosb/settle`` with the fields of
+  :class:`~aiosb.transport.Settlement` (``{"locked_until": [...] | null}``);
+* the request header ``x-aiosb-timeout: SECONDS``: the client's budget for the request;
+  the server gives the operation up when it runs out (on top of a receive's wait), so
+  that an operation its client timed out on has no effect later;
+* the header ``x-aiosb-kind: queue|topic|subscription`` on management ``GET`` and
+  ``DELETE``: act only if the entity is of that kind;
+* ``DeferredMessageCount`` in an entity's ``CountDetails``.
+
+Sessions are not part of the REST protocol, and the server does not offer them.
+
+**Fault injection** (the API of :class:`~aiosb.emulator.Faults`, over HTTP):
+``POST /{ns}/$faults`` with JSON ``{"entity": ..., "kind": ..., "operations": [...]}``
+(or ``{"entity": ..., "kind": "delay", "seconds": S}``, or ``{"entity": ...,
+"fragment": INDEX}`` where the emulator has ``fail_fragment``) answers ``201`` with
+``{"id": ...}``; ``GET /{ns}/$faults`` lists the active faults; ``DELETE
+/{ns}/$faults`` heals all, ``DELETE /{ns}/$faults/{id}`` heals one.
+
+**Authentication**: every request carries a Service Bus shared access signature
+(``Authorization: SharedAccessSignature sr=&sig=&se=&skn=``) signed with the server's
+key; the signature is checked with HMAC-SHA256 in constant time, and the expiry and the
+resource scope (``sr`` must be the requested path or one of its parents) are checked
+too. Without ``--key`` the server uses the well-known development key
+"""
+
+
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from ... import emulator
+from ...auth import DEV_KEY, DEV_KEY_NAME, SasCredential
+from .._durable import Journal
+from ._app import BODY_SECONDS, MAX_BODY, EmulatorServer
+from ._http import MAX_WAIT, PAGE, right_needed
+
+_right_needed = right_needed  # the name the tests knew
+
+__all__ = [
+    "BODY_SECONDS",
+    "DEV_KEY",
+    "DEV_KEY_NAME",
+    "MAX_BODY",
+    "MAX_WAIT",
+    "PAGE",
+    "EmulatorServer",
+    "ServedEmulator",
+    "serve",
+]
+
+#: A connection that sends no complete request for this long is closed (idle keep-alive
+#: connections, and headers trickling in).
+IDLE_SECONDS = 30.0
+#: File descriptors kept free for everything but client connections (the durable
+#: store, logs, the listening socket).
+_FD_RESERVE = 64
+
+
+@dataclass(frozen=True, slots=True)
+class ServedEmulator:
+    """A running server (what :func:`serve` gives).
+
+    Attributes:
+        url: The base URL, e.g. ``http://127.0.0.1:5380``; namespace ``contoso`` is at
+            ``{url}/contoso``.
+        key_name: The key name requests are signed with.
+        key: The key.
+    """
+
+    url: str
+    key_name: str
+    key: str
+
+    @property
+    def credential(self) -> SasCredential:
+        """A credential that signs requests to this server."""
+        return SasCredential(self.key_name, self.key)
+
+    def namespace_url(self, name: str) -> str:
+        """The URL to ``aiosb.connect`` to for namespace ``name``."""
+        return f"{self.url}/{name}"
+
+    def connection_string(self, name: str) -> str:
+        """A Service Bus style connection string for namespace ``name``."""
+        return (
+            f"Endpoint={self.url}/{name}/;SharedAccessKeyName={self.key_name};"
+            f"SharedAccessKey={self.key}"
+        )
+
+
+def max_connections() -> int:
+    """How many client connections the server keeps at once: what the process's file
+    descriptor limit allows, less a reserve, and at most 10,000."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY:
+            soft = 10_000 + _FD_RESERVE
+    except (ImportError, OSError, ValueError):  # no such limit here (Windows)
+        soft = 1024
+    return max(16, min(10_000, soft - _FD_RESERVE))
+
+
+class _CappedSite(web.TCPSite):
+    """A TCP site that never runs out of file descriptors: at the cap, a new connection
+    makes room by closing the oldest connection with no request in progress, so idle
+    connections (however many a hostile client opens) never lock signed clients out."""
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        handlers = self._runner.server
+        assert handlers is not None
+        cap = max_connections()
+
+        def connection() -> asyncio.Protocol:
+            live = handlers.connections
+            if len(live) >= cap:
+                for handler in live[: len(live) - cap + 1 + cap // 10]:
+                    if not getattr(handler, "_request_in_progress", False):
+                        handler.force_close()
+            return handlers()
+
+        self._server = await asyncio.get_running_loop().create_server(
+            connection,
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+        )
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    key_name: str = DEV_KEY_NAME,
+    key: str = DEV_KEY,
+    ready: Callable[[ServedEmulator], None] | None = None,
+    data_dir: str | Path | None = None,
+    keys: Mapping[str, tuple[str, Iterable[str]]] | None = None,
+) -> AsyncIterator[ServedEmulator]:
+    """Serve the emulator over HTTP on the running loop, for the ``async with`` block.
+
+    Args:
+        host: The interface to listen on.
+        port: The port; ``0`` picks a free one.
+        key_name: The shared access key name requests must be signed with.
+        key: The key (default: the well-known development key :data:`DEV_KEY`).
+        ready: Called with the running server once it listens.
+        keys: More keys, ``{name: (key, rights)}`` with rights among ``Manage``,
+            ``Send``, ``Listen`` (``key_name``/``key`` has all three).
+        data_dir: Durable mode: keep every namespace in a SQLite database there, loaded
+            at start-up; every acknowledged send and settlement is on disk before its
+            answer (R-3). Without it, everything is in memory.
+
+    Yields:
+        A :class:`ServedEmulator` with the bound URL and the credential.
+    """
+    journal = None
+    if data_dir is not None:
+        journal = Journal(data_dir)
+        await journal.open()
+        try:
+            await journal.load()
+            emulator.use_journal(journal)
+        except BaseException:
+            await journal.aclose()
+            raise
+    server = EmulatorServer(key_name=key_name, key=key, journal=journal, keys=keys)
+    # handler_cancellation: a client that hangs up (its own timeout) cancels the
+    # operation it asked for, so that a long poll does not lock messages for nobody.
+    runner = web.AppRunner(
+        server.app(), handler_cancellation=True, access_log=None, keepalive_timeout=IDLE_SECONDS
+    )
+    await runner.setup()
+    try:
+        site = _CappedSite(runner, host, port, reuse_address=True)
+        await site.start()
+        sockets = site._server.sockets  # type: ignore[union-attr]
+        bound = sockets[0].getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        served = ServedEmulator(f"http://{shown}:{bound}", key_name, key)
+        if ready is not None:
+            ready(served)
+        yield served
+    finally:
+        await runner.cleanup()
+        if journal is not None:
+            emulator.use_journal(None)
+            await journal.aclose()

@@ -1,0 +1,190 @@
+"""The server's application: :class:`EmulatorServer` checks each request's signature
+(:class:`aiosb.auth.SasChecker`), reads its body within a time limit, routes it to the
+REST data plane, the ``$aiosb`` extensions, management or fault injection, and commits the
+durable journal before it answers."""
+
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+
+from aiohttp import web
+
+from ...auth import DEV_KEY, DEV_KEY_NAME, RIGHTS, SasChecker, SasCredential
+from ...errors import (
+    EntityNotFound,
+    InvalidArgument,
+    InvalidOperation,
+    MessageSizeExceeded,
+    ServiceBusError,
+)
+from ...transport.memory import MemoryTransport
+from ...wire import status as _status
+from .._durable import Journal
+from . import _extensions, _fault_api, _manage, _rest_plane
+from ._http import (
+    MAX_WAIT,
+    Route,
+    as_seconds,
+    bounded,
+    error_response,
+    right_needed,
+    split,
+)
+
+log = logging.getLogger("aiosb.server")
+
+#: The largest request body: a batch at the premium limit, base64-encoded, with room.
+MAX_BODY = 4 * 1024 * 1024
+#: How long a signed request's body may take to arrive.
+BODY_SECONDS = 30.0
+
+
+class EmulatorServer:
+    """The aiohttp application serving every emulator namespace of this process.
+
+    Args:
+        key_name: The shared access key name requests must be signed with.
+        key: The key (:data:`DEV_KEY` by default).
+
+    Use :func:`serve` to run it; :meth:`app` gives the bare application.
+    """
+
+    def __init__(
+        self,
+        *,
+        key_name: str = DEV_KEY_NAME,
+        key: str = DEV_KEY,
+        journal: Journal | None = None,
+        keys: Mapping[str, tuple[str, Iterable[str]]] | None = None,
+    ) -> None:
+        SasCredential(key_name, key)  # validates both
+        table = {key_name: (key, frozenset(RIGHTS))}
+        for name, (secret, rights) in (keys or {}).items():
+            SasCredential(name, secret)
+            given = set(rights)
+            unknown = sorted(given - set(RIGHTS))
+            if unknown or not given:
+                raise InvalidArgument(
+                    f"key {name!r} has rights {sorted(given)}; give some of "
+                    f"{', '.join(RIGHTS)}."
+                )
+            if name in table:
+                raise InvalidArgument(f"the key name {name!r} is given twice.")
+            table[name] = (secret, frozenset(RIGHTS) if "Manage" in given else frozenset(given))
+        self._auth = SasChecker(table)
+        self._journal = journal
+        self._transports: dict[str, MemoryTransport] = {}
+        self._opening: dict[str, asyncio.Future[MemoryTransport]] = {}
+
+    def app(self) -> web.Application:
+        """The aiohttp application (one catch-all route; the server parses paths itself)."""
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        app.on_cleanup.append(self._cleanup)
+        return app
+
+    async def _cleanup(self, _app: web.Application) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Detach from every namespace served (they stay in :mod:`aiosb.emulator`)."""
+        transports, self._transports = self._transports, {}
+        for transport in transports.values():
+            await transport.aclose()
+
+    async def _namespace(self, name: str) -> MemoryTransport:
+        key = name.lower()
+        transport = self._transports.get(key)
+        if transport is None:
+            transport = MemoryTransport(name)  # validates the name
+            await transport.open()
+            self._transports[key] = transport
+        return transport
+
+
+    # -- dispatch ---------------------------------------------------------------------
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        try:
+            route = split(request.raw_path)
+            headers = request.headers
+            self._auth.check(
+                headers.get("Authorization") or headers.get("ServiceBusAuthorization"),
+                request.host,
+                route.path,
+                right_needed(request.method, route.segments),
+            )
+            if request.can_read_body:
+                try:
+                    async with asyncio.timeout(BODY_SECONDS):
+                        await request.read()  # kept: handlers read it again at no cost
+                except TimeoutError:
+                    raise InvalidArgument(
+                        f"the request body did not arrive within {BODY_SECONDS:g} s."
+                    ) from None
+            budget = request.headers.get(_status.TIMEOUT_HEADER)
+            limit = None if budget is None else as_seconds(_status.TIMEOUT_HEADER, budget, MAX_WAIT)
+            response = await self._route(request, route, limit)
+            if self._journal is not None:  # durable mode: on disk before the answer
+                await self._journal.commit()
+            return response
+        except ServiceBusError as exc:
+            return error_response(exc)
+        except web.HTTPException as exc:  # aiohttp's own refusals (body too large ...)
+            detail = f"{exc.reason}: {exc.text or ''}".strip(": ")
+            if exc.status == 413:
+                return error_response(MessageSizeExceeded(
+                    f"the request body is over the server's {MAX_BODY} byte limit ({detail})."
+                ))
+            return error_response(InvalidArgument(detail))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug: say so, never crash the server
+            log.exception("unexpected error serving %s %s", request.method, request.path)
+            return error_response(ServiceBusError("internal error in the emulator server."))
+
+    async def _route(
+        self, request: web.Request, route: Route, limit: float | None
+    ) -> web.StreamResponse:
+        segs = route.segments
+        method = request.method
+        if segs and segs[0] == "$faults":
+            await self._namespace(route.namespace)  # validates the name; namespaces on first use
+            return await _fault_api.faults(request, route)
+        ns = await self._namespace(route.namespace)
+        if not segs:
+            raise InvalidArgument(
+                f"nothing to do at /{route.namespace}: address an entity, e.g. "
+                f"/{route.namespace}/orders/messages."
+            )
+        if "$aiosb" in segs:
+            at = segs.index("$aiosb")
+            if at == 0 or len(segs) != at + 2 or method != "POST":
+                raise InvalidArgument(
+                    "aiosb extensions are POST /{namespace}/{entity}/$aiosb/{operation}."
+                )
+            path = "/".join(segs[:at])
+            return await _extensions.extension(request, ns, path, segs[-1], limit)
+        if segs[-1] == "messages" and len(segs) > 1:
+            if method != "POST":
+                raise InvalidOperation(f"{method} is not allowed on .../messages; POST sends.")
+            return await bounded(limit, _rest_plane.send(request, ns, "/".join(segs[:-1])))
+        if segs[-2:] == ("messages", "head") and len(segs) > 2:
+            path = "/".join(segs[:-2])
+            if method not in ("POST", "DELETE"):
+                raise InvalidOperation(
+                    f"{method} is not allowed on .../messages/head; POST peek-locks, "
+                    "DELETE receives and deletes."
+                )
+            return await _rest_plane.receive_head(request, ns, route, path, limit)
+        if len(segs) > 3 and segs[-3] == "messages":
+            path = "/".join(segs[:-3])
+            return await bounded(limit, _rest_plane.lock(request, ns, path, segs[-2], segs[-1]))
+        try:
+            return await bounded(limit, _manage.manage(request, ns, route))
+        except EntityNotFound as exc:  # management answers 404 (data operations: 410)
+            return error_response(exc, 404)
+

@@ -1,0 +1,202 @@
+"""What every handler of the HTTP server shares: the request path decoded into a route,
+the right a request needs, error answers, checked input (JSON bodies, numbers, seconds,
+pages) and the client's time budget. Imports the vocabulary and aiohttp, nothing of the
+server's handlers."""
+
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import math
+import urllib.parse
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from xml.sax.saxutils import escape
+
+from aiohttp import web
+
+from ...errors import (
+    InvalidArgument,
+    OperationTimeout,
+    ServiceBusError,
+)
+from ...protocol import (
+    MAX_RECEIVE_WAIT,
+)
+from ...wire import status as _status
+
+#: The longest a receive may wait, in seconds.
+MAX_WAIT = MAX_RECEIVE_WAIT
+PAGE = 100  # entries of a listing, unless $top asks for others (as Service Bus)
+MAX_PAGE = 1000
+_MAX_SEGMENT = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    namespace: str
+    segments: tuple[str, ...]  # decoded, below the namespace
+    path: str = field(init=False)  # what a signature's scope covers
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "path", "/" + "/".join((self.namespace, *self.segments)).lower()
+        )
+
+
+@functools.lru_cache(maxsize=1024)  # clients use the same few paths over and over
+def split(raw_path: str) -> Route:
+    """Decode the request path into namespace and segments, refusing path tricks."""
+    path = raw_path.split("?", 1)[0]
+    if not path.startswith("/"):
+        raise InvalidArgument("the request path must start with '/'.")
+    parts = path[1:].split("/") if path != "/" else []
+    if len(parts) > 1 and parts[-1] == "":
+        parts.pop()  # one trailing slash is harmless
+    segments = []
+    for part in parts:
+        try:
+            text = urllib.parse.unquote(part, errors="strict")
+        except UnicodeDecodeError:
+            raise InvalidArgument(f"path segment {part[:60]!r} is not valid UTF-8.") from None
+        if text in ("", ".", "..") or len(text) > _MAX_SEGMENT:
+            raise InvalidArgument(
+                f"path segment {text[:60]!r} is not allowed: entity paths have no empty, "
+                f"'.' or '..' segments and no segment over {_MAX_SEGMENT} characters."
+            )
+        if any(c in text for c in "/\\") or not text.isprintable():
+            raise InvalidArgument(
+                f"path segment {text[:60]!r} is not allowed: no encoded slashes, "
+                "backslashes or control characters."
+            )
+        segments.append(text)
+    if not segments:
+        raise InvalidArgument(
+            "no namespace in the path: use /{namespace}/{entity}/messages and the like."
+        )
+    return Route(segments[0], tuple(segments[1:]))
+
+
+def right_needed(method: str, segs: tuple[str, ...]) -> str:
+    """The right a request needs: Send to send, Listen to receive and settle, Manage for
+    management and fault injection (what the routing in ``_route`` does)."""
+    if segs[:1] == ("$faults",):  # routed before anything else, whatever follows
+        return "Manage"
+    if "$aiosb" in segs and segs[-1] in ("send", "schedule", "cancel"):
+        return "Send"
+    if "$aiosb" in segs:
+        return "Listen"
+    if segs and segs[-1] == "messages" and len(segs) > 1:
+        return "Send"
+    if (segs[-2:] == ("messages", "head") and len(segs) > 2) or (
+        len(segs) > 3 and segs[-3] == "messages"
+    ):
+        return "Listen"
+    return "Manage"
+
+
+def error_response(exc: ServiceBusError, status: int | None = None) -> web.Response:
+    status = status or _status.status_for(exc)
+    body = (
+        f"<Error><Code>{status}</Code><Detail>{escape(exc.message)}</Detail></Error>"
+    ).encode()
+    return web.Response(
+        status=status,
+        body=body,
+        content_type="application/xml",
+        charset="utf-8",
+        headers={
+            _status.ERROR_HEADER: type(exc).__name__,
+            _status.RETRYABLE_HEADER: "true" if exc.retryable else "false",
+        },
+    )
+
+
+def json_body(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidArgument(f"the body is not valid JSON: {str(exc)[:120]}.") from None
+
+
+def object_body(data: bytes, allowed: dict[str, Any]) -> dict[str, Any]:
+    """A JSON object whose keys are all in ``allowed`` (name -> default)."""
+    value = json_body(data)
+    if not isinstance(value, dict):
+        raise InvalidArgument("the body must be a JSON object.")
+    unknown = sorted(set(value) - set(allowed))
+    if unknown:
+        raise InvalidArgument(
+            f"unknown field(s) {', '.join(unknown)[:200]}; known: {', '.join(sorted(allowed))}."
+        )
+    return {**allowed, **value}
+
+
+def whole(name: str, value: Any, low: int = 0, high: int = 2**63 - 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgument(f"{name} is {value!r:.60}; it must be a whole number from "
+                              f"{low} to {high}.")
+    return value
+
+
+def as_seconds(name: str, value: Any, high: float) -> float:
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise InvalidArgument(f"{name} is {value[:40]!r}; it must be seconds.") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"{name} is {value!r:.60}; it must be seconds.")
+    if not math.isfinite(value) or not 0 <= value <= high:
+        raise InvalidArgument(f"{name} is {value!r}; it must be between 0 and {high:g} seconds.")
+    return float(value)
+
+
+def page_of(request: web.Request) -> slice:
+    """The page of a listing that ``$skip`` and ``$top`` ask for: as Service Bus, at
+    most :data:`PAGE` entries unless ``$top`` says otherwise."""
+    skip = _querywhole(request, "$skip", 0, 0, 2**31 - 1)
+    top = _querywhole(request, "$top", PAGE, 1, MAX_PAGE)
+    return slice(skip, skip + top)
+
+
+def _querywhole(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    # (at most 12 digits: int() refuses thousands of them with a ValueError, a 500)
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 12) or not low <= int(raw) <= high:
+        raise InvalidArgument(f"{name} is {raw[:40]!r}; use a whole number from {low} to {high}.")
+    return int(raw)
+
+
+def str_or_none(name: str, value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise InvalidArgument(f"{name} must be a string, not {value!r:.60}.")
+    return value
+
+
+T = TypeVar("T")
+
+
+async def bounded(limit: float | None, work: Awaitable[T], wait: float = 0.0) -> T:
+    """Run ``work`` within the client's budget ``limit`` (seconds; ``None``: no bound),
+    plus ``wait`` (a receive's own wait): a hair under the client's own deadline, so
+    that the operation is given up here first and a timed-out operation never takes
+    effect later.
+
+    Raises:
+        OperationTimeout: The budget ran out.
+    """
+    if limit is None:
+        return await work
+    try:
+        async with asyncio.timeout(max(0.0, limit + wait - 1e-6)):
+            return await work
+    except TimeoutError:
+        raise OperationTimeout(
+            f"the operation did not finish within the client's {limit:g} s."
+        ) from None

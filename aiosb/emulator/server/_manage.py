@@ -1,0 +1,135 @@
+"""The management API of the server: entities as Atom entries and feeds (create, read
+with counts, update, delete, list in pages), in the encoding of :mod:`aiosb.wire.atom`."""
+
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from ...entities import DEAD_LETTER_SUFFIX, parse_entity_path
+from ...errors import (
+    EntityNotFound,
+    InvalidArgument,
+    InvalidOperation,
+)
+from ...protocol import (
+    ManagementRequest,
+)
+from ...transport.memory import MemoryTransport
+from ...wire import atom as _atom
+from ._http import (
+    Route,
+    page_of,
+)
+
+
+async def manage(
+    request: web.Request, ns: MemoryTransport, route: Route
+) -> web.StreamResponse:
+    segs = route.segments
+    method = request.method
+    url = f"{request.scheme}://{request.host}/{route.namespace}"
+    if segs[0] == "$Resources":
+        if method != "GET" or len(segs) != 2 or segs[1].lower() not in ("queues", "topics"):
+            raise InvalidArgument("use GET /{namespace}/$Resources/queues (or topics).")
+        kind = segs[1].lower()[:-1]
+        page = page_of(request)
+        items = await ns.manage(ManagementRequest("list", kind))  # type: ignore[arg-type]
+        return _feed(kind, items[page], f"{url}/$Resources/{segs[1]}",
+                          segs[1].capitalize(), url)
+    path = "/".join(segs)
+    if method == "GET" and segs[-1] == "subscriptions" and len(segs) > 1:
+        topic = "/".join(segs[:-1])
+        page = page_of(request)
+        items = await ns.manage(ManagementRequest("list", "subscription", topic))
+        return _feed("subscription", items[page], f"{url}/{path}",
+                          "Subscriptions", url)
+    parsed = parse_entity_path(path)
+    if parsed.sub_queue is not None:
+        raise InvalidOperation(
+            f"{DEAD_LETTER_SUFFIX} is a sub-queue, not an entity: manage {parsed.path!r}."
+        )
+    if method == "PUT":
+        return await _put(request, ns, parsed, url)
+    wanted = request.headers.get("x-aiosb-kind")
+    if wanted is not None and wanted not in _atom.KINDS:
+        raise InvalidArgument(f"x-aiosb-kind is {wanted[:40]!r}; use queue, topic or "
+                              "subscription.")
+    kind = await _kind_of(ns, parsed, wanted)
+    if method == "GET":
+        props = await ns.manage(ManagementRequest("get", kind, parsed.path))  # type: ignore[arg-type]
+        counts = await ns.manage(ManagementRequest("runtime", None, parsed.path))
+        return _entry(kind, props, counts, f"{url}/{parsed.path}", parsed.path,
+                           status=200)
+    if method == "DELETE":
+        await ns.manage(ManagementRequest("delete", kind, parsed.path))  # type: ignore[arg-type]
+        return web.Response(status=200)
+    raise InvalidOperation(f"{method} is not allowed on an entity: use PUT, GET or DELETE.")
+
+
+async def _kind_of(ns: MemoryTransport, parsed: Any, wanted: str | None) -> str:
+    if parsed.subscription is not None:
+        kind = "subscription"
+        if wanted not in (None, kind):
+            raise EntityNotFound(f"{parsed.path!r} is not a {wanted}.")
+        return kind
+    for kind in ("queue", "topic") if wanted is None else (wanted,):
+        try:
+            await ns.manage(ManagementRequest("get", kind, parsed.path))  # type: ignore[arg-type]
+        except EntityNotFound:
+            continue
+        return kind
+    what = wanted or "queue or topic"
+    raise EntityNotFound(f"The {what} {parsed.path!r} does not exist in namespace "
+                         f"{ns.namespace!r}.")
+
+
+async def _put(request: web.Request, ns: MemoryTransport, parsed: Any, url: str
+               ) -> web.StreamResponse:
+    entry = _atom.parse_entry(await request.read())
+    kind = entry.kind
+    if (kind == "subscription") != (parsed.subscription is not None):
+        raise InvalidArgument(
+            f"a {kind} description was PUT at {parsed.path!r}; subscriptions live at "
+            "{topic}/subscriptions/{name}, queues and topics anywhere else."
+        )
+    for readonly in ("created_at_utc", "updated_at_utc", "accessed_at_utc"):
+        entry.fields.pop(readonly, None)
+    if kind == "subscription":
+        props = _atom.build_properties(kind, parsed.subscription, entry.fields,
+                                       topic_name=parsed.entity)
+    else:
+        props = _atom.build_properties(kind, parsed.path, entry.fields)
+    update = request.headers.get("If-Match") is not None
+    if update and request.headers.get("If-Match", "").strip() != "*":
+        raise InvalidArgument("If-Match must be '*' to update an entity.")
+    action = "update" if update else "create"
+    result = await ns.manage(ManagementRequest(action, kind, parsed.path, props))  # type: ignore[arg-type]
+    return _entry(kind, result, None, f"{url}/{parsed.path}", parsed.path,
+                       status=200 if update else 201)
+
+
+def _entry(kind: str, props: Any, counts: Any, url: str, title: str, *, status: int
+           ) -> web.Response:
+    return web.Response(
+        status=status,
+        body=_atom.entry_xml(kind, props, counts, url, title),
+        content_type="application/atom+xml",
+        charset="utf-8",
+    )
+
+
+def _feed(kind: str, items: list[Any], url: str, title: str, base: str) -> web.Response:
+    entries = []
+    for props in items:
+        path = props.name if kind != "subscription" else (
+            f"{props.topic_name}/subscriptions/{props.name}"
+        )
+        entries.append((kind, props, None, f"{base}/{path}", props.name))
+    return web.Response(
+        body=_atom.feed_xml(entries, url, title),
+        content_type="application/atom+xml",
+        charset="utf-8",
+    )
