@@ -27,6 +27,7 @@ The transport never retries: status codes map to :mod:`aiosb.errors` with the ri
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import math
 import time
@@ -329,7 +330,7 @@ class HttpTransport:
                     "Body": text,
                     "BrokerProperties": _rest.rest_broker_properties(msg),
                     "UserProperties": {
-                        k: v if not hasattr(v, "timestamp") else _rest.http_date(v.timestamp())
+                        k: _rest.http_date(v.timestamp()) if isinstance(v, _dt.datetime) else v
                         for k, v in msg.application_properties.items()
                     },
                 }
@@ -440,7 +441,8 @@ class HttpTransport:
                     else {k: _json.encode_value(v) for k, v in props.items()},
                 },
             )
-            return answer["locked_until"]
+            locked: list[float] | None = answer["locked_until"]
+            return locked
         methods = {"complete": "DELETE", "abandon": "PUT", "renew": "POST"}
         method = methods.get(settlement.action)
         if method is None:
@@ -482,7 +484,7 @@ class HttpTransport:
                 where = f"$Resources/{kind}s"
             return [self._properties(e, kind, path, e.title or "")
                     for e in await self._list(where)]
-        kind_header = {"x-aiosb-kind": kind} if self.extensions and kind else {}
+        kind_header: dict[str, str] = {"x-aiosb-kind": kind} if self.extensions and kind else {}
         if action in ("get", "runtime"):
             _, _, body = await self._request(
                 "GET", _quote(path), headers=kind_header, params=_API_VERSION
@@ -572,7 +574,7 @@ class RemoteFaults:
     ) -> str:
         """Inject a fault (see :meth:`aiosb.emulator.Faults.fail`); return its id."""
         payload = {"entity": entity, "kind": kind, "operations": list(operations)}
-        return (await self._call("POST", "$faults", payload))["id"]
+        return str((await self._call("POST", "$faults", payload))["id"])
 
     async def delay(
         self,
@@ -584,18 +586,20 @@ class RemoteFaults:
         """Add latency to ``entity``'s operations; return the fault's id."""
         payload = {"entity": entity, "kind": "delay", "seconds": seconds,
                    "operations": list(operations)}
-        return (await self._call("POST", "$faults", payload))["id"]
+        return str((await self._call("POST", "$faults", payload))["id"])
 
     async def fail_fragment(self, entity: str, index: int) -> str:
         """Take one fragment of a partitioned entity down; return the fault's id."""
-        return (await self._call("POST", "$faults", {"entity": entity, "fragment": index}))["id"]
+        answer = await self._call("POST", "$faults", {"entity": entity, "fragment": index})
+        return str(answer["id"])
 
     async def heal(self, fault_id: str | None = None) -> int:
         """Heal one fault by id, or every fault of the namespace; return how many."""
         path = "$faults" if fault_id is None else f"$faults/{urllib.parse.quote(fault_id)}"
-        return (await self._call("DELETE", path))["healed"]
+        return int((await self._call("DELETE", path))["healed"])
 
     async def active(self) -> list[dict[str, Any]]:
         """The faults in force, as the server lists them."""
-        return (await self._call("GET", "$faults"))["faults"]
+        faults: list[dict[str, Any]] = (await self._call("GET", "$faults"))["faults"]
+        return faults
 

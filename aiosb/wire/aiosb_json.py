@@ -361,7 +361,8 @@ def encode_received_batch(messages: Sequence[ReceivedMessage]) -> dict[str, Any]
     out = encode_batch(messages)
     if messages:
         n = len(messages)
-        columns = (  # as in _sent_columns, in the order of _RECEIVED_DEFAULTS
+        # as in _sent_columns, in the order of _RECEIVED_DEFAULTS
+        columns: tuple[list[Any], ...] = (
             [m.sequence_number for m in messages],
             [m.enqueued_timestamp for m in messages],
             [m.expires_timestamp for m in messages],
@@ -551,7 +552,7 @@ def decode_received_batch(data: dict[str, Any]) -> list[ReceivedMessage]:
     n = len(bodies)
     if not n:
         return []
-    columns = []
+    columns: list[Any] = []
     for name in _COLUMNS:
         column = data.get(name)
         if name == _TTL:

@@ -17,7 +17,8 @@ import dataclasses
 import datetime as _dt
 import re
 import xml.etree.ElementTree as ET
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NoReturn
 from xml.parsers import expat as pyexpat
 from xml.sax.saxutils import escape
 
@@ -192,7 +193,7 @@ def _format_value(kind: str, value: Any, field: str = "") -> str:
             raise InvalidArgument(f"{field} must be True or False, not {value!r}.")
         return "true" if value else "false"
     if kind == "datetime":
-        return value.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return str(value.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
     if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
         raise InvalidArgument(f"{field} must be a whole number, not {value!r}.")
     if kind == "str" and not isinstance(value, str):
@@ -298,7 +299,7 @@ def entry_xml(kind: str, props: Any, counts: RuntimeProperties | None, url: str,
 
 
 def feed_xml(
-    items: list[tuple[str, Any, RuntimeProperties | None, str, str]], url: str, title: str
+    items: Sequence[tuple[str, Any, RuntimeProperties | None, str, str]], url: str, title: str
 ) -> bytes:
     """An Atom feed of entries ``(kind, props, counts, url, title)`` (what lists answer)."""
     now = _format_value("datetime", _dt.datetime.now(_dt.UTC))
@@ -323,7 +324,7 @@ class Entry:
     counts: dict[str, int]
 
 
-def _refuse(*_: Any) -> None:
+def _refuse(*_: Any) -> NoReturn:
     raise InvalidArgument("XML with a document type declaration or entities is not accepted.")
 
 

@@ -250,7 +250,7 @@ def _content_type(headers: Any) -> str | None:
     value = headers.get("Content-Type")
     if not value or value.startswith(("application/atom+xml", "application/octet-stream")):
         return None
-    return value
+    return str(value)
 
 
 def custom_headers(properties: dict[str, PropertyValue]) -> dict[str, str]:

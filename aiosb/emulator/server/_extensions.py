@@ -67,7 +67,7 @@ async def extension(
         messages = _messages(payload)
         if any(m.scheduled_enqueue_time is None for m in messages):
             raise InvalidArgument("every message to schedule needs scheduled_enqueue_time.")
-        seqs = await bounded(limit, ns.schedule(path, messages))  # type: ignore[arg-type]
+        seqs = await bounded(limit, ns.schedule(path, messages))
         return web.json_response({"sequence_numbers": seqs}, status=201)
     if op == "cancel":
         payload = object_body(body, {"sequence_numbers": None})
@@ -83,16 +83,16 @@ async def extension(
         # A receive that waits for ever is bounded by nothing but its client.
         bound = None if receive.max_wait is None else limit
         got = await bounded(
-            bound, ns.receive(path, receive), receive.max_wait or 0.0  # type: ignore[arg-type]
+            bound, ns.receive(path, receive), receive.max_wait or 0.0
         )
         if batch:
-            return _batch_response({"batch": _json.encode_received_batch(got)})  # type: ignore[arg-type]
+            return _batch_response({"batch": _json.encode_received_batch(got)})
         return web.json_response(
-            {"messages": [_json.encode_received(m) for m in got]}  # type: ignore[union-attr]
+            {"messages": [_json.encode_received(m) for m in got]}
         )
     if op == "settle":
         settlement = _settlement(body)
-        until = await bounded(limit, ns.settle(path, settlement))  # type: ignore[arg-type]
+        until = await bounded(limit, ns.settle(path, settlement))
         return web.json_response({"locked_until": until})
     raise InvalidArgument(
         f"unknown aiosb extension {op[:40]!r}; known: send, schedule, cancel, receive, "

@@ -17,10 +17,7 @@ from ...errors import (
     InvalidOperation,
 )
 from ...message import Message, ReceivedMessage, property_name_ok
-from ...protocol import (
-    ReceiveRequest,
-    Settlement,
-)
+from ...protocol import ReceiveRequest, SettleAction, Settlement
 from ...transport.memory import MemoryTransport
 from ...wire import rest as _rest
 from ._http import (
@@ -147,10 +144,10 @@ async def receive_head(
         max_wait=wait,
         sub_queue=parsed.sub_queue,
     )
-    got = await bounded(limit, ns.receive(parsed.path, receive), wait)  # type: ignore[arg-type]
+    got = await bounded(limit, ns.receive(parsed.path, receive), wait)
     if not got:
         return web.Response(status=204)
-    msg: ReceivedMessage = got[0]  # type: ignore[index]
+    msg: ReceivedMessage = got[0]
     token = msg.lock_token
     try:
         headers = rest_headers(msg, locked=lock)
@@ -171,7 +168,7 @@ async def receive_head(
 async def lock(
     request: web.Request, ns: MemoryTransport, path: str, message: str, token: str
 ) -> web.StreamResponse:
-    actions = {"DELETE": "complete", "PUT": "abandon", "POST": "renew"}
+    actions: dict[str, SettleAction] = {"DELETE": "complete", "PUT": "abandon", "POST": "renew"}
     action = actions.get(request.method)
     if action is None:
         raise InvalidOperation(
@@ -179,7 +176,7 @@ async def lock(
             "PUT unlocks, POST renews."
         )
     parsed = parse_entity_path(path)
-    settlement = Settlement(action, [token], parsed.sub_queue)  # type: ignore[arg-type]
+    settlement = Settlement(action, [token], parsed.sub_queue)
     until = await ns.settle(parsed.path, settlement)
     headers = {}
     if until:
