@@ -26,7 +26,7 @@ import datetime as _dt
 import uuid
 
 from ..errors import MessageSizeExceeded
-from ..message import MAX_ID_LENGTH, Message, ReceivedMessage
+from ..message import MAX_ID_LENGTH, MESSAGE_FIELDS, Message, ReceivedMessage, copier
 
 __all__ = [
     "PATH",
@@ -71,20 +71,14 @@ def to_backlog(message: Message, entity: str, now: float, limit: int) -> Message
         props[TIME_TO_LIVE] = ttl.total_seconds()
         start = max(now, at.timestamp()) if at is not None else now
         remaining = _dt.timedelta(seconds=max(start + ttl.total_seconds() - now, 0.001))
-    partition_key = message.partition_key
-    copy = Message(
-        message.body,
-        message_id=message.message_id or uuid.uuid4().hex,
-        partition_key=partition_key,
-        time_to_live=remaining,
-        content_type=message.content_type,
-        correlation_id=message.correlation_id,
-        subject=message.subject,
-        reply_to=message.reply_to,
-        reply_to_session_id=message.reply_to_session_id,
-        to=message.to,
-        application_properties=props,
-    )
+    # Built field by field from a message Message checked, with valid additions.
+    copy = _new(Message)
+    _copy_to_backlog(message, copy)
+    copy.message_id = message.message_id or uuid.uuid4().hex
+    copy.session_id = None  # in x-ms-sessionid: backlog queues have no sessions
+    copy.time_to_live = remaining
+    copy.scheduled_enqueue_time = None  # in x-ms-scheduledenqueuetimeutc
+    copy.application_properties = props
     size = copy.size
     if size > limit:
         raise MessageSizeExceeded(
@@ -151,20 +145,27 @@ def restore(received: ReceivedMessage, now: float) -> Restored:
     # Built field by field: every field comes from a message the broker accepted, and
     # this runs for every message the syphon moves.
     message = _new(Message)
-    message.body = received.body
-    message.message_id = received.message_id
+    _copy_restored(received, message)
     message.session_id = session_id
     message.partition_key = partition_key
     message.time_to_live = ttl
     message.scheduled_enqueue_time = at
-    message.content_type = received.content_type
-    message.correlation_id = received.correlation_id
-    message.subject = received.subject
-    message.reply_to = received.reply_to
-    message.reply_to_session_id = received.reply_to_session_id
-    message.to = received.to
     message.application_properties = props
     return Restored(entity, message)
 
 
 _new = object.__new__
+#: The fields a backlog copy keeps as they are: all but those the rewrite moves into
+#: properties or recomputes (derived from aiosb.message.MESSAGE_FIELDS, so a new field
+#: travels through the backlog unless it is named here).
+_REWRITTEN = frozenset(
+    ("message_id", "session_id", "time_to_live", "scheduled_enqueue_time",
+     "application_properties")
+)
+_copy_to_backlog = copier([name for name in MESSAGE_FIELDS if name not in _REWRITTEN])
+#: The fields a restored message takes as they are from the backlog copy.
+_RESTORED = frozenset(
+    ("session_id", "partition_key", "time_to_live", "scheduled_enqueue_time",
+     "application_properties")
+)
+_copy_restored = copier([name for name in MESSAGE_FIELDS if name not in _RESTORED])

@@ -34,7 +34,7 @@ from ..entities import (
     SubscriptionProperties,
     TopicProperties,
 )
-from ..message import Message, ReceivedMessage
+from ..message import MESSAGE_FIELDS, TEXT_FIELDS, Message, ReceivedMessage
 
 __all__ = [
     "apply_to_sdk",
@@ -98,23 +98,28 @@ def _property_to_sdk(value: Any) -> Any:
     return value
 
 
+#: The SDK's name of each field of a message that it takes as a keyword: the field's own
+#: name, but for the few the SDK spells otherwise (from aiosb.message.MESSAGE_FIELDS; the
+#: body is the SDK message's first argument, the properties are converted apart).
+_SDK_NAMES = {
+    name: {"scheduled_enqueue_time": "scheduled_enqueue_time_utc"}.get(name, name)
+    for name, kind in MESSAGE_FIELDS.items()
+    if kind in ("text", "duration", "instant")
+}
+_TEXTS = tuple((name, _SDK_NAMES[name]) for name in TEXT_FIELDS)
+_AS_IS = tuple(
+    (name, _SDK_NAMES[name]) for name, kind in MESSAGE_FIELDS.items()
+    if kind in ("duration", "instant")
+)
+
+
 def message_to_sdk(message: Message) -> Any:
     """Build a ``ServiceBusMessage`` carrying every field of ``message``."""
     props = message.application_properties
     return sdk().ServiceBusMessage(
         message.body,
         application_properties={k: _property_to_sdk(v) for k, v in props.items()} or None,
-        session_id=message.session_id,
-        message_id=message.message_id,
-        scheduled_enqueue_time_utc=message.scheduled_enqueue_time,
-        time_to_live=message.time_to_live,
-        content_type=message.content_type,
-        correlation_id=message.correlation_id,
-        subject=message.subject,
-        partition_key=message.partition_key,
-        to=message.to,
-        reply_to=message.reply_to,
-        reply_to_session_id=message.reply_to_session_id,
+        **{sdk_name: getattr(message, name) for name, sdk_name in _SDK_NAMES.items()},
     )
 
 
@@ -177,19 +182,11 @@ def message_from_sdk(
     state = sdk_message.state
     state_name = getattr(state, "name", str(state)).lower()
     enqueued = sdk_message.enqueued_time_utc
+    sent = {name: _text(getattr(sdk_message, sdk_name)) for name, sdk_name in _TEXTS}
+    sent.update((name, getattr(sdk_message, sdk_name)) for name, sdk_name in _AS_IS)
     return ReceivedMessage(
         _body(sdk_message),
-        message_id=_text(sdk_message.message_id),
-        session_id=_text(sdk_message.session_id),
-        partition_key=_text(sdk_message.partition_key),
-        time_to_live=sdk_message.time_to_live,
-        scheduled_enqueue_time=sdk_message.scheduled_enqueue_time_utc,
-        content_type=_text(sdk_message.content_type),
-        correlation_id=_text(sdk_message.correlation_id),
-        subject=_text(sdk_message.subject),
-        reply_to=_text(sdk_message.reply_to),
-        reply_to_session_id=_text(sdk_message.reply_to_session_id),
-        to=_text(sdk_message.to),
+        **sent,
         application_properties=props,
         sequence_number=sdk_message.sequence_number or 0,
         enqueued_timestamp=_timestamp(enqueued) or 0.0,

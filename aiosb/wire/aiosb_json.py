@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import datetime as _dt
 import itertools
 import json
@@ -23,11 +24,16 @@ import orjson
 from ..errors import InvalidArgument
 from ..message import (
     MAX_ID_LENGTH,
+    RECEIVED_FIELDS,
     TEXT_FIELDS,
     Message,
     PropertyValue,
     ReceivedMessage,
+    builder,
+    column_reader,
     content_type_ok,
+    field_of,
+    fields_of,
     property_name_ok,
 )
 
@@ -49,25 +55,22 @@ _UTC = _dt.UTC
 
 # -- the aiosb encoding -----------------------------------------------------------------
 
+# Every name below comes from the field tables of aiosb.message: a text field added
+# there travels here with no change; a field of a new kind fails the field-table test.
 _TEXT_FIELDS = TEXT_FIELDS
-_MESSAGE_KEYS = frozenset(
-    (*_TEXT_FIELDS, "body", "time_to_live", "scheduled_enqueue_time", "properties")
-)
-_RECEIVED_NUMBERS = (
-    "sequence_number",
-    "enqueued_timestamp",
-    "expires_timestamp",
-    "delivery_count",
-    "locked_until_timestamp",
-)
-_RECEIVED_TEXTS = (
-    "lock_token",
-    "dead_letter_reason",
-    "dead_letter_error_description",
-    "dead_letter_source",
-    "state",
-    "entity_path",
-)
+_BODY = field_of("bytes")
+_TTL = field_of("duration")
+_AT = field_of("instant")
+_PROPERTIES = field_of("properties")
+#: The wire name of the application properties.
+_PROPS = "properties"
+_MESSAGE_KEYS = frozenset((*_TEXT_FIELDS, _BODY, _TTL, _AT, _PROPS))
+_RECEIVED_NUMBERS = (*fields_of("int", RECEIVED_FIELDS), *fields_of("seconds", RECEIVED_FIELDS))
+_RECEIVED_TEXTS = fields_of("text", RECEIVED_FIELDS)
+#: What a received field is when the encoding leaves it out: the dataclass's default.
+_RECEIVED_DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in dataclasses.fields(ReceivedMessage) if f.name in RECEIVED_FIELDS
+}
 
 
 def encode_value(value: PropertyValue) -> Any:
@@ -115,17 +118,20 @@ def _microseconds(delta: _dt.timedelta) -> int:
 
 def encode_message(msg: Message) -> dict[str, Any]:
     """A message in the aiosb encoding."""
-    out: dict[str, Any] = {"body": base64.b64encode(msg.body).decode()}
+    out: dict[str, Any] = {_BODY: base64.b64encode(getattr(msg, _BODY)).decode()}
     for name in _TEXT_FIELDS:
         value = getattr(msg, name)
         if value is not None:
             out[name] = value
-    if msg.time_to_live is not None:
-        out["time_to_live"] = _microseconds(msg.time_to_live)
-    if msg.scheduled_enqueue_time is not None:
-        out["scheduled_enqueue_time"] = msg.scheduled_enqueue_time.isoformat()
-    if msg.application_properties:
-        out["properties"] = {k: encode_value(v) for k, v in msg.application_properties.items()}
+    ttl = getattr(msg, _TTL)
+    if ttl is not None:
+        out[_TTL] = _microseconds(ttl)
+    at = getattr(msg, _AT)
+    if at is not None:
+        out[_AT] = at.isoformat()
+    props = getattr(msg, _PROPERTIES)
+    if props:
+        out[_PROPS] = {k: encode_value(v) for k, v in props.items()}
     return out
 
 
@@ -148,26 +154,26 @@ def decode_message(data: Any) -> Message:
             if not isinstance(value, str):
                 raise InvalidArgument(f"{name} must be a string, not {value!r:.80}.")
             kw[name] = value
-    body = data.get("body", "")
+    body = data.get(_BODY, "")
     if not isinstance(body, str):
         raise InvalidArgument("body must be a base64 string.")
     try:
-        kw["body"] = base64.b64decode(body, validate=True)
+        kw[_BODY] = base64.b64decode(body, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidArgument("body is not valid base64.") from None
-    ttl = data.get("time_to_live")
+    ttl = data.get(_TTL)
     if ttl is not None:
         if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl > 2**62:
-            raise InvalidArgument(f"time_to_live must be whole microseconds, not {ttl!r:.80}.")
-        kw["time_to_live"] = _dt.timedelta(microseconds=ttl)
-    at = data.get("scheduled_enqueue_time")
+            raise InvalidArgument(f"{_TTL} must be whole microseconds, not {ttl!r:.80}.")
+        kw[_TTL] = _dt.timedelta(microseconds=ttl)
+    at = data.get(_AT)
     if at is not None:
-        kw["scheduled_enqueue_time"] = _parse_iso("scheduled_enqueue_time", at)
-    props = data.get("properties")
+        kw[_AT] = _parse_iso(_AT, at)
+    props = data.get(_PROPS)
     if props is not None:
         if not isinstance(props, dict):
             raise InvalidArgument("properties must be a JSON object.")
-        kw["application_properties"] = {k: decode_value(k, v) for k, v in props.items()}
+        kw[_PROPERTIES] = {k: decode_value(k, v) for k, v in props.items()}
     return Message(**kw)
 
 
@@ -200,28 +206,18 @@ def encode_received(msg: ReceivedMessage) -> dict[str, Any]:
 def decode_received(data: dict[str, Any]) -> ReceivedMessage:
     """A :class:`~aiosb.ReceivedMessage` from the server's aiosb encoding."""
     msg = ReceivedMessage.__new__(ReceivedMessage)
-    msg.body = base64.b64decode(data.get("body", ""))
+    setattr(msg, _BODY, base64.b64decode(data.get(_BODY, "")))
     for name in _TEXT_FIELDS:
         setattr(msg, name, data.get(name))
-    ttl = data.get("time_to_live")
-    msg.time_to_live = None if ttl is None else _dt.timedelta(microseconds=ttl)
-    at = data.get("scheduled_enqueue_time")
-    msg.scheduled_enqueue_time = None if at is None else _dt.datetime.fromisoformat(at)
-    props = data.get("properties")
-    msg.application_properties = (
-        {k: decode_value(k, v) for k, v in props.items()} if props else {}
-    )
-    msg.sequence_number = data.get("sequence_number", 0)
-    msg.enqueued_timestamp = data.get("enqueued_timestamp", 0.0)
-    msg.expires_timestamp = data.get("expires_timestamp")
-    msg.delivery_count = data.get("delivery_count", 0)
-    msg.locked_until_timestamp = data.get("locked_until_timestamp")
-    for name in _RECEIVED_TEXTS:
-        setattr(msg, name, data.get(name))
-    if msg.state is None:
-        msg.state = "active"
-    if msg.entity_path is None:
-        msg.entity_path = ""
+    ttl = data.get(_TTL)
+    setattr(msg, _TTL, None if ttl is None else _dt.timedelta(microseconds=ttl))
+    at = data.get(_AT)
+    setattr(msg, _AT, None if at is None else _dt.datetime.fromisoformat(at))
+    props = data.get(_PROPS)
+    setattr(msg, _PROPERTIES, {k: decode_value(k, v) for k, v in props.items()} if props else {})
+    for name, default in _RECEIVED_DEFAULTS.items():
+        value = data.get(name)
+        setattr(msg, name, default if value is None else value)
     return msg
 
 
@@ -241,26 +237,19 @@ _TTL = "time_to_live"
 _AT = "scheduled_enqueue_time"
 _PROPS = "properties"
 _ID_FIELDS = ("message_id", "session_id", "partition_key")
-_BATCH_KEYS = frozenset(("body", "body_sizes", *_TEXT_FIELDS, _TTL, _AT, _PROPS))
-#: Every field of a message, in the order the fast paths below set them.
-_MESSAGE_FIELDS = ("body", *_TEXT_FIELDS, _TTL, _AT, "application_properties")
-_RECEIVED_DEFAULTS: dict[str, Any] = {
-    "sequence_number": 0,
-    "enqueued_timestamp": 0.0,
-    "expires_timestamp": None,
-    "delivery_count": 0,
-    "locked_until_timestamp": None,
-    "lock_token": None,
-    "dead_letter_reason": None,
-    "dead_letter_error_description": None,
-    "dead_letter_source": None,
-    "state": "active",
-    "entity_path": "",
-}
+_BATCH_KEYS = frozenset((_BODY, "body_sizes", *_TEXT_FIELDS, _TTL, _AT, _PROPS))
 #: The columns after ``body``, in the order the decoders take them.
 _SENT_COLUMNS = (*_TEXT_FIELDS, _TTL, _AT, _PROPS)
 _COLUMNS = (*_SENT_COLUMNS, *_RECEIVED_DEFAULTS)
-_FIELD_OF = {_PROPS: "application_properties"}
+_FIELD_OF = {_PROPS: _PROPERTIES}
+#: Every field of a message, in the order of the columns (what the builders set).
+_MESSAGE_FIELDS = (_BODY, *(_FIELD_OF.get(name, name) for name in _SENT_COLUMNS))
+_build_messages = builder(Message, _MESSAGE_FIELDS, dicts=(_PROPERTIES,))
+_build_received = builder(
+    ReceivedMessage, (*_MESSAGE_FIELDS, *_RECEIVED_DEFAULTS), dicts=(_PROPERTIES,)
+)
+_sent_values = column_reader((*_TEXT_FIELDS, _TTL, _AT, _PROPERTIES))
+_received_values = column_reader(tuple(_RECEIVED_DEFAULTS))
 _NONE = type(None)
 #: Property value types JSON carries as they are (floats: when finite).
 _PLAIN = frozenset((str, int, bool, float, _NONE))
@@ -316,29 +305,16 @@ def _encode_properties(props: list[dict[str, PropertyValue]]) -> list[Any] | Non
 def _sent_columns(messages: Sequence[Message], out: dict[str, Any]) -> None:
     """Add the columns of the sent fields of ``messages`` (at least one) to ``out``."""
     n = len(messages)
-    # A comprehension per field, spelled out: a fraction of getattr's cost, and a
-    # tuple per message would cost as much again in allocations (and collections).
-    texts = (
-        [m.message_id for m in messages],
-        [m.session_id for m in messages],
-        [m.partition_key for m in messages],
-        [m.content_type for m in messages],
-        [m.correlation_id for m in messages],
-        [m.subject for m in messages],
-        [m.reply_to for m in messages],
-        [m.reply_to_session_id for m in messages],
-        [m.to for m in messages],
-    )
+    # A column per field (a tuple per message would cost as much again in allocations).
+    *texts, ttls, ats, properties = _sent_values(messages)
     for name, values in zip(_TEXT_FIELDS, texts, strict=True):
         if any(values) or values.count(None) != n:
             out[name] = _column(values)
-    ttls = [m.time_to_live for m in messages]
     if any(ttls):
         out[_TTL] = _column([None if t is None else _microseconds(t) for t in ttls])
-    ats = [m.scheduled_enqueue_time for m in messages]
     if any(ats):
         out[_AT] = _column([None if t is None else t.isoformat() for t in ats])
-    props = _encode_properties([m.application_properties for m in messages])
+    props = _encode_properties(properties)
     if props is not None:
         out[_PROPS] = props
 
@@ -361,20 +337,7 @@ def encode_received_batch(messages: Sequence[ReceivedMessage]) -> dict[str, Any]
     out = encode_batch(messages)
     if messages:
         n = len(messages)
-        # as in _sent_columns, in the order of _RECEIVED_DEFAULTS
-        columns: tuple[list[Any], ...] = (
-            [m.sequence_number for m in messages],
-            [m.enqueued_timestamp for m in messages],
-            [m.expires_timestamp for m in messages],
-            [m.delivery_count for m in messages],
-            [m.locked_until_timestamp for m in messages],
-            [m.lock_token for m in messages],
-            [m.dead_letter_reason for m in messages],
-            [m.dead_letter_error_description for m in messages],
-            [m.dead_letter_source for m in messages],
-            [m.state for m in messages],
-            [m.entity_path for m in messages],
-        )
+        columns = _received_values(messages)
         for (name, default), values in zip(_RECEIVED_DEFAULTS.items(), columns, strict=True):
             if values.count(default) != n or type(values[0]) is not type(default):
                 out[name] = _column(values)
@@ -476,28 +439,13 @@ def decode_batch(data: Any) -> list[Message]:
             Message(body, **dict(zip(names, row, strict=True)))
             for body, *row in zip(bodies, *columns.values(), strict=True)
         ]
-    msgs = []
-    for (
-        body, message_id, session_id, partition_key, content_type, correlation_id, subject,
-        reply_to, reply_to_session_id, to, time_to_live, scheduled_enqueue_time, props,
-    ) in zip(bodies, *(columns.get(name) or _repeat(None, n) for name in _SENT_COLUMNS),
-             strict=True):
-        m = _new(Message)
-        m.body = body
-        m.message_id = message_id
-        m.session_id = session_id
-        m.partition_key = partition_key
-        m.content_type = content_type
-        m.correlation_id = correlation_id
-        m.subject = subject
-        m.reply_to = reply_to
-        m.reply_to_session_id = reply_to_session_id
-        m.to = to
-        m.time_to_live = time_to_live
-        m.scheduled_enqueue_time = scheduled_enqueue_time
-        m.application_properties = {} if props is None else props
-        msgs.append(m)
-    return msgs
+    return _build_messages(
+        zip(
+            bodies,
+            *(columns.get(name) or _repeat(None, n) for name in _SENT_COLUMNS),
+            strict=True,
+        )
+    )
 
 
 def _valid(columns: dict[str, list[Any]]) -> bool:
@@ -575,41 +523,7 @@ def decode_received_batch(data: dict[str, Any]) -> list[ReceivedMessage]:
             columns.append(column)
         else:
             columns.append(_repeat(column, n))
-    msgs = []
-    for (
-        body, message_id, session_id, partition_key, content_type, correlation_id, subject,
-        reply_to, reply_to_session_id, to, time_to_live, scheduled_enqueue_time, props,
-        sequence_number, enqueued_timestamp, expires_timestamp, delivery_count,
-        locked_until_timestamp, lock_token, dead_letter_reason, dead_letter_error_description,
-        dead_letter_source, state, entity_path,
-    ) in zip(bodies, *columns, strict=True):
-        m = _new(ReceivedMessage)
-        m.body = body
-        m.message_id = message_id
-        m.session_id = session_id
-        m.partition_key = partition_key
-        m.content_type = content_type
-        m.correlation_id = correlation_id
-        m.subject = subject
-        m.reply_to = reply_to
-        m.reply_to_session_id = reply_to_session_id
-        m.to = to
-        m.time_to_live = time_to_live
-        m.scheduled_enqueue_time = scheduled_enqueue_time
-        m.application_properties = {} if props is None else props
-        m.sequence_number = sequence_number
-        m.enqueued_timestamp = enqueued_timestamp
-        m.expires_timestamp = expires_timestamp
-        m.delivery_count = delivery_count
-        m.lock_token = lock_token
-        m.locked_until_timestamp = locked_until_timestamp
-        m.dead_letter_reason = dead_letter_reason
-        m.dead_letter_error_description = dead_letter_error_description
-        m.dead_letter_source = dead_letter_source
-        m.state = state
-        m.entity_path = entity_path
-        msgs.append(m)
-    return msgs
+    return _build_received(zip(bodies, *columns, strict=True))
 
 
 def _expand(column: Any, n: int) -> list[Any]:

@@ -17,6 +17,7 @@ from typing import Any
 from ..entities import time_to_live_seconds
 from ..errors import InvalidArgument
 from ..message import (
+    MESSAGE_FIELDS,
     Message,
     PropertyValue,
     ReceivedMessage,
@@ -58,6 +59,11 @@ SEND_BROKER_PROPERTIES = {
     "TimeToLive": "time_to_live",
     "ScheduledEnqueueTimeUtc": "scheduled_enqueue_time",
 }
+_TEXT_KEYS = tuple(
+    (key, field) for key, field in SEND_BROKER_PROPERTIES.items() if MESSAGE_FIELDS[field] == "text"
+)
+(_TTL_KEY,) = (k for k, f in SEND_BROKER_PROPERTIES.items() if MESSAGE_FIELDS[f] == "duration")
+(_AT_KEY,) = (k for k, f in SEND_BROKER_PROPERTIES.items() if MESSAGE_FIELDS[f] == "instant")
 #: Keys the broker sets; a sender may echo them back (they are ignored).
 _BROKER_SET = frozenset(
     (
@@ -152,12 +158,13 @@ def message_from_rest(
             )
         if value is None:
             continue
-        if field == "time_to_live":
+        kind = MESSAGE_FIELDS[field]
+        if kind == "duration":
             if isinstance(value, str):  # JSON gives numbers; a string is not one here
-                raise InvalidArgument(f"TimeToLive must be seconds, not {value!r:.80}.")
-            kw[field] = time_to_live_seconds("TimeToLive", value)
-        elif field == "scheduled_enqueue_time":
-            kw[field] = parse_http_date("ScheduledEnqueueTimeUtc", value)
+                raise InvalidArgument(f"{key} must be seconds, not {value!r:.80}.")
+            kw[field] = time_to_live_seconds(key, value)
+        elif kind == "instant":
+            kw[field] = parse_http_date(key, value)
         else:
             if not isinstance(value, str):
                 raise InvalidArgument(f"{key} must be a string, not {value!r:.80}.")
@@ -172,9 +179,10 @@ def rest_broker_properties(msg: Message) -> dict[str, Any]:
         value = getattr(msg, field)
         if value is None:
             continue
-        if field == "time_to_live":
+        kind = MESSAGE_FIELDS[field]
+        if kind == "duration":
             value = value.total_seconds()
-        elif field == "scheduled_enqueue_time":
+        elif kind == "instant":
             value = http_date(value.timestamp())
         out[key] = value
     return out
@@ -209,20 +217,13 @@ def received_from_rest(
         properties[name] = parse_custom_value(raw)
     msg = ReceivedMessage.__new__(ReceivedMessage)
     msg.body = body
-    msg.message_id = broker.get("MessageId")
-    msg.session_id = broker.get("SessionId")
-    msg.partition_key = broker.get("PartitionKey")
-    msg.correlation_id = broker.get("CorrelationId")
-    msg.subject = broker.get("Label")
-    msg.reply_to = broker.get("ReplyTo")
-    msg.reply_to_session_id = broker.get("ReplyToSessionId")
-    msg.to = broker.get("To")
-    msg.content_type = broker.get("ContentType") or _content_type(headers)
-    ttl = broker.get("TimeToLive")
+    for key, field in _TEXT_KEYS:
+        setattr(msg, field, broker.get(key))
+    msg.content_type = msg.content_type or _content_type(headers)
+    ttl = broker.get(_TTL_KEY)
     msg.time_to_live = None if ttl is None or ttl >= 9e11 else _dt.timedelta(seconds=ttl)
-    at = broker.get("ScheduledEnqueueTimeUtc")
-    msg.scheduled_enqueue_time = None if at is None else parse_http_date("ScheduledEnqueueTimeUtc",
-                                                                          at)
+    at = broker.get(_AT_KEY)
+    msg.scheduled_enqueue_time = None if at is None else parse_http_date(_AT_KEY, at)
     msg.dead_letter_reason = properties.pop("DeadLetterReason", None)  # type: ignore[assignment]
     msg.dead_letter_error_description = properties.pop(  # type: ignore[assignment]
         "DeadLetterErrorDescription", None
