@@ -15,10 +15,15 @@ Register it on a session, then read and write as with any source::
               .option("namespace", url).option("entity", "orders")
               .option("max_messages", 10_000).load())
 
-Written columns: ``body`` (binary or string, required) and optionally ``message_id``,
-``session_id``, ``partition_key``, ``content_type``, ``correlation_id``, ``subject``,
-``reply_to``, ``reply_to_session_id``, ``to``, ``time_to_live_seconds`` and
-``properties`` (a map with string keys). Rows read have :data:`READ_SCHEMA`.
+Written columns, one per field of :class:`~aiosb.Message`: ``body`` (binary or string,
+required) and optionally ``message_id``, ``session_id``, ``partition_key``,
+``time_to_live_seconds`` (a number), ``scheduled_enqueue_time`` (a timestamp),
+``content_type``, ``correlation_id``, ``subject``, ``reply_to``, ``reply_to_session_id``,
+``to`` and ``properties`` (a map with string keys). Rows read have :data:`READ_SCHEMA`:
+those columns (properties as strings), then ``sequence_number``, ``enqueued_time``,
+``expires_at``, ``delivery_count``, ``dead_letter_reason``,
+``dead_letter_error_description``, ``dead_letter_source``, ``state`` and
+``entity_path``.
 
 Delivery: writes are at least once; a retried task sends its rows again with the same
 MessageIds (derived from the write, the partition and the row's position when the row
@@ -44,6 +49,7 @@ from pyspark.sql.datasource import (
 )
 
 from ..errors import InvalidArgument
+from ._columns import READ_SCHEMA, WRITE_COLUMNS
 from ._options import (
     ReadOptions,
     StreamReadOptions,
@@ -52,9 +58,8 @@ from ._options import (
     stream_read_options,
     write_options,
 )
-from ._read import READ_SCHEMA, StreamSource, read_partition, shares
+from ._read import StreamSource, read_partition, shares
 from ._write import (
-    WRITE_COLUMNS,
     WriteResult,
     check_write_schema,
     new_write_id,

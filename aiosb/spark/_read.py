@@ -29,50 +29,13 @@ from .._clock import CLOCK
 from ..bridge import BlockingReceiver, Bridge
 from ..errors import MessageLockLost, ServiceBusError
 from ..message import ReceivedMessage
+from ._columns import to_row
 from ._options import Connection, ReadOptions, StreamReadOptions
 
 log = logging.getLogger("aiosb.spark")
 
-#: The schema of rows read (DDL).
-READ_SCHEMA = (
-    "body binary, message_id string, session_id string, partition_key string, "
-    "correlation_id string, content_type string, subject string, reply_to string, "
-    "`to` string, sequence_number bigint, enqueued_time timestamp, expires_at timestamp, "
-    "delivery_count int, dead_letter_reason string, dead_letter_error_description string, "
-    "properties map<string,string>"
-)
 #: Locks are settled and renewed this many at a time.
 _SETTLE_CHUNK = 500
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
-
-
-def to_row(m: ReceivedMessage) -> tuple[Any, ...]:
-    """A received message as a row of :data:`READ_SCHEMA` (plain, picklable data)."""
-    return (
-        m.body,
-        m.message_id,
-        m.session_id,
-        m.partition_key,
-        m.correlation_id,
-        m.content_type,
-        m.subject,
-        m.reply_to,
-        m.to,
-        m.sequence_number,
-        m.enqueued_time,
-        m.expires_at,
-        m.delivery_count,
-        m.dead_letter_reason,
-        m.dead_letter_error_description,
-        {k: _text(v) for k, v in m.application_properties.items()},
-    )
 
 
 def _receiver(c: Connection, sub_queue: str | None, bridge: Bridge) -> BlockingReceiver:

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..bridge import BlockingSender, Bridge
-from ..entities import time_to_live_seconds
 from ..errors import InvalidArgument, MessageSizeExceeded
-from ..message import TEXT_FIELDS, Message
+from ..message import Message
+from ._columns import WRITE_COLUMNS, WRITE_FIELDS, written_value
 from ._options import WriteOptions
 
 if TYPE_CHECKING:
@@ -30,21 +30,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("aiosb.spark")
 
-#: Columns a written DataFrame may have, and the Spark types each accepts.
-WRITE_COLUMNS: dict[str, tuple[str, ...]] = {
-    "body": ("binary", "string"),
-    "message_id": ("string",),
-    "session_id": ("string",),
-    "partition_key": ("string",),
-    "content_type": ("string",),
-    "correlation_id": ("string",),
-    "subject": ("string",),
-    "reply_to": ("string",),
-    "reply_to_session_id": ("string",),
-    "to": ("string",),
-    "time_to_live_seconds": ("byte", "short", "integer", "long", "float", "double", "decimal"),
-    "properties": ("map",),
-}
 #: Spark types a property value may have (what Service Bus can carry).
 _PROPERTY_VALUE_TYPES = (
     "string", "byte", "short", "integer", "long", "float", "double", "boolean", "binary",
@@ -108,21 +93,21 @@ def _row_messages(
         columns = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
         n = batch.num_rows
         bodies = columns.pop("body")
-        ttl = columns.pop("time_to_live_seconds", None)
-        props = columns.pop("properties", None)
         message_ids = columns.pop("message_id", None) or [None] * n
-        strings = [(name, columns[name]) for name in TEXT_FIELDS if name in columns]
+        plain = []  # text columns: the cell is the value
+        converted = []
+        for name, values in columns.items():
+            field, kind = WRITE_FIELDS[name]
+            (plain if kind == "text" else converted).append((name, field, kind, values))
         for i in range(n):
-            kwargs: dict[str, Any] = {name: values[i] for name, values in strings}
+            kwargs: dict[str, Any] = {field: values[i] for _, field, _, values in plain}
             mid = message_ids[i]
             kwargs["message_id"] = mid if mid else f"{ids}{position + i}"  # "" as null
             try:
-                if ttl is not None and ttl[i] is not None:
-                    kwargs["time_to_live"] = time_to_live_seconds(
-                        "time_to_live_seconds", ttl[i]
-                    )
-                if props is not None and props[i]:
-                    kwargs["application_properties"] = dict(props[i])
+                for name, field, kind, values in converted:
+                    value = written_value(name, kind, values[i])
+                    if value is not None:
+                        kwargs[field] = value
                 yield Message(bodies[i], **kwargs)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"row {position + i} of this partition: {exc}") from None

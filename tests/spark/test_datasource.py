@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -75,6 +75,31 @@ def test_rows_written_are_read_back_with_every_column(spark, url, bridge):
         assert r.delivery_count == 1 and r.sequence_number > 0
         assert abs((r.expires_at - r.enqueued_time) - timedelta(hours=1)) < timedelta(seconds=1)
     assert _count(bridge, url, "q") == 0  # completed once handed to Spark
+
+
+def test_every_field_has_a_column_both_ways(spark, url, bridge):
+    """Issue 13: the columns derive from aiosb.message.MESSAGE_FIELDS, so the fields the
+    sink once left out (the scheduled enqueue time; on reading, the reply-to session, the
+    time to live, the state) travel too, through Spark's own Arrow conversion."""
+    _queue(bridge, url, "q")
+    df = spark.range(3).selectExpr(
+        "cast(id as string) as body",
+        "'rs' as reply_to_session_id",
+        "cast(90 as double) as time_to_live_seconds",
+        "timestamp'2031-05-06 07:08:09Z' as scheduled_enqueue_time",
+    )
+    _write(df, url, "q")
+    read = (
+        spark.read.format("aiosb").option("namespace", url).option("entity", "q")
+        .option("mode", "peek").option("max_messages", 10).load()
+    )
+    rows = read.collect()
+    assert len(rows) == 3
+    at = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+    for r in rows:
+        assert r.reply_to_session_id == "rs" and r.time_to_live_seconds == 90.0
+        assert r.state == "scheduled" and r.entity_path == "q"
+        assert r.scheduled_enqueue_time.astimezone(UTC) == at
 
 
 def test_peek_mode_reads_without_consuming(spark, url, bridge):
