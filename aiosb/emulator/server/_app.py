@@ -20,8 +20,8 @@ from ...errors import (
     MessageSizeExceeded,
     ServiceBusError,
 )
-from ...transport.memory import MemoryTransport
 from ...wire import status as _status
+from .. import EmulatorNamespace, namespace
 from .._durable import Journal
 from . import _extensions, _fault_api, _manage, _rest_plane
 from ._http import (
@@ -76,8 +76,7 @@ class EmulatorServer:
             table[name] = (secret, frozenset(RIGHTS) if "Manage" in given else frozenset(given))
         self._auth = SasChecker(table)
         self._journal = journal
-        self._transports: dict[str, MemoryTransport] = {}
-        self._opening: dict[str, asyncio.Future[MemoryTransport]] = {}
+        self._namespaces: dict[str, EmulatorNamespace] = {}
 
     def app(self) -> web.Application:
         """The aiohttp application (one catch-all route; the server parses paths itself)."""
@@ -91,18 +90,18 @@ class EmulatorServer:
 
     async def aclose(self) -> None:
         """Detach from every namespace served (they stay in :mod:`aiosb.emulator`)."""
-        transports, self._transports = self._transports, {}
-        for transport in transports.values():
-            await transport.aclose()
+        namespaces, self._namespaces = self._namespaces, {}
+        for ns in namespaces.values():
+            ns.detach()
 
-    async def _namespace(self, name: str) -> MemoryTransport:
+    async def _namespace(self, name: str) -> EmulatorNamespace:
         key = name.lower()
-        transport = self._transports.get(key)
-        if transport is None:
-            transport = MemoryTransport(name)  # validates the name
-            await transport.open()
-            self._transports[key] = transport
-        return transport
+        ns = self._namespaces.get(key)
+        if ns is None:
+            ns = namespace(name)  # validates the name; created on first use
+            ns.attach()  # its timers run on this loop
+            self._namespaces[key] = ns
+        return ns
 
 
     # -- dispatch ---------------------------------------------------------------------

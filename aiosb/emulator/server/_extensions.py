@@ -18,8 +18,8 @@ from ...protocol import (
     ReceiveRequest,
     Settlement,
 )
-from ...transport.memory import MemoryTransport
 from ...wire import aiosb_json as _json
+from .. import EmulatorNamespace
 from ._http import (
     MAX_WAIT,
     as_seconds,
@@ -49,7 +49,7 @@ def _messages(payload: dict[str, Any]) -> list[Message]:
 
 
 async def extension(
-    request: web.Request, ns: MemoryTransport, path: str, op: str,
+    request: web.Request, ns: EmulatorNamespace, path: str, op: str,
     limit: float | None,
 ) -> web.StreamResponse:
     body = await request.read()

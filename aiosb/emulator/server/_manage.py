@@ -17,8 +17,8 @@ from ...errors import (
 from ...protocol import (
     ManagementRequest,
 )
-from ...transport.memory import MemoryTransport
 from ...wire import atom as _atom
+from .. import EmulatorNamespace
 from ._http import (
     Route,
     page_of,
@@ -26,7 +26,7 @@ from ._http import (
 
 
 async def manage(
-    request: web.Request, ns: MemoryTransport, route: Route
+    request: web.Request, ns: EmulatorNamespace, route: Route
 ) -> web.StreamResponse:
     segs = route.segments
     method = request.method
@@ -69,7 +69,7 @@ async def manage(
     raise InvalidOperation(f"{method} is not allowed on an entity: use PUT, GET or DELETE.")
 
 
-async def _kind_of(ns: MemoryTransport, parsed: Any, wanted: str | None) -> str:
+async def _kind_of(ns: EmulatorNamespace, parsed: Any, wanted: str | None) -> str:
     if parsed.subscription is not None:
         kind = "subscription"
         if wanted not in (None, kind):
@@ -83,10 +83,10 @@ async def _kind_of(ns: MemoryTransport, parsed: Any, wanted: str | None) -> str:
         return kind
     what = wanted or "queue or topic"
     raise EntityNotFound(f"The {what} {parsed.path!r} does not exist in namespace "
-                         f"{ns.namespace!r}.")
+                         f"{ns.name!r}.")
 
 
-async def _put(request: web.Request, ns: MemoryTransport, parsed: Any, url: str
+async def _put(request: web.Request, ns: EmulatorNamespace, parsed: Any, url: str
                ) -> web.StreamResponse:
     entry = _atom.parse_entry(await request.read())
     kind = entry.kind

@@ -18,8 +18,8 @@ from ...errors import (
 )
 from ...message import Message, ReceivedMessage, property_name_ok
 from ...protocol import ReceiveRequest, SettleAction, Settlement
-from ...transport.memory import MemoryTransport
 from ...wire import rest as _rest
+from .. import EmulatorNamespace
 from ._http import (
     MAX_WAIT,
     Route,
@@ -79,7 +79,7 @@ def rest_headers(msg: ReceivedMessage, *, locked: bool) -> dict[str, str]:
     return headers
 
 
-async def send(request: web.Request, ns: MemoryTransport, path: str
+async def send(request: web.Request, ns: EmulatorNamespace, path: str
                 ) -> web.StreamResponse:
     body = await request.read()
     ctype = request.headers.get("Content-Type", "")
@@ -130,7 +130,7 @@ def _batch(body: bytes) -> list[Message]:
 
 
 async def receive_head(
-    request: web.Request, ns: MemoryTransport, route: Route, path: str,
+    request: web.Request, ns: EmulatorNamespace, route: Route, path: str,
     limit: float | None,
 ) -> web.StreamResponse:
     wait = as_seconds("timeout", request.query.get("timeout", _DEFAULT_WAIT), MAX_WAIT)
@@ -166,7 +166,7 @@ async def receive_head(
 
 
 async def lock(
-    request: web.Request, ns: MemoryTransport, path: str, message: str, token: str
+    request: web.Request, ns: EmulatorNamespace, path: str, message: str, token: str
 ) -> web.StreamResponse:
     actions: dict[str, SettleAction] = {"DELETE": "complete", "PUT": "abandon", "POST": "renew"}
     action = actions.get(request.method)
