@@ -94,7 +94,7 @@ async def demo(
                         await asyncio.sleep(max(0.0, start + i * interval - loop.time()))
                         before = paired.stats.backlog_sends
                         sent_at = loop.time() - start
-                        await sender.send(Message(f"order {i}", message_id=f"order-{i}"))
+                        await sender.send(Message(f"order {i}".encode(), message_id=f"order-{i}"))
                         went = "B" if paired.stats.backlog_sends > before else "P"
                         where.append((sent_at, went))
                 expected[0] = sum(1 for _, w in where if w == "B")
@@ -108,7 +108,7 @@ async def demo(
                          f"{DRAIN_SECONDS:g} s; counting what arrived")
                 stats = paired.stats
                 watcher.cancel()
-        arrived = set()
+        arrived: set[str | None] = set()
         async with primary.receiver("orders", mode="receive_and_delete") as receiver:
             while batch := await receiver.receive(max_messages=100, max_wait=0):
                 arrived.update(m.message_id for m in batch)

@@ -123,7 +123,8 @@ class _EntityProperties:
                 f"unknown {cls.kind} propert{'y' if len(unknown) == 1 else 'ies'} "
                 f"{', '.join(unknown)}; known: {', '.join(sorted(known - {'name'}))}."
             )
-        return cls(name=name, **props)
+        factory: Any = cls  # each subclass has a name field; the base has none
+        return factory(name=name, **props)
 
     def normalised(self, tier: str = "standard") -> Any:
         """Return a validated copy with durations normalised, for ``tier``.
@@ -136,36 +137,43 @@ class _EntityProperties:
         copy._check(tier)
         return copy
 
+    def _field(self, name: str) -> Any:
+        """A field the subclasses have (the base declares none of them)."""
+        return getattr(self, name)
+
+    def _set_field(self, name: str, value: Any) -> None:
+        setattr(self, name, value)
+
     def changed_fixed(self, new: _EntityProperties) -> list[str]:
         """Names of properties that can't change after creation but differ in ``new``."""
         return [n for n in self._fixed if getattr(self, n) != getattr(new, n)]
 
     def _check(self, tier: str) -> None:
-        _check_name(self.kind, self.name)  # type: ignore[attr-defined]
+        _check_name(self.kind, self._field("name"))
         for name in self._durations:
             setattr(self, name, _duration(name, getattr(self, name)))
         if "default_message_time_to_live" in self._durations:
-            ttl = self.default_message_time_to_live  # type: ignore[attr-defined]
+            ttl = self._field("default_message_time_to_live")
             high = _dt.timedelta(days=14) if tier == "basic" else NEVER
             _check_range("default_message_time_to_live", ttl, _dt.timedelta(seconds=1), high)
         if "auto_delete_on_idle" in self._durations:
             _check_range(
                 "auto_delete_on_idle",
-                self.auto_delete_on_idle,  # type: ignore[attr-defined]
+                self._field("auto_delete_on_idle"),
                 5 * _MIN,
                 NEVER,
             )
         if "lock_duration" in self._durations:
             _check_range(
                 "lock_duration",
-                self.lock_duration,  # type: ignore[attr-defined]
+                self._field("lock_duration"),
                 _dt.timedelta(seconds=5),
                 5 * _MIN,
             )
         if "duplicate_detection_history_time_window" in self._durations:
             _check_range(
                 "duplicate_detection_history_time_window",
-                self.duplicate_detection_history_time_window,  # type: ignore[attr-defined]
+                self._field("duplicate_detection_history_time_window"),
                 _dt.timedelta(seconds=20),
                 _dt.timedelta(days=7),
             )
@@ -177,7 +185,7 @@ class _EntityProperties:
                 )
         if hasattr(self, "max_size_in_megabytes"):
             self._check_size(tier)
-        status = self.status  # type: ignore[attr-defined]
+        status = self._field("status")
         if status not in STATUSES:
             raise InvalidArgument(f"status is {status!r}; it must be one of {', '.join(STATUSES)}.")
         for name in ("forward_to", "forward_dead_lettered_messages_to"):
@@ -189,11 +197,12 @@ class _EntityProperties:
                     raise InvalidArgument(f"{name} names the entity itself ({target!r}).")
 
     def _check_size(self, tier: str) -> None:
-        size = self.max_size_in_megabytes  # type: ignore[attr-defined]
-        partitioned = self.enable_partitioning  # type: ignore[attr-defined]
+        size = self._field("max_size_in_megabytes")
+        partitioned = self._field("enable_partitioning")
+        allowed: tuple[int, ...]
         if tier == "premium":
             allowed = _PREMIUM_SIZES
-            self.enable_partitioning = True  # type: ignore[attr-defined]  # always (PT-4)
+            self._set_field("enable_partitioning", True)  # always (PT-4)
         elif tier == "basic":
             allowed = _STANDARD_SIZES
         else:
@@ -207,7 +216,7 @@ class _EntityProperties:
             )
         if partitioned and tier == "basic":
             raise InvalidArgument("enable_partitioning is not available on the basic tier.")
-        self.max_size_in_megabytes = size  # type: ignore[attr-defined]
+        self._set_field("max_size_in_megabytes", size)
 
 
 @dataclass

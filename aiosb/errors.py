@@ -31,6 +31,8 @@ The tree::
 
 from __future__ import annotations
 
+import typing
+
 __all__ = [
     "BacklogUnavailable",
     "ClientClosed",
@@ -78,7 +80,7 @@ class ServiceBusError(Exception):
         """The error's sentence."""
         return str(self.args[0]) if self.args else ""
 
-    def __reduce__(self):  # keep `retryable` across pickling (Spark ships errors)
+    def __reduce__(self) -> tuple[typing.Any, ...]:  # keep `retryable` (Spark ships errors)
         return (_rebuild, (type(self), self.message, self.retryable))
 
 

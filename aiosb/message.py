@@ -318,6 +318,9 @@ class Message:
             size += _value_size(self.to)
         props = self.application_properties
         if props:
+            key: Any  # checked by type() below, which mypy does not narrow on
+            value: Any
+            kind: type
             for key, value in props.items():
                 kind = type(key)
                 if kind is str and key.isascii():

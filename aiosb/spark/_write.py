@@ -94,8 +94,8 @@ def _row_messages(
         n = batch.num_rows
         bodies = columns.pop("body")
         message_ids = columns.pop("message_id", None) or [None] * n
-        plain = []  # text columns: the cell is the value
-        converted = []
+        plain: list[tuple[str, str, str, list[Any]]] = []  # text: the cell is the value
+        converted: list[tuple[str, str, str, list[Any]]] = []
         for name, values in columns.items():
             field, kind = WRITE_FIELDS[name]
             (plain if kind == "text" else converted).append((name, field, kind, values))

@@ -138,10 +138,12 @@ def _property_from_sdk(value: Any) -> Any:
         descriptor = _text(getattr(descriptor, "value", descriptor))
         if descriptor == _TIMESPAN_DESCRIPTOR.decode() and isinstance(value, int):
             return _dt.timedelta(microseconds=int(value) // 10)
-        for plain in (int, float, bytes):
-            if isinstance(value, plain):
-                value = plain(value)
-                break
+        if isinstance(value, int):  # the plain type under pyamqp's subclass
+            value = int(value)
+        elif isinstance(value, float):
+            value = float(value)
+        elif isinstance(value, bytes):
+            value = bytes(value)
     return _text(value)
 
 
@@ -364,7 +366,8 @@ def map_error(exc: BaseException, what: str = "") -> errors.ServiceBusError:
     for cls, target in _TABLE:
         if isinstance(exc, cls):
             if isinstance(target, type):
-                return target(text)
+                made: errors.ServiceBusError = target(text)
+                return made
             return target(text, exc)
     if isinstance(exc, ValueError) and "shutdown" in str(exc).lower():
         return errors.ClientClosed(text)

@@ -33,6 +33,7 @@ import asyncio
 import collections
 import contextlib
 import datetime as _dt
+import functools
 import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -346,9 +347,9 @@ class AmqpTransport:
             until = session.locked_until_utc
             return SessionInfo(session.session_id, lock, until and until.timestamp())
         if action == "release":
-            link = self._sessions.pop(request.lock or "", None)
-            if link is not None:
-                await link.aclose()
+            released = self._sessions.pop(request.lock, None) if request.lock else None
+            if released is not None:
+                await released.aclose()
             return SessionInfo(request.session_id or "")
         link = self._receiver(
             entity, ReceiveRequest(session_id=request.session_id, session_lock=request.lock)
@@ -422,10 +423,8 @@ class AmqpTransport:
         while True:
             left = RECEIVE_SLICE if deadline is None else deadline - loop.time()
             wait = min(RECEIVE_SLICE, max(NO_WAIT, left))
-            got = await link.run(
-                lambda r, w=wait: r.receive_messages(max_message_count=count, max_wait_time=w),
-                "receive",
-            )
+            receive = functools.partial(_receive_some, count=count, wait=wait)
+            got = await link.run(receive, "receive")
             if got or (deadline is not None and loop.time() + 1e-3 >= deadline):
                 return self._received(link, got, path, request.mode)
 
@@ -578,3 +577,9 @@ def _settle_operation(
     if action == "renew":
         return lambda r: r.renew_message_lock(sdk_message)
     raise InvalidArgument(f"unknown settlement action {action!r}.")
+
+
+async def _receive_some(receiver: Any, *, count: int, wait: float) -> list[Any]:
+    """One receive on an SDK receiver: up to ``count`` messages within ``wait`` s."""
+    got: list[Any] = await receiver.receive_messages(max_message_count=count, max_wait_time=wait)
+    return got
