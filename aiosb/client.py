@@ -365,7 +365,12 @@ class Namespace:
                 f"namespace {self.name!r} is {state}; use 'async with aiosb.connect(...)'."
             )
 
-    async def _call(
+    # -- the seam for layers built on the client ------------------------------------------
+    #
+    # Pairing (and anything else layered over a namespace) runs its transport operations
+    # through these two methods and reads nothing else of the namespace's internals.
+
+    async def execute(
         self,
         fn: Callable[..., Awaitable[T]],
         *args: Any,
@@ -374,10 +379,27 @@ class Namespace:
         link: InFlight | None = None,
         **kwargs: Any,
     ) -> T:
-        """Run one transport operation, ``fn(*args, **kwargs)``, within the operation
-        timeout (or ``timeout``) plus ``wait``, retrying transient errors with backoff;
-        ``wait=None`` means no deadline. Closing the namespace (or ``link``'s owner)
-        ends it with :class:`~aiosb.errors.ClientClosed`."""
+        """Run one transport operation, ``fn(*args, **kwargs)``, as the namespace runs
+        its own: within the operation timeout (or ``timeout``) plus ``wait``, retrying
+        transient errors with backoff (:meth:`retry_delay`); ``wait=None`` means no
+        deadline. It is tracked as in flight: closing the namespace (or ``link``'s owner)
+        ends it with :class:`~aiosb.errors.ClientClosed`.
+
+        Args:
+            fn: A method of :attr:`transport` (``self.transport.send``, ...).
+            *args: Its positional arguments.
+            wait: Seconds the operation may wait on top of the timeout (a receive's
+                ``max_wait``); ``None``: no deadline at all.
+            timeout: The budget for the attempts, instead of the operation timeout.
+            link: Another owner's in-flight tracker (a receiver's, a pairing's), so that
+                closing that owner ends the operation too.
+            **kwargs: Its keyword arguments.
+
+        Raises:
+            ClientClosed: The namespace (or ``link``'s owner) is or was closed.
+            OperationTimeout: No success within the budget.
+            ServiceBusError: The operation's own non-transient error.
+        """
         self._check_open()
         task = asyncio.current_task()
         trackers = (self._inflight,) if link is None else (self._inflight, link)
@@ -394,6 +416,11 @@ class Namespace:
         finally:
             for tracker in trackers:
                 tracker.exit(task)
+
+    def retry_delay(self, attempt: int) -> float:
+        """The delay before retry ``attempt`` (1 for the first), before any jitter:
+        ``retry_backoff`` doubled per attempt, capped at ``retry_backoff_max``."""
+        return min(self._backoff * 2 ** (attempt - 1), self._backoff_max)
 
     async def _attempts(
         self,
@@ -415,8 +442,7 @@ class Namespace:
                 if not exc.retryable or isinstance(exc, OperationTimeout):
                     raise
                 attempt += 1
-                delay = min(self._backoff * 2 ** (attempt - 1), self._backoff_max)
-                delay *= random.uniform(0.8, 1.2)
+                delay = self.retry_delay(attempt) * random.uniform(0.8, 1.2)
                 if deadline is not None and loop.time() + delay >= deadline:
                     raise OperationTimeout(
                         f"{fn.__name__} on namespace {self.name!r} did not succeed within "
@@ -526,7 +552,7 @@ class Namespace:
         self, action: str, kind: str | None, path: str = "", props: Any = None
     ) -> Any:
         request = ManagementRequest(action, kind, path, props)  # type: ignore[arg-type]
-        return await self._call(self.transport.manage, request)
+        return await self.execute(self.transport.manage, request)
 
     async def create_queue(self, name: str, **properties: Any) -> QueueProperties:
         """Create a queue; ``properties`` take the SDK's names (``lock_duration``, ...).
@@ -751,9 +777,9 @@ class Sender(SendingLink):
     async def _send_now(self, messages: list[Message], transaction: bool = False) -> None:
         ns = self.namespace
         if transaction:
-            await ns._call(ns.transport.send, self.entity, messages, transaction=True)
+            await ns.execute(ns.transport.send, self.entity, messages, transaction=True)
         else:
-            await ns._call(ns.transport.send, self.entity, messages)
+            await ns.execute(ns.transport.send, self.entity, messages)
 
     async def schedule(
         self, message: Message | Sequence[Message], at: _dt.datetime
@@ -769,7 +795,7 @@ class Sender(SendingLink):
         messages = [message] if single else list(message)  # type: ignore[list-item]
         stamped = [dataclasses.replace(m, scheduled_enqueue_time=at) for m in messages]
         ns = self.namespace
-        seqs = await ns._call(ns.transport.schedule, self.entity, stamped)
+        seqs = await ns.execute(ns.transport.schedule, self.entity, stamped)
         return seqs[0] if single else seqs
 
     async def cancel_scheduled(self, sequence_number: int | Sequence[int]) -> None:
@@ -777,7 +803,7 @@ class Sender(SendingLink):
         self._check()
         seqs = [sequence_number] if isinstance(sequence_number, int) else list(sequence_number)
         ns = self.namespace
-        await ns._call(ns.transport.cancel_scheduled, self.entity, seqs)
+        await ns.execute(ns.transport.cancel_scheduled, self.entity, seqs)
 
 
 class ReceiverSession:
@@ -806,7 +832,7 @@ class ReceiverSession:
         receiver._check()
         ns = receiver.namespace
         request = SessionRequest(action, self.session_id, self._lock, state)  # type: ignore[arg-type]
-        return await ns._call(ns.transport.session, receiver._entity_path, request)
+        return await ns.execute(ns.transport.session, receiver._entity_path, request)
 
     async def renew_lock(self) -> _dt.datetime:
         """Extend the session lock (and the locks of its received messages).
@@ -916,7 +942,7 @@ class Receiver:
                 ns = self.namespace
                 wait = self._session_wait if self.session_id is None else 0.0
                 request = SessionRequest("accept", self.session_id, max_wait=wait, mode=self.mode)
-                info = await ns._call(
+                info = await ns.execute(
                     ns.transport.session, self._entity_path, request, wait=wait,
                     link=self._inflight,
                 )
@@ -961,7 +987,7 @@ class Receiver:
             # locked comes back when the locks end); a receive-and-delete one it lets
             # finish, since the broker may have taken its messages already.
             link = self._inflight if self.mode == "peek_lock" else None
-            messages = await ns._call(
+            messages = await ns.execute(
                 ns.transport.receive, self._entity_path, request, wait=wait, link=link
             )
             if messages and any(m.content_type == PING_CONTENT_TYPE for m in messages):
@@ -996,7 +1022,7 @@ class Receiver:
             await self._accept()
         ns = self.namespace
         request = self._request(max_messages=max(1, len(seqs)), sequence_numbers=seqs)
-        return await ns._call(
+        return await ns.execute(
             ns.transport.receive, self._entity_path, request, link=self._inflight
         )
 
@@ -1020,7 +1046,7 @@ class Receiver:
             request = self._request(
                 max_messages=max_messages - len(found), peek=True, from_sequence_number=start
             )
-            batch = await ns._call(
+            batch = await ns.execute(
                 ns.transport.receive, self._entity_path, request, link=self._inflight
             )
             if not batch:
@@ -1066,7 +1092,7 @@ class Receiver:
         if self.session is not None:
             settlement.session_id = self.session.session_id
             settlement.session_lock = self.session._lock
-        return await ns._call(ns.transport.settle, self._entity_path, settlement)
+        return await ns.execute(ns.transport.settle, self._entity_path, settlement)
 
     async def complete(self, message: ReceivedMessage | Sequence[ReceivedMessage]) -> None:
         """Complete (delete) locked message(s).

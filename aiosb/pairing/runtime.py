@@ -491,7 +491,7 @@ class PairedNamespace:
             )
             self._counters.pings_sent += 1
             try:
-                await primary._call(primary.transport.send, entry.path, [ping], timeout=timeout)
+                await primary.execute(primary.transport.send, entry.path, [ping], timeout=timeout)
             except Exception as exc:  # an actor never dies of a failed ping
                 if not isinstance(exc, ServiceBusError):
                     log.exception("ping of %s failed unexpectedly", entry.path)
@@ -596,7 +596,7 @@ class PairedSender(SendingLink):
 
     async def _send_slowly(self, messages: list[Message], attempt: int, transaction: bool) -> None:
         """The degraded path, which closing the pairing ends with ClientClosed (the
-        healthy path's one call is tracked by the namespace's ``_call``)."""
+        healthy path's one call is tracked by the namespace's ``execute``)."""
         inflight = self.paired._inflight
         task = asyncio.current_task()
         inflight.enter(task)
@@ -617,10 +617,10 @@ class PairedSender(SendingLink):
         primary = self.paired.primary
         link = self.paired._inflight
         if transaction:
-            return primary._call(
+            return primary.execute(
                 primary.transport.send, self.entity, messages, transaction=True, link=link
             )
-        return primary._call(primary.transport.send, self.entity, messages, link=link)
+        return primary.execute(primary.transport.send, self.entity, messages, link=link)
 
     async def _send_degraded(
         self, messages: list[Message], attempt: int, transaction: bool = False
@@ -633,7 +633,7 @@ class PairedSender(SendingLink):
                 await self._send_backlog(messages)
                 return
             if attempt:
-                delay = min(primary._backoff * 2 ** (attempt - 1), primary._backoff_max)
+                delay = primary.retry_delay(attempt)
                 await _wait_for(entry.changed.wait(), delay)
                 if entry.state.health is Health.FAILED_OVER:
                     continue
@@ -679,10 +679,10 @@ class PairedSender(SendingLink):
                 ) from last
             try:
                 try:
-                    await secondary._call(secondary.transport.send, path, copies)
+                    await secondary.execute(secondary.transport.send, path, copies)
                 except EntityNotFound:  # not created at open (the secondary was down)
                     await paired._ensure_backlog_queue(path)
-                    await secondary._call(secondary.transport.send, path, copies)
+                    await secondary.execute(secondary.transport.send, path, copies)
             except ServiceBusError as exc:
                 if isinstance(exc, (MessageSizeExceeded, ClientClosed)):
                     raise
@@ -857,7 +857,7 @@ class _SyphonPump:
         while pending:
             chunk = pending.pop(0)
             try:
-                await primary._call(primary.transport.send, entry.path, [m for _, m in chunk])
+                await primary.execute(primary.transport.send, entry.path, [m for _, m in chunk])
             except ServiceBusError as exc:
                 if isinstance(exc, ClientClosed):
                     raise
