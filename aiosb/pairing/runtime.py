@@ -27,7 +27,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from .._clock import CLOCK
-from ..client import InFlight, Namespace, SendingLink
+from .._inflight import InFlight
+from .._send import SendingLink
+from ..client import Namespace
 from ..entities import NEVER
 from ..errors import (
     BacklogUnavailable,
