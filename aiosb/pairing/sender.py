@@ -6,7 +6,7 @@ else: the namespaces, the shared entity health, the rotation and counters, and t
 callbacks through which it reports a failure or a success. It never reads the
 :class:`~.runtime.PairedNamespace`'s internals.
 
-Imports the client (:mod:`aiosb._send`, :mod:`aiosb.client` for types), the vocabulary,
+Imports :mod:`aiosb._send` (for :class:`~aiosb._send.SendingLink`), the vocabulary,
 :mod:`._common`, :mod:`.health` and :mod:`.rewrite`; the runtime for types only (the
 runtime imports this module); never the emulator.
 """
