@@ -1,21 +1,31 @@
-"""The client: :func:`connect`, :class:`Namespace`, :class:`Sender` and :class:`Receiver`.
+"""The client: :func:`connect` and :class:`Namespace`.
 
 The client is the same over every transport. It owns what transports leave out:
 operation timeouts, retries of transient errors with backoff, argument checking, ping
-filtering (PN-14), and the bookkeeping of senders and receivers.
+filtering (PN-14), and the bookkeeping of senders and receivers. Senders live in
+:mod:`aiosb._send`, receivers in :mod:`aiosb._receive`; their names are re-exported
+here. Pairing builds on :meth:`Namespace.execute` and :meth:`Namespace.retry_delay`,
+and is imported only inside :meth:`Namespace.pair` (it imports this module).
+
+Imports the vocabulary, the transport contract (:mod:`aiosb.protocol`), the client's
+own modules (``_send``, ``_receive``, ``_inflight``, ``_duration``) and, when a URL
+asks for one, a transport backend.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 import datetime as _dt
 import random
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Literal, Self, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, TypeVar, cast
 
+from ._duration import Duration, to_seconds
+from ._inflight import InFlight
+from ._receive import NEXT_AVAILABLE_SESSION, Receiver, ReceiverSession, _NextAvailableSession
+from ._send import Sender, SendingLink, Transaction
 from .auth import SasCredential, parse_connection_string
 from .entities import (
     QueueProperties,
@@ -32,16 +42,12 @@ from .errors import (
     OperationTimeout,
     ServiceBusError,
 )
-from .message import PING_CONTENT_TYPE, Message, ReceivedMessage
 from .protocol import (
     MAX_RECEIVE_MESSAGES,
+    EntityKind,
+    ManageAction,
     ManagementRequest,
-    ReceiveRequest,
-    SessionInfo,
-    SessionRequest,
-    Settlement,
     Transport,
-    check_receive,
 )
 
 __all__ = [
@@ -56,91 +62,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-Duration = _dt.timedelta | float | int
-_MAX_TRANSACTION_MESSAGES = 100
-
-
-class _NextAvailableSession:
-    """The type of :data:`NEXT_AVAILABLE_SESSION`."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "aiosb.NEXT_AVAILABLE_SESSION"
-
-    def __reduce__(self) -> str:
-        return "NEXT_AVAILABLE_SESSION"
-
-
-#: Pass as ``session_id`` to receive from whichever session is available next.
-NEXT_AVAILABLE_SESSION = _NextAvailableSession()
-
-
-class InFlight:
-    """The tasks running operations of one object (a namespace, receiver or pairing), so
-    that closing it ends them all, promptly, with :class:`~aiosb.errors.ClientClosed`.
-
-    An operation registers its task with :meth:`enter` and :meth:`exit`; :meth:`close`
-    cancels every registered task; the operation turns that cancellation into
-    ``ClientClosed`` with :meth:`closed_error` (a caller's own cancellation stays one).
-    """
-
-    __slots__ = ("cancelled", "reason", "tasks")
-
-    def __init__(self) -> None:
-        self.tasks: dict[asyncio.Task[Any], int] = {}
-        self.cancelled: set[asyncio.Task[Any]] = set()
-        self.reason: str | None = None
-
-    def enter(self, task: asyncio.Task[Any] | None) -> None:
-        if task is not None:
-            self.tasks[task] = self.tasks.get(task, 0) + 1
-
-    def exit(self, task: asyncio.Task[Any] | None) -> None:
-        if task is not None:
-            left = self.tasks[task] - 1
-            if left:
-                self.tasks[task] = left
-            else:
-                del self.tasks[task]
-
-    def close(self, reason: str) -> None:
-        """Cancel every operation in flight (except the caller's own)."""
-        self.reason = reason
-        current = asyncio.current_task()
-        for task in list(self.tasks):
-            if task is not current and task not in self.cancelled:
-                self.cancelled.add(task)
-                task.cancel()
-
-    def closed_error(self, task: asyncio.Task[Any] | None) -> ClientClosed | None:
-        """After a CancelledError in ``task``: the ClientClosed to raise instead, if the
-        cancellation was this object's closing (taken back) and nothing else's."""
-        if self.reason is None or task is None:
-            return None
-        if task in self.cancelled:
-            self.cancelled.discard(task)
-            task.uncancel()
-        if task.cancelling():
-            return None  # the caller cancelled too: that cancellation goes on
-        return ClientClosed(f"{self.reason} while the operation was in flight; it may or "
-                            "may not have taken effect.")
-
-
-def _seconds(name: str, value: Duration | None, *, allow_none: bool = False) -> float | None:
-    if value is None:
-        if allow_none:
-            return None
-        raise InvalidArgument(f"{name} must be a duration, not None.")
-    if isinstance(value, _dt.timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise InvalidArgument(f"{name} must be a timedelta or seconds, not {value!r}.")
-    if not seconds >= 0:  # NaN too
-        raise InvalidArgument(f"{name} is {value}; it must not be negative or NaN.")
-    return seconds
 
 
 def connect(
@@ -184,18 +105,18 @@ def connect(
     """
     if isinstance(credential, tuple):
         credential = SasCredential(*credential)
-    timeout = _seconds("operation_timeout", operation_timeout)
+    timeout = to_seconds("operation_timeout", operation_timeout)
     if not timeout:
         raise InvalidArgument("operation_timeout must be positive.")
-    backoff = _seconds("retry_backoff", options.pop("retry_backoff", 0.1))
-    backoff_max = _seconds("retry_backoff_max", options.pop("retry_backoff_max", 5.0))
-    transport = _open_transport(url, credential, options, timeout)  # type: ignore[arg-type]
+    backoff = to_seconds("retry_backoff", options.pop("retry_backoff", 0.1))
+    backoff_max = to_seconds("retry_backoff_max", options.pop("retry_backoff_max", 5.0))
+    transport = _open_transport(url, credential, options, timeout)
     return Namespace(
         transport,
         url=url,
-        operation_timeout=timeout,  # type: ignore[arg-type]
-        retry_backoff=backoff,  # type: ignore[arg-type]
-        retry_backoff_max=backoff_max,  # type: ignore[arg-type]
+        operation_timeout=timeout,
+        retry_backoff=backoff,
+        retry_backoff_max=backoff_max,
     )
 
 
@@ -365,7 +286,12 @@ class Namespace:
                 f"namespace {self.name!r} is {state}; use 'async with aiosb.connect(...)'."
             )
 
-    async def _call(
+    # -- the seam for layers built on the client ------------------------------------------
+    #
+    # Pairing (and anything else layered over a namespace) runs its transport operations
+    # through these two methods and reads nothing else of the namespace's internals.
+
+    async def execute(
         self,
         fn: Callable[..., Awaitable[T]],
         *args: Any,
@@ -374,10 +300,27 @@ class Namespace:
         link: InFlight | None = None,
         **kwargs: Any,
     ) -> T:
-        """Run one transport operation, ``fn(*args, **kwargs)``, within the operation
-        timeout (or ``timeout``) plus ``wait``, retrying transient errors with backoff;
-        ``wait=None`` means no deadline. Closing the namespace (or ``link``'s owner)
-        ends it with :class:`~aiosb.errors.ClientClosed`."""
+        """Run one transport operation, ``fn(*args, **kwargs)``, as the namespace runs
+        its own: within the operation timeout (or ``timeout``) plus ``wait``, retrying
+        transient errors with backoff (:meth:`retry_delay`); ``wait=None`` means no
+        deadline. It is tracked as in flight: closing the namespace (or ``link``'s owner)
+        ends it with :class:`~aiosb.errors.ClientClosed`.
+
+        Args:
+            fn: A method of :attr:`transport` (``self.transport.send``, ...).
+            *args: Its positional arguments.
+            wait: Seconds the operation may wait on top of the timeout (a receive's
+                ``max_wait``); ``None``: no deadline at all.
+            timeout: The budget for the attempts, instead of the operation timeout.
+            link: Another owner's in-flight tracker (a receiver's, a pairing's), so that
+                closing that owner ends the operation too.
+            **kwargs: Its keyword arguments.
+
+        Raises:
+            ClientClosed: The namespace (or ``link``'s owner) is or was closed.
+            OperationTimeout: No success within the budget.
+            ServiceBusError: The operation's own non-transient error.
+        """
         self._check_open()
         task = asyncio.current_task()
         trackers = (self._inflight,) if link is None else (self._inflight, link)
@@ -394,6 +337,11 @@ class Namespace:
         finally:
             for tracker in trackers:
                 tracker.exit(task)
+
+    def retry_delay(self, attempt: int) -> float:
+        """The delay before retry ``attempt`` (1 for the first), before any jitter:
+        ``retry_backoff`` doubled per attempt, capped at ``retry_backoff_max``."""
+        return min(self._backoff * 2.0 ** (attempt - 1), self._backoff_max)
 
     async def _attempts(
         self,
@@ -415,8 +363,7 @@ class Namespace:
                 if not exc.retryable or isinstance(exc, OperationTimeout):
                     raise
                 attempt += 1
-                delay = min(self._backoff * 2 ** (attempt - 1), self._backoff_max)
-                delay *= random.uniform(0.8, 1.2)
+                delay = self.retry_delay(attempt) * random.uniform(0.8, 1.2)
                 if deadline is not None and loop.time() + delay >= deadline:
                     raise OperationTimeout(
                         f"{fn.__name__} on namespace {self.name!r} did not succeed within "
@@ -487,7 +434,7 @@ class Namespace:
             raise InvalidOperation(
                 "A dead-letter queue is not session-enabled: receive from it without a session_id."
             )
-        wait = _seconds("session_wait", session_wait, allow_none=True)
+        wait = to_seconds("session_wait", session_wait, allow_none=True)
         receiver = Receiver(
             self, entity, mode, session_id, parsed.sub_queue, prefetch_count, parsed
         )
@@ -523,10 +470,10 @@ class Namespace:
     # -- management --------------------------------------------------------------------
 
     async def _manage(
-        self, action: str, kind: str | None, path: str = "", props: Any = None
+        self, action: ManageAction, kind: EntityKind | None, path: str = "", props: Any = None
     ) -> Any:
-        request = ManagementRequest(action, kind, path, props)  # type: ignore[arg-type]
-        return await self._call(self.transport.manage, request)
+        request = ManagementRequest(action, kind, path, props)
+        return await self.execute(self.transport.manage, request)
 
     async def create_queue(self, name: str, **properties: Any) -> QueueProperties:
         """Create a queue; ``properties`` take the SDK's names (``lock_duration``, ...).
@@ -535,15 +482,16 @@ class Namespace:
             EntityAlreadyExists: A queue or topic with that name exists.
             InvalidArgument: An unknown property or a value out of range.
         """
-        return await self._manage("create", "queue", name, QueueProperties.build(name, properties))
+        props = QueueProperties.build(name, properties)
+        return cast(QueueProperties, await self._manage("create", "queue", name, props))
 
     async def get_queue(self, name: str) -> QueueProperties:
         """The queue's description. Raises :class:`EntityNotFound` if there is none."""
-        return await self._manage("get", "queue", name)
+        return cast(QueueProperties, await self._manage("get", "queue", name))
 
     async def update_queue(self, queue: str | QueueProperties, **changes: Any) -> QueueProperties:
         """Change a queue's properties (all but partitioning, sessions, duplicate detection)."""
-        return await self._update("queue", queue, changes)
+        return cast(QueueProperties, await self._update("queue", queue, changes))
 
     async def delete_queue(self, name: str) -> None:
         """Delete a queue and its messages."""
@@ -555,19 +503,20 @@ class Namespace:
 
     async def list_queues(self) -> list[QueueProperties]:
         """Every queue's description."""
-        return await self._manage("list", "queue")
+        return cast(list[QueueProperties], await self._manage("list", "queue"))
 
     async def create_topic(self, name: str, **properties: Any) -> TopicProperties:
         """Create a topic; see :meth:`create_queue`."""
-        return await self._manage("create", "topic", name, TopicProperties.build(name, properties))
+        props = TopicProperties.build(name, properties)
+        return cast(TopicProperties, await self._manage("create", "topic", name, props))
 
     async def get_topic(self, name: str) -> TopicProperties:
         """The topic's description."""
-        return await self._manage("get", "topic", name)
+        return cast(TopicProperties, await self._manage("get", "topic", name))
 
     async def update_topic(self, topic: str | TopicProperties, **changes: Any) -> TopicProperties:
         """Change a topic's properties."""
-        return await self._update("topic", topic, changes)
+        return cast(TopicProperties, await self._update("topic", topic, changes))
 
     async def delete_topic(self, name: str) -> None:
         """Delete a topic with its subscriptions."""
@@ -579,18 +528,21 @@ class Namespace:
 
     async def list_topics(self) -> list[TopicProperties]:
         """Every topic's description."""
-        return await self._manage("list", "topic")
+        return cast(list[TopicProperties], await self._manage("list", "topic"))
 
     async def create_subscription(
         self, topic: str, name: str, **properties: Any
     ) -> SubscriptionProperties:
         """Create a subscription of ``topic``; it takes every message sent to the topic."""
         props = SubscriptionProperties.build(name, {**properties, "topic_name": topic})
-        return await self._manage("create", "subscription", f"{topic}/subscriptions/{name}", props)
+        path = f"{topic}/subscriptions/{name}"
+        found = await self._manage("create", "subscription", path, props)
+        return cast(SubscriptionProperties, found)
 
     async def get_subscription(self, topic: str, name: str) -> SubscriptionProperties:
         """The subscription's description."""
-        return await self._manage("get", "subscription", f"{topic}/subscriptions/{name}")
+        path = f"{topic}/subscriptions/{name}"
+        return cast(SubscriptionProperties, await self._manage("get", "subscription", path))
 
     async def update_subscription(
         self, topic: str, subscription: str | SubscriptionProperties, **changes: Any
@@ -602,7 +554,8 @@ class Namespace:
             current = subscription
         props = self._changed(current, changes)
         path = f"{topic}/subscriptions/{props.name}"
-        return await self._manage("update", "subscription", path, props)
+        found = await self._manage("update", "subscription", path, props)
+        return cast(SubscriptionProperties, found)
 
     async def delete_subscription(self, topic: str, name: str) -> None:
         """Delete a subscription and its messages."""
@@ -614,13 +567,13 @@ class Namespace:
 
     async def list_subscriptions(self, topic: str) -> list[SubscriptionProperties]:
         """Every subscription of ``topic``."""
-        return await self._manage("list", "subscription", topic)
+        return cast(list[SubscriptionProperties], await self._manage("list", "subscription", topic))
 
     async def runtime_properties(self, entity: str) -> RuntimeProperties:
         """Counts of an entity: active, scheduled, dead-lettered, deferred messages."""
-        return await self._manage("runtime", None, entity)
+        return cast(RuntimeProperties, await self._manage("runtime", None, entity))
 
-    async def _exists(self, kind: str, path: str) -> bool:
+    async def _exists(self, kind: EntityKind, path: str) -> bool:
         try:
             await self._manage("get", kind, path)
         except EntityNotFound:
@@ -635,489 +588,7 @@ class Namespace:
             raise InvalidArgument(f"unknown {current.kind} propert(ies): {', '.join(unknown)}.")
         return dataclasses.replace(current, **changes)
 
-    async def _update(self, kind: str, entity: Any, changes: dict[str, Any]) -> Any:
+    async def _update(self, kind: EntityKind, entity: Any, changes: dict[str, Any]) -> Any:
         current = await self._manage("get", kind, entity) if isinstance(entity, str) else entity
         props = self._changed(current, changes)
         return await self._manage("update", kind, props.name, props)
-
-
-class Transaction:
-    """Sends buffered inside ``async with sender.transaction()``, committed at its end."""
-
-    def __init__(self, sender: SendingLink) -> None:
-        self.sender = sender
-        self.messages: list[Message] = []
-        self._token: contextvars.Token[Transaction | None] | None = None
-
-    async def __aenter__(self) -> Transaction:
-        if self.sender._transaction.get() is not None:
-            raise InvalidOperation("A transaction is already open on this sender in this task.")
-        self._token = self.sender._transaction.set(self)
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        self.sender._transaction.reset(self._token)  # type: ignore[arg-type]
-        if exc_type is None and self.messages:
-            await self.sender._send_now(self.messages, transaction=True)
-
-    def add(self, messages: list[Message]) -> None:
-        if len(self.messages) + len(messages) > _MAX_TRANSACTION_MESSAGES:
-            raise InvalidOperation(
-                f"A transaction holds at most {_MAX_TRANSACTION_MESSAGES} messages; this one "
-                f"would hold {len(self.messages) + len(messages)}."
-            )
-        self.messages.extend(messages)
-
-
-class SendingLink:
-    """What every sender shares: its lifetime, batches, and transactions.
-
-    ``send`` takes one message or a list (one batch, all or none); inside
-    ``async with sender.transaction()`` messages are held and sent at the commit.
-    Subclasses say where a batch goes (``_send_now``).
-    """
-
-    def __init__(self, entity: str) -> None:
-        self.entity = entity
-        self._closed = False
-        self._transaction: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar(
-            f"aiosb-tx-{id(self)}", default=None
-        )
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the sender (idempotent)."""
-        self._closed = True
-
-    def _check(self) -> None:
-        if self._closed:
-            raise ClientClosed(f"the sender for {self.entity!r} is closed.")
-
-    async def send(self, message: Message | Sequence[Message]) -> None:
-        """Send one message, or a list as one batch (all of it or none).
-
-        Inside ``async with sender.transaction()`` the messages are held and sent with
-        the transaction's commit.
-
-        Raises:
-            MessageSizeExceeded: A message or the batch is over the size limit.
-            OperationTimeout: No success within the operation timeout.
-        """
-        self._check()
-        messages = [message] if isinstance(message, Message) else list(message)
-        if not messages:
-            return
-        tx = self._transaction.get()
-        if tx is not None:
-            tx.add(messages)
-            return
-        await self._send_now(messages)
-
-    async def _send_now(self, messages: list[Message], transaction: bool = False) -> None:
-        raise NotImplementedError
-
-    def transaction(self) -> Transaction:
-        """An async context manager: sends inside it commit together, or not at all."""
-        self._check()
-        return Transaction(self)
-
-
-class Sender(SendingLink):
-    """Sends to one queue or topic. Safe under many concurrent ``send`` calls.
-
-    Use it as an async context manager (``async with ns.sender("orders") as s``).
-    """
-
-    def __init__(self, namespace: Namespace, entity: str) -> None:
-        super().__init__(entity)
-        self.namespace = namespace
-        namespace._track(self)
-
-    def __repr__(self) -> str:
-        return (
-            f"<Sender {self.namespace.name}/{self.entity} {'closed' if self._closed else 'open'}>"
-        )
-
-    async def aclose(self) -> None:
-        """Close the sender (idempotent)."""
-        self._closed = True
-        self.namespace._untrack(self)
-
-    async def _send_now(self, messages: list[Message], transaction: bool = False) -> None:
-        ns = self.namespace
-        if transaction:
-            await ns._call(ns.transport.send, self.entity, messages, transaction=True)
-        else:
-            await ns._call(ns.transport.send, self.entity, messages)
-
-    async def schedule(
-        self, message: Message | Sequence[Message], at: _dt.datetime
-    ) -> int | list[int]:
-        """Schedule message(s) for ``at``; return the sequence number(s) to cancel with.
-
-        The enqueue time is ``at``, so a message's expiry is ``at + time_to_live`` (EX-5).
-        """
-        self._check()
-        if not isinstance(at, _dt.datetime) or at.tzinfo is None:
-            raise InvalidArgument(f"schedule needs a timezone-aware datetime, not {at!r}.")
-        single = isinstance(message, Message)
-        messages = [message] if single else list(message)  # type: ignore[list-item]
-        stamped = [dataclasses.replace(m, scheduled_enqueue_time=at) for m in messages]
-        ns = self.namespace
-        seqs = await ns._call(ns.transport.schedule, self.entity, stamped)
-        return seqs[0] if single else seqs
-
-    async def cancel_scheduled(self, sequence_number: int | Sequence[int]) -> None:
-        """Cancel scheduled message(s) by sequence number."""
-        self._check()
-        seqs = [sequence_number] if isinstance(sequence_number, int) else list(sequence_number)
-        ns = self.namespace
-        await ns._call(ns.transport.cancel_scheduled, self.entity, seqs)
-
-
-class ReceiverSession:
-    """The session a session receiver holds: its lock and its state.
-
-    Attributes:
-        session_id: The session's id.
-        locked_until: When the session lock ends unless renewed (UTC).
-    """
-
-    def __init__(self, receiver: Receiver, info: SessionInfo) -> None:
-        self._receiver = receiver
-        self.session_id = info.session_id
-        self._lock = info.lock
-        self._locked_until = info.locked_until or 0.0
-
-    def __repr__(self) -> str:
-        return f"<ReceiverSession {self.session_id!r} until {self.locked_until.isoformat()}>"
-
-    @property
-    def locked_until(self) -> _dt.datetime:
-        return _dt.datetime.fromtimestamp(self._locked_until, _dt.UTC)
-
-    async def _op(self, action: str, state: bytes | None = None) -> SessionInfo:
-        receiver = self._receiver
-        receiver._check()
-        ns = receiver.namespace
-        request = SessionRequest(action, self.session_id, self._lock, state)  # type: ignore[arg-type]
-        return await ns._call(ns.transport.session, receiver._entity_path, request)
-
-    async def renew_lock(self) -> _dt.datetime:
-        """Extend the session lock (and the locks of its received messages).
-
-        Raises:
-            SessionLockLost: The lock had expired already.
-        """
-        info = await self._op("renew")
-        self._locked_until = info.locked_until or self._locked_until
-        return self.locked_until
-
-    async def get_state(self) -> bytes | None:
-        """The session's state (``None`` when never set)."""
-        return (await self._op("get_state")).state
-
-    async def set_state(self, state: bytes | None) -> None:
-        """Store ``state`` with the session (``None`` clears it)."""
-        if state is not None and not isinstance(state, bytes | bytearray):
-            raise InvalidArgument(f"session state must be bytes or None, not {state!r}.")
-        await self._op("set_state", None if state is None else bytes(state))
-
-
-class Receiver:
-    """Receives from one queue, subscription, session or dead-letter queue.
-
-    Use it as an async context manager; ``async for msg in receiver`` receives forever.
-    A session receiver locks its session when it opens (or on first use) and releases
-    it when it closes; ``receiver.session`` is then the :class:`ReceiverSession`.
-    """
-
-    def __init__(
-        self,
-        namespace: Namespace,
-        entity: str,
-        mode: Literal["peek_lock", "receive_and_delete"],
-        session_id: str | _NextAvailableSession | None,
-        sub_queue: str | None,
-        prefetch_count: int,
-        parsed: Any,
-    ) -> None:
-        self.namespace = namespace
-        self.entity = entity
-        self.mode = mode
-        self._wants_session = session_id is not None
-        self.session_id: str | None = (
-            None if session_id is NEXT_AVAILABLE_SESSION else session_id  # type: ignore[assignment]
-        )
-        self.session: ReceiverSession | None = None
-        self._session_wait = namespace.operation_timeout
-        self._accepting = asyncio.Lock()
-        self.sub_queue = sub_queue
-        self.prefetch_count = prefetch_count
-        self._path = str(parsed).lower()
-        self._entity_path = parsed.path
-        self._last_peeked = 0
-        self._closed = False
-        self._inflight = InFlight()
-        namespace._track(self)
-
-    def __repr__(self) -> str:
-        return (
-            f"<Receiver {self.namespace.name}/{self._path} {self.mode} "
-            f"{'closed' if self._closed else 'open'}>"
-        )
-
-    async def __aenter__(self) -> Receiver:
-        if self._wants_session:
-            await self._accept()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the receiver (idempotent); unsettled locks expire on their own, and a
-        session is released for other receivers."""
-        if self._closed:
-            return
-        self._closed = True
-        self._inflight.close(f"the receiver for {self.entity!r} was closed")
-        self.namespace._untrack(self)
-        if self.session is not None:
-            await self._release(self.session)
-
-    async def _release(self, session: ReceiverSession) -> None:
-        """Give the session up, best effort: an unreleased lock expires by itself."""
-        ns = self.namespace
-        if ns.closed:
-            return
-        request = SessionRequest("release", session.session_id, session._lock)
-        try:
-            async with asyncio.timeout(ns.operation_timeout):
-                await ns.transport.session(self._entity_path, request)
-        except (ServiceBusError, TimeoutError):
-            pass
-
-    def _check(self) -> None:
-        if self._closed:
-            raise ClientClosed(f"the receiver for {self.entity!r} is closed.")
-
-    async def _accept(self) -> ReceiverSession:
-        """Lock this receiver's session (or the next available one), once, however many
-        tasks use the receiver first."""
-        async with self._accepting:
-            if self.session is None:
-                self._check()
-                ns = self.namespace
-                wait = self._session_wait if self.session_id is None else 0.0
-                request = SessionRequest("accept", self.session_id, max_wait=wait, mode=self.mode)
-                info = await ns._call(
-                    ns.transport.session, self._entity_path, request, wait=wait,
-                    link=self._inflight,
-                )
-                session = ReceiverSession(self, info)
-                if self._closed:  # closed while accepting: give it straight back
-                    await self._release(session)
-                    self._check()
-                self.session = session
-                self.session_id = info.session_id
-            return self.session
-
-    def _request(self, **kw: Any) -> ReceiveRequest:
-        session = self.session
-        return ReceiveRequest(
-            mode=self.mode,
-            sub_queue=self.sub_queue,
-            session_id=self.session_id,
-            session_lock=None if session is None else session._lock,
-            **kw,
-        )
-
-    async def receive(
-        self, max_messages: int = 1, max_wait: Duration | None = None
-    ) -> list[ReceivedMessage]:
-        """Receive up to ``max_messages``, waiting up to ``max_wait`` for the first.
-
-        Returns as soon as at least one message is available (with those available at
-        that moment, up to ``max_messages``), or an empty list when ``max_wait`` runs
-        out. ``max_wait=None`` waits until a message arrives.
-        """
-        self._check()
-        wait = _seconds("max_wait", max_wait, allow_none=True)
-        check_receive(max_messages, wait)
-        if self._wants_session:
-            await self._accept()
-        ns = self.namespace
-        loop = asyncio.get_running_loop()
-        deadline = None if wait is None else loop.time() + wait
-        while True:
-            request = self._request(max_messages=max_messages, max_wait=wait)
-            # Closing the receiver ends a peek-lock receive in flight (what it had
-            # locked comes back when the locks end); a receive-and-delete one it lets
-            # finish, since the broker may have taken its messages already.
-            link = self._inflight if self.mode == "peek_lock" else None
-            messages = await ns._call(
-                ns.transport.receive, self._entity_path, request, wait=wait, link=link
-            )
-            if messages and any(m.content_type == PING_CONTENT_TYPE for m in messages):
-                messages = await self._drop_pings(messages)
-                if not messages and (deadline is None or loop.time() < deadline):
-                    wait = None if deadline is None else max(0.0, deadline - loop.time())
-                    continue
-            return messages
-
-    async def _drop_pings(self, messages: list[ReceivedMessage]) -> list[ReceivedMessage]:
-        """A broker that delivers pings breaks PN-14; settle them and hand on the rest."""
-        pings = [m for m in messages if m.content_type == PING_CONTENT_TYPE]
-        if self.mode == "peek_lock":
-            await self._settle("complete", pings)
-        return [m for m in messages if m.content_type != PING_CONTENT_TYPE]
-
-    def __aiter__(self) -> AsyncIterator[ReceivedMessage]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[ReceivedMessage]:
-        while not self._closed:
-            for message in await self.receive(max(1, self.prefetch_count), None):
-                yield message
-
-    async def receive_deferred(
-        self, sequence_numbers: int | Sequence[int]
-    ) -> list[ReceivedMessage]:
-        """Receive deferred messages by sequence number."""
-        self._check()
-        seqs = [sequence_numbers] if isinstance(sequence_numbers, int) else list(sequence_numbers)
-        if self._wants_session:
-            await self._accept()
-        ns = self.namespace
-        request = self._request(max_messages=max(1, len(seqs)), sequence_numbers=seqs)
-        return await ns._call(
-            ns.transport.receive, self._entity_path, request, link=self._inflight
-        )
-
-    async def peek(
-        self, max_messages: int = 1, *, from_sequence_number: int | None = None
-    ) -> list[ReceivedMessage]:
-        """Browse up to ``max_messages`` without locking them.
-
-        Starts after the last message this receiver peeked (or at
-        ``from_sequence_number``), and asks again until it has ``max_messages`` or
-        nothing is left, since a broker may return fewer than asked (PT-13).
-        """
-        self._check()
-        check_receive(max_messages)
-        start = self._last_peeked + 1 if from_sequence_number is None else from_sequence_number
-        if self._wants_session:
-            await self._accept()
-        ns = self.namespace
-        found: list[ReceivedMessage] = []
-        while len(found) < max_messages:
-            request = self._request(
-                max_messages=max_messages - len(found), peek=True, from_sequence_number=start
-            )
-            batch = await ns._call(
-                ns.transport.receive, self._entity_path, request, link=self._inflight
-            )
-            if not batch:
-                break
-            found.extend(batch)
-            start = batch[-1].sequence_number + 1
-        if found:
-            self._last_peeked = found[-1].sequence_number
-        return found
-
-    # -- settlement ------------------------------------------------------------------
-
-    def _tokens(self, messages: list[ReceivedMessage]) -> list[str]:
-        if self.mode != "peek_lock":
-            raise InvalidOperation(
-                "Messages received in receive_and_delete mode are settled already."
-            )
-        tokens = []
-        for msg in messages:
-            if not isinstance(msg, ReceivedMessage):
-                raise InvalidArgument(f"can only settle received messages, not {msg!r}.")
-            if msg.lock_token is None:
-                raise InvalidOperation(
-                    f"Message {msg.sequence_number} holds no lock (peeked, or received and "
-                    "deleted): there is nothing to settle."
-                )
-            if msg.entity_path.lower() != self._path:
-                raise InvalidOperation(
-                    f"Message {msg.sequence_number} was received from {msg.entity_path!r}, "
-                    f"not {self._path!r}: settle it with the receiver it came from."
-                )
-            tokens.append(msg.lock_token)
-        return tokens
-
-    async def _settle(self, action: str, messages: Any, **kw: Any) -> list[float] | None:
-        self._check()
-        msgs = [messages] if isinstance(messages, ReceivedMessage) else list(messages)
-        tokens = self._tokens(msgs)
-        if not tokens:
-            return None
-        ns = self.namespace
-        settlement = Settlement(action, tokens, self.sub_queue, **kw)  # type: ignore[arg-type]
-        if self.session is not None:
-            settlement.session_id = self.session.session_id
-            settlement.session_lock = self.session._lock
-        return await ns._call(ns.transport.settle, self._entity_path, settlement)
-
-    async def complete(self, message: ReceivedMessage | Sequence[ReceivedMessage]) -> None:
-        """Complete (delete) locked message(s).
-
-        Raises:
-            MessageLockLost: The lock expired or the message was settled already.
-        """
-        await self._settle("complete", message)
-
-    async def abandon(
-        self,
-        message: ReceivedMessage | Sequence[ReceivedMessage],
-        *,
-        properties_to_modify: dict[str, Any] | None = None,
-    ) -> None:
-        """Give the message (or a list, in one request) back: it is delivered again (or
-        dead-lettered once its delivery count reaches ``max_delivery_count``, or expired
-        per EX-3)."""
-        await self._settle("abandon", message, properties_to_modify=properties_to_modify)
-
-    async def dead_letter(
-        self,
-        message: ReceivedMessage,
-        reason: str | None = None,
-        description: str | None = None,
-        *,
-        properties_to_modify: dict[str, Any] | None = None,
-    ) -> None:
-        """Move the message to the dead-letter queue with a reason and description."""
-        await self._settle(
-            "dead_letter",
-            message,
-            reason=reason,
-            description=description,
-            properties_to_modify=properties_to_modify,
-        )
-
-    async def defer(
-        self, message: ReceivedMessage, *, properties_to_modify: dict[str, Any] | None = None
-    ) -> None:
-        """Set the message aside; fetch it later with :meth:`receive_deferred`."""
-        await self._settle("defer", message, properties_to_modify=properties_to_modify)
-
-    async def renew_lock(
-        self, message: ReceivedMessage | Sequence[ReceivedMessage]
-    ) -> _dt.datetime | list[_dt.datetime]:
-        """Extend the lock of a message (or of a list, in one request) by the entity's
-        lock duration; return the new expiry (a list for a list)."""
-        messages = [message] if isinstance(message, ReceivedMessage) else list(message)
-        until = await self._settle("renew", messages) or []
-        for msg, ts in zip(messages, until, strict=True):
-            msg.locked_until_timestamp = ts
-        expiries = [_dt.datetime.fromtimestamp(ts, _dt.UTC) for ts in until]
-        return expiries[0] if isinstance(message, ReceivedMessage) else expiries

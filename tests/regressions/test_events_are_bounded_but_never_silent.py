@@ -7,13 +7,13 @@ import pytest
 
 import aiosb
 from aiosb import PairedNamespaceOptions
-from aiosb.pairing import runtime
+from aiosb.pairing import _common
 
 pytestmark = pytest.mark.looptime
 
 
 async def test_a_reader_that_falls_behind_is_told_how_many_events_it_missed(monkeypatch):
-    monkeypatch.setattr(runtime, "MAX_UNREAD_EVENTS", 5)
+    monkeypatch.setattr(_common, "MAX_UNREAD_EVENTS", 5)
     async with aiosb.connect("memory://e1") as primary, aiosb.connect("memory://e2") as secondary:
         options = PairedNamespaceOptions(backlog_queue_count=1)
         async with primary.pair(secondary, options) as paired:

@@ -1,0 +1,241 @@
+"""The syphon: one pump per backlog queue moves the backlog home (PN-4, PN-16, PN-17,
+G-2, G-3, G-5).
+
+A pump takes one :class:`~.runtime.Hub` from its pairing and nothing else: the
+namespaces and options, the shared entity health, the counters, the wake-up event of
+recoveries, and the callbacks through which it reports a failed or successful move.
+
+Imports the vocabulary, :mod:`._common`, :mod:`.health` and :mod:`.rewrite`; the
+runtime for types only (the runtime imports this module); never the emulator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import TYPE_CHECKING
+
+from .._clock import CLOCK
+from ..errors import ClientClosed, EntityNotFound, MessageSizeExceeded, ServiceBusError
+from ..message import Message, ReceivedMessage
+from ._common import (
+    _PARK_LIMIT,
+    _SYPHON_BATCH,
+    BACKLOG_QUEUE_PROPERTIES,
+    _Entry,
+    _quietly,
+    _race,
+    _wait_for,
+    is_outage,
+    log,
+)
+from .health import Health
+from .rewrite import restore
+
+if TYPE_CHECKING:
+    from .runtime import Hub
+
+
+class _SyphonPump:
+    """Moves one backlog queue's messages home, for as long as the pairing is open.
+
+    It long-polls (PN-16), sends each entity's messages to the primary and only then
+    completes them (PN-17). Messages for an entity that is not healthy are parked:
+    kept locked (their locks renewed at half-life) rather than abandoned, so their
+    delivery counts do not climb (PN-17). A failed move is retried after the syphon
+    retry interval while the entity is only suspect, and waits for recovery once it has
+    failed over.
+    """
+
+    def __init__(self, hub: Hub, path: str) -> None:
+        self.hub = hub
+        self.path = path
+        self.receiver = hub.secondary.receiver(path)
+        self.parked: dict[_Entry, list[ReceivedMessage]] = {}
+        self.retry_at: dict[_Entry, float] = {}
+        options = hub.options
+        self.wait = options.syphon_receive_wait.total_seconds()
+        self.retry = options.syphon_retry_interval.total_seconds()
+        self.lock: float = BACKLOG_QUEUE_PROPERTIES["lock_duration"].total_seconds()
+
+    async def run(self) -> None:
+        hub, counters = self.hub, self.hub.counters
+        try:
+            try:  # PN-8: a queue found with another lock duration is used as it is
+                found = await hub.secondary.get_queue(self.path)
+                self.lock = found.lock_duration.total_seconds()
+            except ServiceBusError:
+                pass
+            while True:
+                try:
+                    await self.step()
+                except ClientClosed:
+                    return
+                except ServiceBusError as exc:
+                    counters.syphon_failures += 1
+                    hub.emit("syphon_failed", self.path, exc.message)
+                    if isinstance(exc, EntityNotFound):
+                        await _quietly(hub.ensure_backlog_queue(self.path))
+                    await asyncio.sleep(self.retry)
+                except Exception as exc:  # the pump outlives a bug's blast
+                    log.exception("syphon of %s failed unexpectedly", self.path)
+                    counters.syphon_failures += 1
+                    hub.emit("syphon_failed", self.path, repr(exc))
+                    await asyncio.sleep(self.retry)
+        finally:
+            await self.receiver.aclose()
+
+    async def step(self) -> None:
+        """Move what may move, then receive (or wait) once."""
+        wake = self.hub.wake()  # taken first: a recovery from here on wakes us
+        await self.unpark()
+        budget = self.budget()
+        if sum(len(v) for v in self.parked.values()) >= _PARK_LIMIT:
+            await _wait_for(wake.wait(), budget)
+            return
+        batch = await _race(
+            self.receiver.receive(max_messages=_SYPHON_BATCH, max_wait=budget), wake
+        )
+        if batch is None:  # an entity recovered: move what is parked
+            return
+        self.hub.counters.syphon_receives += 1
+        if batch:
+            await self.move(batch)
+
+    def movable(self, entry: _Entry, now: float) -> bool:
+        """Healthy; or suspect with its retry due (a failed move retries, PN-16)."""
+        health = entry.state.health
+        if health is Health.HEALTHY:
+            return True
+        return health is Health.SUSPECT and self.retry_at.get(entry, 0.0) <= now
+
+    def budget(self) -> float:
+        """How long to wait now: until a parked lock needs renewing or a retry is due."""
+        if not self.parked:
+            return self.wait
+        now = CLOCK.now()
+        first_lock = min(
+            m.locked_until_timestamp or now for msgs in self.parked.values() for m in msgs
+        )
+        until = min(self.wait, first_lock - now - self.lock / 2)
+        for entry in self.parked:
+            if entry in self.retry_at and entry.state.health is Health.SUSPECT:
+                until = min(until, self.retry_at[entry] - now)
+        return max(until, 0.0)
+
+    async def unpark(self) -> None:
+        """Move parked messages whose entity may take them; renew the others' locks."""
+        now = CLOCK.now()
+        for entry, msgs in list(self.parked.items()):
+            if self.movable(entry, now):
+                del self.parked[entry]
+                await self.move_group(entry, msgs)
+        now = CLOCK.now()
+        for entry, msgs in list(self.parked.items()):
+            kept = []
+            for msg in msgs:
+                if (msg.locked_until_timestamp or now) - now <= self.lock / 2:
+                    try:
+                        await self.receiver.renew_lock(msg)
+                    except ServiceBusError:
+                        continue  # the lock is gone: the message comes back by itself
+                kept.append(msg)
+            if kept:
+                self.parked[entry] = kept
+            else:
+                del self.parked[entry]
+
+    async def move(self, batch: list[ReceivedMessage]) -> None:
+        """Group a received batch by destination; move or park each group."""
+        groups: dict[_Entry, list[ReceivedMessage]] = collections.defaultdict(list)
+        for msg in batch:
+            entity = msg.application_properties.get("x-ms-path")
+            if not isinstance(entity, str) or not entity:
+                await self.dead_letter([msg], "NoBacklogPath", "it has no x-ms-path property")
+                continue
+            groups[self.hub.entry(entity)].append(msg)
+        now = CLOCK.now()
+        for entry, msgs in groups.items():
+            if entry in self.parked or not self.movable(entry, now):
+                self.parked.setdefault(entry, []).extend(msgs)  # PN-17: not while unavailable
+            else:
+                await self.move_group(entry, msgs)
+
+    async def move_group(self, entry: _Entry, msgs: list[ReceivedMessage]) -> None:
+        """Send ``msgs`` to ``entry``'s primary entity, then complete them in the backlog.
+
+        On an outage the rest of the group is parked at once: nothing more is sent to an
+        entity that just failed (PN-17).
+        """
+        hub = self.hub
+        now = CLOCK.now()
+        ready: list[tuple[ReceivedMessage, Message]] = []
+        expired: list[ReceivedMessage] = []
+        malformed: list[ReceivedMessage] = []
+        for msg in msgs:
+            restored = restore(msg, now)
+            if restored.entity is None:
+                malformed.append(msg)
+            elif restored.message is None:
+                expired.append(msg)
+            else:
+                ready.append((msg, restored.message))
+        if malformed:
+            await self.dead_letter(
+                malformed, "MalformedBacklogMessage", "its x-ms-* properties are invalid"
+            )
+        if expired:
+            await self.dead_letter(
+                expired, "TTLExpiredException", "it expired while it waited in the backlog (G-2)"
+            )
+        primary = hub.primary
+        # Groups are at most a syphon batch; one too large as a whole is split in two.
+        pending = [ready[i : i + _SYPHON_BATCH] for i in range(0, len(ready), _SYPHON_BATCH)]
+        while pending:
+            chunk = pending.pop(0)
+            try:
+                await primary.execute(primary.transport.send, entry.path, [m for _, m in chunk])
+            except ServiceBusError as exc:
+                if isinstance(exc, ClientClosed):
+                    raise
+                if isinstance(exc, MessageSizeExceeded) and len(chunk) > 1:
+                    half = len(chunk) // 2
+                    pending[:0] = [chunk[:half], chunk[half:]]
+                    continue
+                hub.counters.syphon_failures += 1
+                if is_outage(exc):
+                    hub.failed(entry, exc)
+                    rest = [m for c in [chunk, *pending] for m, _ in c]
+                    self.parked.setdefault(entry, []).extend(rest)
+                    self.retry_at[entry] = CLOCK.now() + self.retry
+                    hub.emit("syphon_failed", entry.path, f"move failed, parked: {exc.message}")
+                    return
+                # Retrying cannot help: surface it where people look.
+                await self.dead_letter([m for m, _ in chunk], type(exc).__name__, exc.message)
+                continue
+            self.retry_at.pop(entry, None)
+            hub.succeeded(entry)
+            try:
+                await self.receiver.complete([m for m, _ in chunk])
+            except ServiceBusError as exc:
+                # Sent but not completed: it will be moved again; the MessageId lets a
+                # primary with duplicate detection drop the copy (G-3).
+                hub.emit(
+                    "syphon_failed", entry.path, f"complete failed: {exc.message}", len(chunk)
+                )
+            hub.counters.syphon_moved += len(chunk)
+            hub.emit("syphon_moved", entry.path, f"moved {len(chunk)} messages", len(chunk))
+
+    async def dead_letter(self, msgs: list[ReceivedMessage], reason: str, description: str) -> None:
+        """Dead-letter backlog messages that cannot be moved, with a reason."""
+        hub = self.hub
+        done = 0
+        for msg in msgs:
+            try:
+                await self.receiver.dead_letter(msg, reason, description)
+            except ServiceBusError as exc:
+                hub.emit("syphon_failed", self.path, f"dead-letter failed: {exc.message}")
+                continue
+            done += 1
+        hub.counters.syphon_dead_lettered += done
+        hub.emit("syphon_dead_lettered", self.path, f"{reason}: {description}", done)
