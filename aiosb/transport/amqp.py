@@ -13,7 +13,7 @@ SDK gets wrong out of aiosb's way (architecture.md, "Known pitfalls"):
 - A link or connection the broker closed (idleness, a service move) is closed and
   opened again, and the operation tried once more: the one retry a transport makes,
   since that is not a failure of the broker. It is never reported as an outage.
-- The SDK's own retries are off (``retry_total=0``): :meth:`aiosb.Namespace._call`
+- The SDK's own retries are off (``retry_total=0``): :meth:`aiosb.Namespace.execute`
   retries transient errors, and the failover detector sees every non-transient one.
 - SDK exceptions become :mod:`aiosb.errors` by class and AMQP condition
   (:func:`~aiosb.transport._amqp_convert.map_error`).
