@@ -27,8 +27,9 @@ Concurrent calls are therefore safe without locks.
 
 Time is UTC epoch seconds read from the event loop clock (:class:`~aiosb._clock.LoopClock`).
 
-Imports: every emulator module above but :mod:`._durable` (and no transport, client or
-server: it implements the contract of :mod:`aiosb.protocol`).
+Imports: the emulator modules it hands work to, :mod:`._faults` and :mod:`aiosb.protocol`
+(the contract it implements); never :mod:`._durable` (the registry in
+:mod:`aiosb.emulator` hands it a journal), a transport, the client or a server.
 """
 
 from __future__ import annotations

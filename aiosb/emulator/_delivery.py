@@ -5,8 +5,8 @@ A partitioned entity's receive gathers from every fragment that is up (PT-12); a
 answers from one fragment and up to the response size limit (PT-13). Messages are taken
 and settled a batch at a time, store by store (:class:`~._store._Store`).
 
-Imports: :mod:`._store`, :mod:`._entity`, :mod:`._partitions`, :mod:`._sessions`,
-:mod:`._namespace` (never the broker).
+Imports: :mod:`._record`, :mod:`._store`, :mod:`._entity`, :mod:`._partitions`,
+:mod:`._sessions`, :mod:`._namespace`, :mod:`._faults` (never the broker).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The operations (:mod:`._sending`, :mod:`._delivery`, :mod:`._sessions`,
 protocol; :class:`~._broker.EmulatorNamespace` implements it. So none of them imports
 the broker, and the broker imports them all.
 
-Imports: :mod:`._entity`, :mod:`._faults` (never the broker).
+Imports: :mod:`._entity`, :mod:`._faults`, :mod:`aiosb._clock` (never the broker).
 """
 
 from __future__ import annotations
