@@ -49,7 +49,7 @@ def dead(entity: _Entity) -> list[tuple[str, str | None]]:
     return [(r.message_id, r.dl_reason) for s in entity.dlqs for r in s.records.values()]
 
 
-def test_a_forwarded_message_keeps_its_key_into_a_partitioned_target():
+def test_a_forwarded_message_keeps_its_key_into_a_partitioned_target() -> None:
     """PT-19: forwarding from a plain queue into a partitioned one: the message lands in
     its key's fragment there, numbered by that fragment."""
     ns = Host()
@@ -62,7 +62,7 @@ def test_a_forwarded_message_keeps_its_key_into_a_partitioned_target():
     assert rec.seq in target.fragments[home("order-42", 16)].records
 
 
-def test_a_forwarding_loop_ends_after_four_hops():
+def test_a_forwarding_loop_ends_after_four_hops() -> None:
     ns = Host()
     a = ns.add("queue", QueueProperties("a", forward_to="b"))
     b = ns.add("queue", QueueProperties("b", forward_to="a"))
@@ -70,14 +70,14 @@ def test_a_forwarding_loop_ends_after_four_hops():
     assert (held(a), held(b)) == (["m"], [])
 
 
-def test_a_message_without_a_session_forwarded_to_a_session_queue_is_dead_lettered():
+def test_a_message_without_a_session_forwarded_to_a_session_queue_is_dead_lettered() -> None:
     ns = Host()
     target = ns.add("queue", QueueProperties("sq", requires_session=True))
     ns.add("queue", QueueProperties("src", forward_to="sq")).deliver(record(), 0.0, 0)
     assert held(target) == [] and dead(target) == [("m", "SessionIdIsMissing")]
 
 
-def test_a_session_message_goes_to_its_sessions_store_in_its_home_fragment():
+def test_a_session_message_goes_to_its_sessions_store_in_its_home_fragment() -> None:
     """PT-6: the session id is the key; the session's store is in its fragment."""
     ns = Host()
     sq = ns.add("queue", QueueProperties("sq", requires_session=True, enable_partitioning=True), 16)
@@ -90,7 +90,7 @@ def test_a_session_message_goes_to_its_sessions_store_in_its_home_fragment():
     assert all(not f.records for f in sq.fragments)  # they hold scheduled ones only
 
 
-def test_a_topic_gives_each_subscription_a_copy_of_its_own():
+def test_a_topic_gives_each_subscription_a_copy_of_its_own() -> None:
     ns = Host()
     topic = ns.add("topic", TopicProperties("t"))
     subs = []
@@ -102,11 +102,13 @@ def test_a_topic_gives_each_subscription_a_copy_of_its_own():
     topic.deliver(record(application_properties={"n": 1}), 0.0, 0)
     copies = [next(iter(s.fragments[0].records.values())) for s in subs]
     assert len({id(c) for c in copies}) == 3
-    copies[0].props["n"] = 2  # a change to one (a defer's properties) stays in it
-    assert [c.props["n"] for c in copies] == [2, 1, 1]
+    first = copies[0].props
+    assert first is not None
+    first["n"] = 2  # a change to one (a defer's properties) stays in it
+    assert [(c.props or {})["n"] for c in copies] == [2, 1, 1]
 
 
-def test_dead_letters_forward_where_the_entity_says_and_never_expire():
+def test_dead_letters_forward_where_the_entity_says_and_never_expire() -> None:
     ns = Host()
     target = ns.add("queue", QueueProperties("dlq-sink"))
     source = ns.add("queue", QueueProperties("q", forward_dead_lettered_messages_to="dlq-sink"))
@@ -121,7 +123,7 @@ def test_dead_letters_forward_where_the_entity_says_and_never_expire():
     assert kept.expires is None and dead(target) == [("m", "why")]
 
 
-def test_a_message_id_is_a_duplicate_within_the_window_only():
+def test_a_message_id_is_a_duplicate_within_the_window_only() -> None:
     ns = Host()
     q = ns.add(
         "queue",
@@ -137,7 +139,7 @@ def test_a_message_id_is_a_duplicate_within_the_window_only():
     assert q.is_duplicate("a", now=61.0)  # seen again at 60
 
 
-def test_an_idle_entity_deletes_itself_unless_it_forwards():
+def test_an_idle_entity_deletes_itself_unless_it_forwards() -> None:
     """EX-14: deleted after auto_delete_on_idle without activity; EX-16: a queue that
     forwards counts as busy."""
     ns = Host()

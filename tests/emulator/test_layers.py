@@ -63,12 +63,12 @@ def _reach(start: str) -> set[str]:
     return seen
 
 
-def test_the_graph_is_read():
+def test_the_graph_is_read() -> None:
     assert "aiosb.emulator._store" in GRAPH["aiosb.emulator._entity"]
     assert "aiosb.emulator._sending" in GRAPH["aiosb.emulator._broker"]
 
 
-def test_no_emulator_module_imports_one_that_imports_it_back():
+def test_no_emulator_module_imports_one_that_imports_it_back() -> None:
     assert [m for m in GRAPH if m in _reach(m)] == []
 
 
@@ -88,19 +88,19 @@ def test_no_emulator_module_imports_one_that_imports_it_back():
         "_faults",
     ],
 )
-def test_the_parts_and_the_journal_never_reach_the_broker(part):
+def test_the_parts_and_the_journal_never_reach_the_broker(part: str) -> None:
     reached = _reach(f"aiosb.emulator.{part}")
     assert "aiosb.emulator._broker" not in reached
     assert "aiosb.emulator" not in reached  # the package imports the broker
 
 
-def test_the_store_and_the_record_know_nothing_above_them():
+def test_the_store_and_the_record_know_nothing_above_them() -> None:
     emulator = {m for m in _reach("aiosb.emulator._store") if m.startswith("aiosb.emulator")}
     assert emulator == {"aiosb.emulator._record"}
     assert not any(m.startswith("aiosb.emulator") for m in _reach("aiosb.emulator._record"))
 
 
-def test_the_broker_knows_no_transport_client_or_server():
+def test_the_broker_knows_no_transport_client_or_server() -> None:
     reached = _reach("aiosb.emulator._broker")
     assert not any(m.startswith("aiosb.transport") for m in reached)
     assert not {"aiosb.client", "aiosb.emulator.server", "aiosb.pairing"} & reached

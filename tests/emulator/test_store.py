@@ -23,6 +23,7 @@ from aiosb.emulator._record import (
     _Record,
 )
 from aiosb.emulator._store import _Store
+from aiosb.message import ReceivedMessage
 
 LOCK = 30.0
 
@@ -61,7 +62,9 @@ class Owner:
     def deliver(self, rec: _Record, now: float, hops: int, keep_seq: bool = False) -> None:
         self.delivered.append(rec)
 
-    def dead_letter(self, fragment, rec, reason, description, now) -> None:
+    def dead_letter(
+        self, fragment: int, rec: _Record, reason: str | None, description: str | None, now: float
+    ) -> None:
         self.dead.append((rec.message_id, reason))
 
 
@@ -79,11 +82,17 @@ def put(store: _Store, name: str, now: float = 0.0, expires: float | None = None
     return rec
 
 
-def names(received) -> list[str]:
+def names(received: list[ReceivedMessage]) -> list[str | None]:
     return [m.message_id for m in received]
 
 
-def test_take_hands_out_in_sequence_order_and_locks_what_it_hands_out():
+def locked(store: _Store, got: ReceivedMessage) -> _Record:
+    """The record ``got`` (handed out with a lock) stands for."""
+    assert got.lock_token is not None
+    return store.locked[got.lock_token]
+
+
+def test_take_hands_out_in_sequence_order_and_locks_what_it_hands_out() -> None:
     store, entity = make_store()
     for name in "abc":
         put(store, name)
@@ -98,20 +107,20 @@ def test_take_hands_out_in_sequence_order_and_locks_what_it_hands_out():
     assert store.take(10, LOCK, now=100.0) == []
 
 
-def test_an_abandoned_message_comes_back_before_later_ones():
+def test_an_abandoned_message_comes_back_before_later_ones() -> None:
     """Returned messages (a heap) and new ones (a deque) merge in sequence order."""
     store, _ = make_store()
     for name in "abc":
         put(store, name)
     a, b = store.take(2, LOCK, now=0.0)
-    store.unlock(store.locked[b.lock_token], now=1.0)
-    store.unlock(store.locked[a.lock_token], now=1.0)
+    store.unlock(locked(store, b), now=1.0)
+    store.unlock(locked(store, a), now=1.0)
     got = store.take(10, LOCK, now=1.0)
     assert names(got) == ["a", "b", "c"]
     assert [m.delivery_count for m in got] == [2, 2, 1]
 
 
-def test_receive_and_delete_removes_what_it_hands_out():
+def test_receive_and_delete_removes_what_it_hands_out() -> None:
     store, entity = make_store()
     put(store, "a")
     (got,) = store.take(1, None, now=0.0)
@@ -119,7 +128,7 @@ def test_receive_and_delete_removes_what_it_hands_out():
     assert store.records == {} and entity.bytes == 0 and store.size == 0
 
 
-def test_a_lock_ends_at_its_instant_and_the_message_is_available_again():
+def test_a_lock_ends_at_its_instant_and_the_message_is_available_again() -> None:
     store, entity = make_store()
     put(store, "a")
     store.take(1, LOCK, now=0.0)
@@ -132,13 +141,13 @@ def test_a_lock_ends_at_its_instant_and_the_message_is_available_again():
     assert again.delivery_count == 2
 
 
-def test_a_renewed_lock_outlives_its_first_end():
+def test_a_renewed_lock_outlives_its_first_end() -> None:
     """The first lock's timeline entry is skipped once the lock was renewed (lazy
     deletion), and the renewed end unlocks."""
     store, _ = make_store()
     put(store, "a")
     (got,) = store.take(1, LOCK, now=0.0)
-    rec = store.locked[got.lock_token]
+    rec = locked(store, got)
     store.renew(2 * LOCK, [rec])
     store.on_due(LOCK)
     assert rec.state == LOCKED
@@ -146,7 +155,7 @@ def test_a_renewed_lock_outlives_its_first_end():
     assert rec.state == AVAILABLE and store.locked == {}
 
 
-def test_expiries_run_in_order_of_their_instants_not_of_sequence_numbers():
+def test_expiries_run_in_order_of_their_instants_not_of_sequence_numbers() -> None:
     """EX-2, EX-10: each message expires at its own instant; dead-lettered on expiry."""
     store, entity = make_store()
     put(store, "late", expires=20.0)
@@ -163,7 +172,7 @@ def test_expiries_run_in_order_of_their_instants_not_of_sequence_numbers():
     assert store.due == float("inf")
 
 
-def test_an_expired_message_is_never_handed_out_even_before_the_timer_runs():
+def test_an_expired_message_is_never_handed_out_even_before_the_timer_runs() -> None:
     """EX-2: a receive at or past the expiry instant skips (and expires) the message."""
     store, entity = make_store(dead_lettering=False)
     put(store, "a", expires=5.0)
@@ -172,7 +181,7 @@ def test_an_expired_message_is_never_handed_out_even_before_the_timer_runs():
     assert entity.dead == [] and "a" not in {r.message_id for r in store.records.values()}
 
 
-def test_a_locked_message_expires_when_its_lock_ends_not_before():
+def test_a_locked_message_expires_when_its_lock_ends_not_before() -> None:
     """EX-3, EX-11: expiry does not touch a locked message; when the lock ends the
     message, past its expiry, is dead-lettered for expiry."""
     store, entity = make_store()
@@ -185,17 +194,17 @@ def test_a_locked_message_expires_when_its_lock_ends_not_before():
     assert store.records == {}
 
 
-def test_the_last_allowed_delivery_dead_letters_on_abandon():
+def test_the_last_allowed_delivery_dead_letters_on_abandon() -> None:
     store, entity = make_store(max_delivery_count=2)
     put(store, "a")
     for _ in range(2):
         (got,) = store.take(1, LOCK, now=0.0)
-        store.unlock(store.locked[got.lock_token], now=0.0)
+        store.unlock(locked(store, got), now=0.0)
     assert entity.dead == [("a", MAX_DELIVERY_EXCEEDED)]
     assert store.records == {} and entity.bytes == 0
 
 
-def test_a_scheduled_message_is_handed_to_its_entity_at_its_enqueue_time():
+def test_a_scheduled_message_is_handed_to_its_entity_at_its_enqueue_time() -> None:
     """EX-5: held (counted as scheduled, not available) until its instant."""
     store, entity = make_store()
     rec = _Record(Message(b"s"), "s", 10)
@@ -211,12 +220,12 @@ def test_a_scheduled_message_is_handed_to_its_entity_at_its_enqueue_time():
     assert store.records == {}
 
 
-def test_deferred_messages_are_taken_by_sequence_number_only():
+def test_deferred_messages_are_taken_by_sequence_number_only() -> None:
     store, _ = make_store()
     rec = put(store, "a")
     put(store, "b")
     (got, _b) = store.take(2, LOCK, now=0.0)
-    store.defer(store.locked[got.lock_token], now=0.0)
+    store.defer(locked(store, got), now=0.0)
     assert store.counts() == (1, 1, 0)
     assert store.take(10, LOCK, now=0.0) == []
     (again,) = store.take_deferred([rec.seq], LOCK, now=0.0)
@@ -224,7 +233,7 @@ def test_deferred_messages_are_taken_by_sequence_number_only():
 
 
 @pytest.mark.parametrize("state", ["missing", "not deferred"])
-def test_taking_a_deferred_message_that_is_not_deferred_is_message_not_found(state):
+def test_taking_a_deferred_message_that_is_not_deferred_is_message_not_found(state: str) -> None:
     from aiosb.errors import MessageNotFound
 
     store, _ = make_store()
