@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from .._clock import CLOCK
 from ..errors import InvalidOperation
-from ._broker import FRAGMENT_SHIFT, MAX_DELIVERY_EXCEEDED, TTL_EXPIRED, EmulatorNamespace
+from . import _durable
+from ._broker import EmulatorNamespace
 from ._durable import Journal
 from ._faults import OPERATIONS, Fault, Faults
+from ._partitions import FRAGMENT_SHIFT
+from ._record import MAX_DELIVERY_EXCEEDED, TTL_EXPIRED
 
 __all__ = [
     "FRAGMENT_SHIFT",
@@ -61,6 +64,17 @@ def namespace(name: str, *, tier: str | None = None) -> EmulatorNamespace:
             f"namespace {name!r} exists on the {ns.tier} tier; it cannot be reopened as {tier}."
         )
     return ns
+
+
+def _reopen(name: str, tier: str) -> EmulatorNamespace:
+    """The namespace ``name``, made with ``tier`` if it is new (a journal reloading it)."""
+    ns = _registry.get(name.lower())
+    if ns is None:
+        ns = _registry[name.lower()] = EmulatorNamespace(name, tier)
+    return ns
+
+
+_durable.open_namespace = _reopen
 
 
 def namespaces() -> list[EmulatorNamespace]:

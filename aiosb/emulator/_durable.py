@@ -15,6 +15,10 @@ delivery counts and lock tokens; a lock that ended while the server was down end
 once (the message comes back); sequence numbers go on from where they were. Session
 locks, duplicate-detection history and faults are not kept: they belong to the
 connections and the test that made them.
+
+Imports: :mod:`._record`, :mod:`._partitions`, :mod:`._store`, :mod:`._entity`,
+:mod:`._namespace`, :mod:`._rows`; never the broker (it sees a namespace through
+:class:`~._namespace.Namespace`, and makes one through :data:`open_namespace`).
 """
 
 from __future__ import annotations
@@ -24,19 +28,27 @@ import concurrent.futures
 import itertools
 import logging
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import TransientError
-from ._broker import FRAGMENT_SHIFT, GONE, _Record
+from ._entity import _Entity, _Session
+from ._namespace import Namespace
+from ._partitions import FRAGMENT_SHIFT, fragment_of
+from ._record import AVAILABLE, DEFERRED, GONE, LOCKED, SCHEDULED, _Record
 from ._rows import decode_props, decode_record, encode_props, encode_record
-
-if TYPE_CHECKING:
-    from ._broker import EmulatorNamespace, _Entity, _Session, _Store
+from ._store import _Store
 
 __all__ = ["Journal"]
 
 log = logging.getLogger("aiosb.emulator")
+
+#: How :meth:`Journal.load` finds the namespace of a name, or makes it with the tier it
+#: was kept with. :mod:`aiosb.emulator` plugs its registry in when it is imported (which
+#: it always is before this module is used): the journal sits below the broker and the
+#: registry, and may not import them.
+open_namespace: Callable[[str, str], Namespace] | None = None
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS namespaces (name TEXT PRIMARY KEY, tier TEXT NOT NULL);
@@ -120,7 +132,7 @@ class Journal:
             loop = asyncio.get_running_loop()
             self._kick = loop.call_later(0.05, self._background)
 
-    def namespace(self, ns: EmulatorNamespace) -> None:
+    def namespace(self, ns: Namespace) -> None:
         self._ops.append(("INSERT OR IGNORE INTO namespaces VALUES (?, ?)", (ns.name, ns.tier)))
         self._changed()
 
@@ -140,7 +152,7 @@ class Journal:
             self._dirty[row] = (where, rec)
         self._changed()
 
-    def snapshot(self, ns: EmulatorNamespace) -> None:
+    def snapshot(self, ns: Namespace) -> None:
         """Journal everything ``ns`` holds now (it was made before durability began)."""
         self.namespace(ns)
         for entity in sorted(ns._entities.values(), key=lambda e: e.kind == "subscription"):
@@ -203,18 +215,20 @@ class Journal:
         """
         target = self._changes
         while self._durable < target:
-            if self._flushing is None:
-                self._start()
+            flushing = self._flushing
+            if flushing is None:
+                flushing = self._start()
             try:
-                await asyncio.shield(self._flushing)  # type: ignore[arg-type]
+                await asyncio.shield(flushing)
             except _WriteFailed as exc:
                 if exc.upto >= target:  # our changes were in the write that failed
                     raise
                 # an earlier group failed; ours is still pending: write it now
 
-    def _start(self) -> None:
+    def _start(self) -> asyncio.Future[None]:
         task = self._flushing = asyncio.ensure_future(self._flush())
         task.add_done_callback(_consume)
+        return task
 
     def _background(self) -> None:
         self._kick = None
@@ -297,7 +311,7 @@ class Journal:
 
     # -- reading -----------------------------------------------------------------------
 
-    async def load(self) -> list[EmulatorNamespace]:
+    async def load(self) -> list[Namespace]:
         """Rebuild every namespace kept in the database (call before serving)."""
         rows = await self._run(self._read)
         return _rebuild(self, *rows)
@@ -337,27 +351,12 @@ def _rebuild(
     messages: list[Any],
     sequences: list[Any],
     sessions: list[Any],
-) -> list[EmulatorNamespace]:
-    from . import _registry
-    from ._broker import (
-        _EXPIRE,
-        _LOCKS,
-        AVAILABLE,
-        DEFERRED,
-        FRAGMENT_SHIFT,
-        LOCKED,
-        SCHEDULED,
-        EmulatorNamespace,
-        _Entity,
-        _Record,
-    )
-
-    built: dict[str, EmulatorNamespace] = {}
+) -> list[Namespace]:
+    if open_namespace is None:  # pragma: no cover - aiosb.emulator sets it on import
+        raise RuntimeError("import aiosb.emulator before loading a journal")
+    built: dict[str, Namespace] = {}
     for name, tier in namespaces:
-        ns = _registry.get(name.lower())
-        if ns is None:
-            ns = _registry[name.lower()] = EmulatorNamespace(name, tier)
-        built[name] = ns
+        built[name] = open_namespace(name, tier)
     now = next(iter(built.values())).clock.now() if built else 0.0
     for row in sorted(entities, key=lambda r: _KIND_ORDER[r[2]]):
         ns_name, key, kind, path, nfrag, created, props = row
@@ -376,21 +375,21 @@ def _rebuild(
     locked_at: dict[tuple[int, float], list[Any]] = {}
     orphans = 0
     for ns_name, key, seq, where, data in messages:
-        entity = built[ns_name]._entities.get(key)
-        if entity is None:
+        owner = built[ns_name]._entities.get(key)
+        if owner is None:
             orphans += 1
             continue
         rec = _Record.__new__(_Record)
         fields = decode_record(data)
         for name in slots:  # a field added since the row was written reads as None
             setattr(rec, name, fields.get(name))
-        frag = min(seq >> FRAGMENT_SHIFT, entity.nfrag - 1)
+        frag = fragment_of(seq, owner.nfrag)
         hk = (ns_name, key, frag)
         highs[hk] = max(highs.get(hk, 0), seq)
         if where.startswith("s:"):
-            store = entity.session(where[2:]).store
+            store = owner.session(where[2:]).store
         else:
-            store = (entity.dlqs if where == "d" else entity.fragments)[frag]
+            store = (owner.dlqs if where == "d" else owner.fragments)[frag]
         state = rec.state
         if state == SCHEDULED:
             store.add_scheduled(rec)
@@ -398,29 +397,27 @@ def _rebuild(
         if state == AVAILABLE:
             store.add(rec, now)
             continue
-        store.records[rec.seq] = rec
-        store.size += rec.size
-        entity.bytes += rec.size
-        if rec.expires is not None and not store.is_dlq:
-            store._push(rec.expires, _EXPIRE, rec)
-        if state == LOCKED:
-            store.locked[rec.lock_token] = rec
-            locked_at.setdefault((id(store), rec.locked_until), [store]).append(rec)
-        elif state != DEFERRED:
+        if state not in (LOCKED, DEFERRED):
             raise ValueError(f"unknown message state {state} in {journal.path}")
+        until = rec.locked_until
+        if state == LOCKED and (rec.lock_token is None or until is None):
+            raise ValueError(f"a locked message without its lock in {journal.path}")
+        store.add_held(rec)
+        if state == LOCKED and until is not None:
+            locked_at.setdefault((id(store), until), [store]).append(rec)
     for (_, until), (store, *recs) in locked_at.items():
-        store._push(until, _LOCKS, recs)  # a lock that ended while down ends at once
+        store.lock_until(until, recs)  # a lock that ended while down ends at once
     for ns_name, key, sid, state in sessions:
-        entity = built[ns_name]._entities.get(key)
-        if entity is not None:
-            entity.session(sid).state = state
+        owner = built[ns_name]._entities.get(key)
+        if owner is not None:
+            owner.session(sid).state = state
     for (ns_name, key, fragment), high in highs.items():
-        entity = built[ns_name]._entities.get(key)
-        if entity is not None and fragment < entity.nfrag:
-            entity.seqs[fragment] = itertools.count(high + 1)
-            for store in entity.stores():
-                if store.fragment == fragment:
-                    store.seqs = entity.seqs[fragment]
+        owner = built[ns_name]._entities.get(key)
+        if owner is not None and fragment < owner.nfrag:
+            owner.seqs[fragment] = itertools.count(high + 1)
+            for held in owner.stores():
+                if held.fragment == fragment:
+                    held.seqs = owner.seqs[fragment]
     for ns in built.values():
         ns.journal = journal  # what was loaded is on disk already
     if orphans:

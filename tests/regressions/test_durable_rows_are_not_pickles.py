@@ -12,7 +12,7 @@ import pytest
 
 import aiosb
 from aiosb import emulator, errors
-from aiosb.emulator._broker import _Record
+from aiosb.emulator._record import _Record
 from aiosb.emulator._rows import FORMAT, decode_record, encode_record
 from aiosb.emulator.server import serve
 from aiosb.entities import QueueProperties

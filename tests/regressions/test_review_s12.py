@@ -13,7 +13,7 @@ import pytest
 import aiosb
 from aiosb import Message, errors
 from aiosb.auth import SasCredential
-from aiosb.emulator._broker import _Record
+from aiosb.emulator._record import _Record
 from aiosb.emulator._rows import decode_record
 from aiosb.emulator.server import _right_needed, serve
 from aiosb.wire import aiosb_json as _json

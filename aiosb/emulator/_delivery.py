@@ -1,0 +1,315 @@
+"""Receiving and settling: receive (long-polled), peek, receive deferred messages, and
+complete, abandon, dead-letter, defer or renew locked ones.
+
+A partitioned entity's receive gathers from every fragment that is up (PT-12); a peek
+answers from one fragment and up to the response size limit (PT-13). Messages are taken
+and settled a batch at a time, store by store (:class:`~._store._Store`).
+
+Imports: :mod:`._record`, :mod:`._store`, :mod:`._entity`, :mod:`._partitions`,
+:mod:`._sessions`, :mod:`._namespace`, :mod:`._faults` (never the broker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from ..errors import (
+    InvalidArgument,
+    InvalidOperation,
+    MessageLockLost,
+    MessageNotFound,
+    PartitionUnavailable,
+)
+from ..message import ReceivedMessage
+from ..protocol import ReceiveRequest, Settlement
+from ._entity import _Entity, _Session
+from ._faults import Fault
+from ._namespace import Namespace
+from ._partitions import FRAGMENT_SHIFT, by_fragment, gather_order
+from ._record import DEFERRED, _Record
+from ._sessions import held
+from ._store import _Store
+
+__all__ = ["receive", "settle"]
+
+
+async def receive(ns: Namespace, path: str, request: ReceiveRequest) -> list[ReceivedMessage]:
+    """Receive, peek, or fetch deferred messages; long-polls up to ``max_wait``."""
+    count = request.max_messages
+    if not isinstance(count, int) or count < 1:
+        raise InvalidArgument(f"max_messages is {count!r}; it must be at least 1.")
+    max_wait = request.max_wait
+    deadline = None
+    loop = asyncio.get_running_loop()
+    if max_wait is not None:
+        if max_wait < 0:
+            raise InvalidArgument(f"max_wait is {max_wait} seconds; it must not be negative.")
+        deadline = loop.time() + max_wait
+    lock = request.mode == "peek_lock"
+    faults = ns.faults
+    while True:
+        if faults.active:
+            await faults.check("receive", path)
+        now = ns.now()
+        entity, dlq = ns._receivable(path, request.sub_queue, "receive")
+        entity.touch(now)
+        session = None
+        if request.session_id is not None and not dlq:
+            if request.peek and request.session_lock is None:
+                if not entity.sessionful:
+                    raise InvalidOperation(
+                        f"{entity.path!r} does not require sessions: peek without a session_id."
+                    )
+                browsed = entity.sessions.get(request.session_id)
+                stores = [] if browsed is None else [browsed.store]
+            else:
+                session = held(entity, request.session_id, request.session_lock, now)
+                stores = [session.store]
+        elif entity.sessionful and not dlq and not request.peek:
+            raise InvalidOperation(
+                f"{entity.path!r} requires sessions: receive with a session receiver "
+                "(session_id=... or aiosb.NEXT_AVAILABLE_SESSION)."
+            )
+        elif dlq:
+            stores = entity.dlqs
+        else:
+            stores = entity.main_stores() if request.peek else entity.fragments
+        down = ns._down("receive", path)
+        if request.peek:
+            return _peek(ns.max_message_size, stores, count, request.from_sequence_number, down)
+        if session is not None:
+            lock_seconds = session.locked_until - now if lock else None
+        else:
+            lock_seconds = entity.lock_seconds if lock else None
+        if request.sequence_numbers is not None:
+            found_or_fault = _take_deferred(
+                entity, stores, request.sequence_numbers, lock_seconds, now, down, path
+            )
+            if isinstance(found_or_fault, Fault):
+                await faults.apply(found_or_fault, "receive", path)
+                continue
+            return found_or_fault
+        if len(stores) == 1:
+            if down is not None and stores[0].fragment in down:
+                await faults.apply(down[stores[0].fragment], "receive", path)
+                continue
+            found = stores[0].take(count, lock_seconds, now)
+        else:
+            if down is None:
+                live = stores
+            else:
+                live = [s for s in stores if s.fragment not in down]
+                if not live:
+                    await faults.apply(next(iter(down.values())), "receive", path)
+                    continue
+            found = []
+            for store in gather_order(live, entity.rr_receive):  # PT-12
+                found += store.take(count - len(found), lock_seconds, now)
+                if len(found) >= count:
+                    break
+            stores = live
+        if found:
+            return found
+        waited = await _wait(ns, stores, session, now, deadline)
+        if waited is None:
+            return found
+        if not waited:
+            return []
+
+
+async def _wait(
+    ns: Namespace,
+    stores: list[_Store],
+    session: _Session | None,
+    now: float,
+    deadline: float | None,
+) -> bool | None:
+    """Wait for a message in ``stores`` (a long poll) until ``deadline`` (loop time), or
+    until the session's lock ends. Returns whether to look again: ``True`` when woken
+    or the session lock ended first, ``False`` when the deadline came while waiting,
+    ``None`` when it had come already."""
+    loop = asyncio.get_running_loop()
+    if deadline is None:
+        remaining = None
+    else:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return None
+    if session is not None:  # wake when the session lock ends, to say so
+        lock_left = session.locked_until - now
+        remaining = lock_left if remaining is None else min(remaining, lock_left)
+    fut = loop.create_future()
+    for store in stores:
+        store.waiters.append(fut)
+    try:
+        async with asyncio.timeout(remaining):
+            await fut
+    except TimeoutError:
+        if session is not None and (deadline is None or loop.time() < deadline):
+            # The session lock ended first: say so on the next pass, with the clock at
+            # that instant whatever the float rounding of the timer.
+            ns.clock.advance_to(session.locked_until)
+            return True
+        return False
+    finally:
+        if not fut.done():
+            fut.cancel()
+        for store in stores:  # a timed-out or cancelled wait leaves nothing behind
+            try:
+                store.waiters.remove(fut)
+            except ValueError:
+                pass
+    return True
+
+
+def _take_deferred(
+    entity: _Entity,
+    stores: list[_Store],
+    seqs: Sequence[int],
+    lock_seconds: float | None,
+    now: float,
+    down: dict[int, Fault] | None,
+    path: str,
+) -> list[ReceivedMessage] | Fault:
+    """Deferred messages by sequence number, from the fragments their numbers name;
+    or the fault of a fragment they need that is down."""
+    if len(stores) == 1 and stores[0].session is not None:
+        groups = {0: list(seqs)}
+        by_frag = {0: stores[0]}
+    else:
+        groups = by_fragment(seqs, entity.nfrag)
+        by_frag = {s.fragment: s for s in stores if s.session is None}
+    for f in groups:
+        store = by_frag.get(f)
+        if down is not None and store is not None and store.fragment in down:
+            return down[store.fragment]
+    found = []
+    for f, group in groups.items():
+        store = by_frag.get(f)
+        if store is None:
+            raise MessageNotFound(
+                f"No deferred message with sequence number {group[0]} in {path!r}."
+            )
+        found.append((store, store.find(group, DEFERRED, "deferred")))
+    out: list[ReceivedMessage] = []
+    for store, recs in found:
+        out += store.hand_out(recs, lock_seconds, now)
+    return out
+
+
+def _peek(
+    budget: int,
+    stores: list[_Store],
+    count: int,
+    from_seq: int,
+    down: dict[int, Fault] | None,
+) -> list[ReceivedMessage]:
+    """Browse from ``from_seq``: from the first fragment with messages there, and no
+    more than one response holds (``budget`` bytes, PT-13)."""
+    live = [s for s in stores if down is None or s.fragment not in down]
+    if stores and not live:  # every fragment is down: that is no empty entity
+        raise PartitionUnavailable(
+            f"Every fragment of {stores[0].path!r} is unavailable; nothing to browse."
+        )
+    candidates = [rec for store in live for rec in store.records.values() if rec.seq >= from_seq]
+    if not candidates:
+        return []
+    fragment = min(rec.seq for rec in candidates) >> FRAGMENT_SHIFT
+    recs = sorted(
+        (r for r in candidates if r.seq >> FRAGMENT_SHIFT == fragment), key=lambda r: r.seq
+    )
+    out: list[ReceivedMessage] = []
+    for rec in recs[:count]:
+        budget -= rec.size
+        if out and budget < 0:
+            break
+        msg = rec.received(stores[0].path)
+        msg.lock_token = None
+        msg.locked_until_timestamp = None
+        out.append(msg)
+    return out
+
+
+async def settle(ns: Namespace, path: str, settlement: Settlement) -> list[float] | None:
+    """Complete, abandon, dead-letter, defer or renew locked messages."""
+    faults = ns.faults
+    while True:
+        if faults.active:
+            await faults.check("receive", path)
+        now = ns.now()
+        entity, dlq = ns._receivable(path, settlement.sub_queue, "settle")
+        action = settlement.action
+        if action == "dead_letter" and dlq:
+            raise InvalidOperation(
+                f"Messages in the dead-letter queue of {entity.path!r} cannot be "
+                "dead-lettered again."
+            )
+        session = None
+        if settlement.session_id is not None and not dlq:
+            session = held(entity, settlement.session_id, settlement.session_lock, now)
+            stores = [session.store]
+            if action == "renew":
+                raise InvalidOperation(
+                    "Messages received in a session are locked with the session: renew "
+                    "the session's lock (receiver.session.renew_lock())."
+                )
+        else:
+            stores = entity.dlqs if dlq else entity.fragments
+        found = []
+        store = stores[0]  # a batch's locks are mostly in one store: look there first
+        for token in dict.fromkeys(settlement.lock_tokens):  # one settlement per lock
+            rec = store.locked.get(token)
+            if rec is None:
+                for store in stores:
+                    rec = store.locked.get(token)
+                    if rec is not None:
+                        break
+            # a locked record has its locked_until: `or 0.0` only tells mypy so
+            if rec is None or (rec.locked_until or 0.0) <= now:
+                raise MessageLockLost(
+                    f"The lock {token!r} is not held on {stores[0].path!r}: it expired, "
+                    "the message was settled already, or it was received from another "
+                    "entity or session."
+                )
+            found.append((store, rec, token))
+        down = ns._down("receive", path)
+        blocked = next(
+            (down[s.fragment] for s, _, _ in found if down is not None and s.fragment in down),
+            None,
+        )
+        if blocked is None:
+            break
+        await faults.apply(blocked, "receive", path)
+    entity.touch(now)
+    props = settlement.properties_to_modify
+    if action == "complete":
+        for store, rec, token in found:
+            del store.locked[token]
+            store.remove(rec)
+    elif action == "abandon":
+        for store, rec, _ in found:
+            store.unlock(rec, now, props)
+    elif action == "defer":
+        for store, rec, _ in found:
+            store.defer(rec, now, props)
+    elif action == "dead_letter":
+        for store, rec, token in found:
+            del store.locked[token]
+            store.remove(rec)
+            if props:
+                rec.props = {**(rec.props or {}), **props}
+            entity.dead_letter(store.fragment, rec, settlement.reason, settlement.description, now)
+    elif action == "renew":
+        until = now + entity.lock_seconds
+        renewed: dict[_Store, list[_Record]] = {}
+        for store, rec, _ in found:
+            renewed.setdefault(store, []).append(rec)
+        for store, recs in renewed.items():
+            store.renew(until, recs)
+        return [until] * len(found)
+    else:
+        raise InvalidArgument(f"unknown settlement action {action!r}.")
+    if session is not None:
+        entity.forget_if_idle(session)
+    return None

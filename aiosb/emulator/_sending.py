@@ -1,0 +1,191 @@
+"""Sending: send, schedule and cancel_scheduled on a queue or topic.
+
+A batch is checked whole before anything of it is stored (size, quota, sessions,
+transactions: all or none), turned into records, routed to fragments
+(:mod:`._partitions`) and handed to the entity (:meth:`~._entity._Entity.deliver`);
+a plain queue's records go straight to their fragment's store, the hot path.
+
+Imports: :mod:`._record`, :mod:`._partitions`, :mod:`._entity`, :mod:`._namespace`
+(never the broker).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..entities import FRAGMENTS
+from ..errors import (
+    EntityUnavailable,
+    InvalidArgument,
+    InvalidOperation,
+    MessageSizeExceeded,
+    QuotaExceeded,
+)
+from ..message import PING_CONTENT_TYPE, Message, check_partition_key
+from ._entity import _Entity
+from ._namespace import Namespace
+from ._partitions import by_fragment, check_transaction, route
+from ._record import INF, SCHEDULED, _Record
+
+__all__ = ["cancel_scheduled", "schedule", "send"]
+
+
+async def send(
+    ns: Namespace, path: str, messages: Sequence[Message], transaction: bool = False
+) -> None:
+    """Enqueue ``messages`` on a queue or topic as one batch (all or none)."""
+    entity, records, now = await prepare(ns, path, messages, transaction)
+    for rec in records:
+        if rec is None:  # a ping: accepted, never delivered (PN-14)
+            continue
+        if entity.dup_window and entity.is_duplicate(rec.message_id, now):
+            continue
+        at = rec.scheduled
+        if at is not None and at.timestamp() > now:
+            entity.schedule(rec, at.timestamp())
+            continue
+        rec.enqueued = now
+        if entity.plain:  # the common case, inlined: a queue that keeps what it gets
+            ttl = rec.ttl if rec.ttl < entity.ttl else entity.ttl
+            rec.ttl = ttl
+            rec.expires = None if ttl == INF else now + ttl
+            store = entity.fragments[rec.frag]
+            rec.seq = next(store.seqs)
+            store.add(rec, now)
+        else:
+            entity.deliver(rec, now, 0)
+
+
+async def schedule(ns: Namespace, path: str, messages: Sequence[Message]) -> list[int]:
+    """Schedule messages; return their sequence numbers (EX-5)."""
+    for msg in messages:
+        if isinstance(msg, Message) and msg.scheduled_enqueue_time is None:
+            raise InvalidArgument("schedule needs each message's scheduled_enqueue_time to be set.")
+    entity, records, now = await prepare(ns, path, messages)
+    seqs = []
+    for rec in records:
+        if rec is None:
+            continue
+        at = rec.scheduled  # set on every message: checked above
+        seqs.append(entity.schedule(rec, now if at is None else max(at.timestamp(), now)))
+    return seqs
+
+
+async def cancel_scheduled(ns: Namespace, path: str, sequence_numbers: Sequence[int]) -> None:
+    """Cancel scheduled messages (all named ones must be scheduled)."""
+    faults = ns.faults
+    while True:
+        if faults.active:
+            await faults.check("send", path)
+        now = ns.now()
+        entity = send_target(ns, path)
+        groups = by_fragment(sequence_numbers, entity.nfrag)
+        down = ns._down("send", path)
+        blocked = next((down[f] for f in groups if down is not None and f in down), None)
+        if blocked is None:
+            break
+        await faults.apply(blocked, "send", path)
+    found = [
+        (entity.fragments[f], entity.fragments[f].find(seqs, SCHEDULED, "scheduled"))
+        for f, seqs in groups.items()
+    ]
+    entity.touch(now)
+    for store, recs in found:
+        for rec in recs:
+            store.scheduled -= 1
+            store.remove(rec)
+
+
+async def prepare(
+    ns: Namespace, path: str, messages: Sequence[Message], transaction: bool = False
+) -> tuple[_Entity, list[_Record | None], float]:
+    """Check the faults, validate the batch and choose each message's fragment; a
+    fragment in the way raises or, for a timeout fault, is waited out and the whole
+    preparation done again. Returns the entity (touched), the records and the time."""
+    faults = ns.faults
+    while True:
+        if faults.active:
+            await faults.check("send", path)
+        now = ns.now()
+        entity = send_target(ns, path)
+        records = build(ns, entity, messages, transaction)
+        if entity.nfrag == 1:
+            break
+        blocked = route(records, entity.nfrag, entity.rr, ns._down("send", path))
+        if blocked is None:
+            break
+        await faults.apply(blocked, "send", path)
+    entity.touch(now)
+    return entity, records, now
+
+
+def send_target(ns: Namespace, path: str) -> _Entity:
+    """The queue or topic at ``path``, if it takes sends."""
+    entity, dlq = ns._resolve(path)
+    if entity.kind == "subscription" or dlq:
+        raise InvalidOperation(f"Cannot send to {path!r}: send to a queue or topic.")
+    status = entity.props.status
+    if status in ("Disabled", "SendDisabled"):
+        raise EntityUnavailable(f"The entity {path!r} is {status}: it cannot take sends.")
+    return entity
+
+
+def build(
+    ns: Namespace, entity: _Entity, messages: Sequence[Message], transaction: bool = False
+) -> list[_Record | None]:
+    """Validate a whole batch (or transaction), then build its records (``None`` for
+    pings), each with its partition key (PT-6 to PT-8)."""
+    limit = ns.max_message_size
+    total = 0
+    out: list[_Record | None] = []
+    requires_session = entity.sessionful or (
+        entity.kind == "topic" and any(s.sessionful for s in entity.subscriptions.values())
+    )
+    by_message_id = entity.dup_window > 0
+    ids = ns._ids
+    for msg in messages:
+        if not isinstance(msg, Message):
+            raise InvalidArgument(f"can only send Message objects, not {type(msg).__name__}.")
+        size = msg.size
+        if size > limit:
+            raise MessageSizeExceeded(
+                f"A message of {size} bytes is over the {limit} byte limit of "
+                f"namespace {ns.name!r} ({ns.tier} tier)."
+            )
+        total += size
+        if msg.content_type == PING_CONTENT_TYPE:
+            out.append(None)
+            continue
+        if requires_session and msg.session_id is None:
+            raise InvalidOperation(
+                f"{entity.path!r} requires sessions (or has a subscription that does): "
+                "set session_id on every message."
+            )
+        check_partition_key(msg.session_id, msg.partition_key)  # fields may change
+        rec = _Record(msg, msg.message_id or ids(), size)
+        # The partition key (PT-6 to PT-8), chosen here, inline: this runs per message.
+        key = msg.session_id
+        if key is None:
+            key = msg.partition_key
+            if key is None and by_message_id:
+                key = rec.message_id
+        rec.key = key
+        out.append(rec)
+    if transaction:
+        check_transaction(entity.path, entity.nfrag, out)
+    elif len(out) > 1 and total > limit:
+        raise MessageSizeExceeded(
+            f"A batch of {len(out)} messages and {total} bytes is over the {limit} byte "
+            f"limit of namespace {ns.name!r}; send fewer messages at once."
+        )
+    if entity.kind == "queue":
+        capacity = entity.props.max_size_in_megabytes * 1024 * 1024
+        if entity.props.enable_partitioning and ns.tier == "standard":
+            capacity *= FRAGMENTS["standard"]  # PT-4
+        held = entity.bytes
+        if held + total > capacity:
+            raise QuotaExceeded(
+                f"{entity.path!r} is full: it holds {held} bytes and may "
+                f"hold {capacity}; receive some messages first."
+            )
+    return out

@@ -1,0 +1,506 @@
+"""The message store of one fragment of a queue, subscription, dead-letter queue or
+topic schedule, or of one session (:class:`_Store`).
+
+A store keeps its messages by sequence number. Available messages wait in sequence
+order (a deque for new ones, a heap for returned ones); locked ones are indexed by lock
+token. Every deadline (lock expiry, message expiry, scheduled activation) goes on the
+store's timeline, a heap with lazy deletion that is compacted as it grows; the store
+registers its earliest deadline with the namespace's timer, which calls
+:meth:`_Store.on_due`.
+
+A store knows its surroundings only through the small protocols below: the namespace
+(:class:`StoreHost`: timer, lock-token ids, journal), its entity (:class:`StoreOwner`:
+where messages go next, its settings) and its session (:class:`StoreSession`).
+
+Imports: :mod:`._record` only (never the entity or the broker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from heapq import heapify, heappop, heappush
+from typing import Any, Protocol
+
+from ..errors import MessageNotFound
+from ..message import ReceivedMessage
+from ._record import (
+    AVAILABLE,
+    DEFERRED,
+    GONE,
+    INF,
+    LOCKED,
+    MAX_DELIVERY_EXCEEDED,
+    SCHEDULED,
+    TTL_EXPIRED,
+    _Record,
+)
+
+__all__ = ["Due", "Recorder", "StoreHost", "StoreOwner", "StoreSession"]
+
+# Timeline kinds. A _LOCKS entry holds the records locked until its instant by one
+# receive or renew, so a batch of 100 costs one heap push, not 100. A record whose lock
+# was settled, or renewed to another instant, is skipped when the entry comes due.
+_EXPIRE = object()
+_ACTIVATE = object()
+_LOCKS = object()
+
+#: One timeline entry: when, a tie-breaker, the kind, and a record (or, for _LOCKS, the
+#: records of one receive or renew).
+_Entry = tuple[float, int, object, _Record | list[_Record]]
+
+
+class Due(Protocol):
+    """Something with deadlines on the namespace's timer."""
+
+    def on_due(self, now: float) -> None:
+        """Run what is due at ``now``."""
+
+
+class Recorder(Protocol):
+    """The durable journal, as a store reports to it (:class:`~._durable.Journal`)."""
+
+    def record(self, store: _Store, rec: _Record) -> None:
+        """``rec`` was added, changed or removed in ``store``."""
+
+
+class StoreHost(Protocol):
+    """What a store needs of its namespace."""
+
+    @property
+    def name(self) -> str:
+        """The namespace name."""
+
+    @property
+    def journal(self) -> Recorder | None:
+        """The durable journal, if the namespace is kept on disk."""
+
+    @property
+    def _ids(self) -> Callable[[], str]:
+        """Makes a new lock token."""
+
+    def _register(self, when: float, target: Due) -> None:
+        """Call ``target.on_due`` once ``when`` has come."""
+
+
+class StoreSession(Protocol):
+    """What a store needs of the session it belongs to."""
+
+    @property
+    def id(self) -> str:
+        """The session id."""
+
+    def expire(self, now: float) -> None:
+        """A message of the session is past its expiry: the session expires (EX-12)."""
+
+
+class StoreOwner(Protocol):
+    """What a store needs of its entity (an :class:`~._entity._Entity`)."""
+
+    @property
+    def ns(self) -> StoreHost:
+        """The namespace."""
+
+    @property
+    def path(self) -> str:
+        """The entity path."""
+
+    @property
+    def key(self) -> str:
+        """The entity path in lower case."""
+
+    @property
+    def deleted(self) -> bool:
+        """Whether the entity was deleted."""
+
+    @property
+    def props(self) -> Any:
+        """The entity description (max_delivery_count, dead-lettering on expiry)."""
+
+    @property
+    def seqs(self) -> list[Iterator[int]]:
+        """The sequence number counter of each fragment."""
+
+    @property
+    def session_waiters(self) -> list[asyncio.Future[None]]:
+        """Receivers waiting for the next available session."""
+
+    bytes: int
+    """The bytes held over every store of the entity."""
+
+    def deliver(self, rec: _Record, now: float, hops: int, keep_seq: bool = False) -> None:
+        """Take ``rec`` in: forward it, fan it out, or store it."""
+
+    def dead_letter(
+        self,
+        fragment: int,
+        rec: _Record,
+        reason: str | None,
+        description: str | None,
+        now: float,
+    ) -> None:
+        """Dead-letter ``rec`` (already removed from a store of ``fragment``)."""
+
+
+def _holds(rec: _Record, when: float) -> bool:
+    """Whether ``rec`` is still locked, by a lock that ends at ``when``."""
+    return rec.state == LOCKED and rec.locked_until == when
+
+
+def _wake(waiters: list[asyncio.Future[None]]) -> None:
+    """Wake every future in ``waiters`` and empty the list (in place: lists are shared)."""
+    if waiters:
+        woken = waiters[:]
+        waiters.clear()
+        for fut in woken:
+            if not fut.done():
+                fut.set_result(None)
+
+
+class _Store:
+    """The messages of one fragment of a queue, subscription, dead-letter queue or topic
+    schedule, or of one session."""
+
+    __slots__ = (
+        "_compact_at",
+        "_order",
+        "due",
+        "entity",
+        "fragment",
+        "is_dlq",
+        "locked",
+        "ns",
+        "path",
+        "ready",
+        "records",
+        "returned",
+        "scheduled",
+        "seqs",
+        "session",
+        "size",
+        "timeline",
+        "waiters",
+    )
+
+    def __init__(
+        self,
+        ns: StoreHost,
+        entity: StoreOwner,
+        is_dlq: bool,
+        fragment: int = 0,
+        session: StoreSession | None = None,
+    ) -> None:
+        self.ns = ns
+        self.entity = entity
+        self.is_dlq = is_dlq
+        self.fragment = fragment
+        self.session = session
+        self.seqs = entity.seqs[fragment]
+        self.path = entity.path + ("/$DeadLetterQueue" if is_dlq else "")
+        self.records: dict[int, _Record] = {}
+        self.ready: deque[_Record] = deque()
+        self.returned: list[tuple[int, _Record]] = []
+        self.locked: dict[str, _Record] = {}
+        self.timeline: list[_Entry] = []
+        self.waiters: list[asyncio.Future[None]] = []
+        self.due = INF
+        self.scheduled = 0
+        self.size = 0
+        self._order = itertools.count()
+        self._compact_at = 1024
+
+    # -- timeline ------------------------------------------------------------------
+
+    def _push(self, when: float, kind: object, item: _Record | list[_Record]) -> None:
+        heappush(self.timeline, (when, next(self._order), kind, item))
+        if when < self.due:
+            self.due = when
+            self.ns._register(when, self)
+        if len(self.timeline) > self._compact_at:
+            self._compact()
+
+    @staticmethod
+    def _live(kind: object, item: _Record | list[_Record], when: float) -> bool:
+        if isinstance(item, list):  # _LOCKS
+            return any(_holds(rec, when) for rec in item)
+        if kind is _EXPIRE:  # a locked message keeps its entry: the lock may end first
+            return item.state in (AVAILABLE, DEFERRED, LOCKED) and item.expires == when
+        return item.state == SCHEDULED  # _ACTIVATE
+
+    def _compact(self) -> None:
+        self.timeline = [e for e in self.timeline if self._live(e[2], e[3], e[0])]
+        heapify(self.timeline)
+        self._compact_at = 2 * len(self.timeline) + 1024
+
+    def on_due(self, now: float) -> None:
+        """Run every deadline that has come: lock expiries, expiries, activations."""
+        timeline = self.timeline
+        while timeline and timeline[0][0] <= now:
+            when, _, kind, item = heappop(timeline)
+            if isinstance(item, list):  # _LOCKS
+                for rec in item:
+                    if _holds(rec, when):
+                        self.unlock(rec, now)
+            elif not self._live(kind, item, when):
+                continue
+            elif kind is _EXPIRE:
+                if item.state != LOCKED:  # EX-3: the lock's end applies expiry (unlock)
+                    self.lapse(item, now)
+            else:
+                self.activate(item, now)
+        self.due = timeline[0][0] if timeline else INF
+        if self.due < INF:
+            self.ns._register(self.due, self)
+
+    def lock_until(self, until: float, recs: list[_Record]) -> None:
+        """Put the end of the locks of ``recs`` (one receive or renew, locked until
+        ``until``) on the timeline."""
+        self._push(until, _LOCKS, recs)
+
+    # -- adding --------------------------------------------------------------------
+
+    def add(self, rec: _Record, now: float) -> None:
+        """Store ``rec`` as available (it has its sequence number and times set)."""
+        rec.state = AVAILABLE
+        self.records[rec.seq] = rec
+        self.size += rec.size
+        self.entity.bytes += rec.size
+        ready = self.ready
+        if ready and rec.seq < ready[-1].seq:  # an activated scheduled message
+            heappush(self.returned, (rec.seq, rec))
+        else:
+            ready.append(rec)
+        if rec.expires is not None and not self.is_dlq:
+            self._push(rec.expires, _EXPIRE, rec)
+        if self.waiters or self.session:
+            self.wake()
+        if self.ns.journal is not None:
+            self.ns.journal.record(self, rec)
+
+    def add_scheduled(self, rec: _Record) -> None:
+        """Hold ``rec`` until its enqueue time (EX-5)."""
+        rec.state = SCHEDULED
+        self.records[rec.seq] = rec
+        self.size += rec.size
+        self.entity.bytes += rec.size
+        self.scheduled += 1
+        self._push(rec.enqueued, _ACTIVATE, rec)
+        if self.ns.journal is not None:
+            self.ns.journal.record(self, rec)
+
+    def add_held(self, rec: _Record) -> None:
+        """Take back a locked or deferred ``rec`` as it was (the journal reloading it);
+        its lock's end is put on the timeline by :meth:`lock_until`."""
+        self.records[rec.seq] = rec
+        self.size += rec.size
+        self.entity.bytes += rec.size
+        if rec.expires is not None and not self.is_dlq:
+            self._push(rec.expires, _EXPIRE, rec)
+        if rec.state == LOCKED and rec.lock_token is not None:
+            self.locked[rec.lock_token] = rec
+
+    def activate(self, rec: _Record, now: float) -> None:
+        """A scheduled message's time has come: make it available (or fan it out)."""
+        self.scheduled -= 1
+        self.remove(rec)
+        self.entity.deliver(rec, now, 0, keep_seq=True)
+
+    def make_available(self, rec: _Record) -> None:
+        """Return ``rec`` to the available messages, in sequence order."""
+        if self.ns.journal is not None:
+            self.ns.journal.record(self, rec)
+        if rec.deferred:
+            rec.state = DEFERRED
+            return
+        rec.state = AVAILABLE
+        heappush(self.returned, (rec.seq, rec))
+        if self.waiters or self.session:
+            self.wake()
+
+    def wake(self) -> None:
+        """Wake every long-poll receive waiting on this store (and, for a session's
+        store, every receiver waiting for the next available session)."""
+        _wake(self.waiters)
+        if self.session is not None:
+            _wake(self.entity.session_waiters)
+
+    def has_available(self) -> bool:
+        """Whether a receive would find a message (dropping stale queue entries)."""
+        ready, returned = self.ready, self.returned
+        while ready and ready[0].state != AVAILABLE:
+            ready.popleft()
+        while returned and returned[0][1].state != AVAILABLE:
+            heappop(returned)
+        return bool(ready or returned)
+
+    # -- removing ------------------------------------------------------------------
+
+    def remove(self, rec: _Record) -> None:
+        rec.state = GONE
+        if self.records.pop(rec.seq, None) is not None:
+            self.size -= rec.size
+            self.entity.bytes -= rec.size
+            if self.ns.journal is not None:
+                self.ns.journal.record(self, rec)
+
+    def expire(self, rec: _Record, now: float) -> None:
+        """Expiry has come for an unlocked message: dead-letter or drop it (EX-10)."""
+        self.remove(rec)
+        if self.entity.props.dead_lettering_on_message_expiration:
+            self.entity.dead_letter(
+                self.fragment, rec, TTL_EXPIRED, "The message expired and was dead lettered.", now
+            )
+
+    def lapse(self, rec: _Record, now: float) -> None:
+        """An unlocked message is past its expiry: expire it, or in a session, the
+        whole session (EX-12), once a listener is there (EX-13)."""
+        if self.session is None:
+            self.expire(rec, now)
+        else:
+            self.session.expire(now)
+
+    def _release(self, rec: _Record, props: dict[str, Any] | None) -> None:
+        """Drop ``rec``'s lock and merge ``props`` into its application properties."""
+        token = rec.lock_token
+        if token is not None:
+            self.locked.pop(token, None)
+        rec.lock_token = None
+        rec.locked_until = None
+        if props:
+            rec.props = {**(rec.props or {}), **props}
+
+    def defer(self, rec: _Record, now: float, props: dict[str, Any] | None = None) -> None:
+        """Set a locked message aside for ``receive_deferred``: no delivery-count check,
+        since deferring is not a failed delivery; expiry still applies (EX-3)."""
+        self._release(rec, None)
+        rec.deferred = True
+        if props:
+            rec.props = {**(rec.props or {}), **props}
+        rec.state = DEFERRED  # before lapse: a session's expiry takes unlocked ones only
+        if not self.is_dlq and rec.expires is not None and rec.expires <= now:
+            self.lapse(rec, now)
+        elif self.ns.journal is not None:
+            self.ns.journal.record(self, rec)
+
+    def unlock(self, rec: _Record, now: float, props: dict[str, Any] | None = None) -> None:
+        """The lock ended without completion (abandoned or expired)."""
+        self._release(rec, props)
+        if self.is_dlq:
+            self.make_available(rec)
+            return
+        if rec.expires is not None and rec.expires <= now:  # EX-3, EX-11
+            rec.state = AVAILABLE  # unlocked: a session's expiry takes it too (EX-12)
+            self.lapse(rec, now)
+        elif rec.delivery_count >= self.entity.props.max_delivery_count:
+            self.remove(rec)
+            self.entity.dead_letter(
+                self.fragment,
+                rec,
+                MAX_DELIVERY_EXCEEDED,
+                f"The message could not be consumed after {rec.delivery_count} delivery attempts.",
+                now,
+            )
+        else:
+            self.make_available(rec)
+
+    # -- receiving -----------------------------------------------------------------
+
+    def take(self, count: int, lock_seconds: float | None, now: float) -> list[ReceivedMessage]:
+        """Take up to ``count`` available messages, in sequence order, and hand them out."""
+        recs: list[_Record] = []
+        ready, returned = self.ready, self.returned
+        while len(recs) < count:
+            if returned and (not ready or returned[0][0] < ready[0].seq):
+                rec = heappop(returned)[1]
+            elif ready:
+                rec = ready.popleft()
+            else:
+                break
+            if rec.state != AVAILABLE:
+                continue
+            expires = rec.expires
+            if expires is not None and expires <= now and not self.is_dlq:
+                self.lapse(rec, now)
+                if self.session is not None:  # EX-12 took the whole session
+                    recs = [r for r in recs if r.state == AVAILABLE]
+                continue
+            recs.append(rec)
+        return self.hand_out(recs, lock_seconds, now)
+
+    def take_deferred(
+        self, seqs: Sequence[int], lock_seconds: float | None, now: float
+    ) -> list[ReceivedMessage]:
+        """Take deferred messages by sequence number (all must be deferred)."""
+        return self.hand_out(self.find(seqs, DEFERRED, "deferred"), lock_seconds, now)
+
+    def hand_out(
+        self, recs: list[_Record], lock_seconds: float | None, now: float
+    ) -> list[ReceivedMessage]:
+        """Deliver ``recs``: lock them for ``lock_seconds``, or delete them if it is
+        ``None`` (receive-and-delete)."""
+        path = self.path
+        out = []
+        if lock_seconds is None:
+            for rec in recs:
+                rec.delivery_count += 1
+                self.remove(rec)
+                out.append(rec.received(path))
+            return out
+        until = now + lock_seconds
+        new_token = self.ns._ids
+        locked = self.locked
+        for rec in recs:
+            rec.delivery_count += 1
+            token = new_token()
+            rec.state = LOCKED
+            rec.lock_token = token
+            rec.locked_until = until
+            locked[token] = rec
+            out.append(rec.received(path))
+        if recs:
+            self._push(until, _LOCKS, recs)
+            journal = self.ns.journal
+            if journal is not None:
+                for rec in recs:
+                    journal.record(self, rec)
+        return out
+
+    def renew(self, until: float, recs: list[_Record]) -> None:
+        """Extend the locks of ``recs`` (locked here) to ``until``."""
+        for rec in recs:
+            rec.locked_until = until
+        if recs:
+            self._push(until, _LOCKS, recs)
+            journal = self.ns.journal
+            if journal is not None:
+                for rec in recs:
+                    journal.record(self, rec)
+
+    def find(self, seqs: Sequence[int], state: int, what: str) -> list[_Record]:
+        """The records with these sequence numbers, all in ``state``, or MessageNotFound."""
+        recs = []
+        for seq in dict.fromkeys(seqs):  # a number given twice means one message
+            rec = self.records.get(seq)
+            if rec is None or rec.state != state:
+                raise MessageNotFound(
+                    f"No {what} message with sequence number {seq} in {self.path!r}."
+                )
+            recs.append(rec)
+        return recs
+
+    def counts(self) -> tuple[int, int, int]:
+        """(active including locked, deferred, scheduled)."""
+        active = deferred = 0
+        for rec in self.records.values():
+            if rec.deferred:
+                deferred += 1
+            elif rec.state in (AVAILABLE, LOCKED):
+                active += 1
+        return active, deferred, self.scheduled
+
+    def close(self) -> None:
+        """The entity is gone: wake waiters so they see it."""
+        self.wake()
+        self.timeline.clear()
