@@ -26,7 +26,7 @@ from ._columns import WRITE_COLUMNS, WRITE_FIELDS, written_value
 from ._options import WriteOptions
 
 if TYPE_CHECKING:
-    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow as pa
 
 log = logging.getLogger("aiosb.spark")
 
