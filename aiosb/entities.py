@@ -193,7 +193,7 @@ class _EntityProperties:
             if target is not None:
                 if not isinstance(target, str) or not target:
                     raise InvalidArgument(f"{name} must be an entity name, not {target!r}.")
-                if target.lower() == self.name.lower():  # type: ignore[attr-defined]
+                if target.lower() == self._field("name").lower():
                     raise InvalidArgument(f"{name} names the entity itself ({target!r}).")
 
     def _check_size(self, tier: str) -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_RECEIVE_MESSAGES",
     "MAX_RECEIVE_WAIT",
     "check_receive",
+    "entity_kind",
     "ManagementRequest",
     "ReceiveRequest",
     "SessionInfo",
@@ -36,6 +37,20 @@ SettleAction = Literal["complete", "abandon", "dead_letter", "defer", "renew"]
 ManageAction = Literal["create", "get", "update", "delete", "list", "runtime"]
 SessionAction = Literal["accept", "renew", "get_state", "set_state", "release"]
 EntityKind = Literal["queue", "topic", "subscription"]
+_ENTITY_KINDS: dict[str, EntityKind] = {"queue": "queue", "topic": "topic",
+                                        "subscription": "subscription"}
+
+
+def entity_kind(text: object) -> EntityKind:
+    """``text`` as an entity kind.
+
+    Raises:
+        InvalidArgument: Not ``queue``, ``topic`` or ``subscription``.
+    """
+    kind = _ENTITY_KINDS.get(text) if isinstance(text, str) else None
+    if kind is None:
+        raise InvalidArgument(f"{text!r:.40} is not an entity kind: queue, topic or subscription.")
+    return kind
 
 
 #: The most messages one receive or peek returns, on every backend.

@@ -113,6 +113,7 @@ def _legacy_getattr(obj: Any, name: str) -> Any:
     import zoneinfo
 
     if obj is zoneinfo.ZoneInfo and name == "_unpickle":
+        # (private in typeshed, but what a pickled ZoneInfo names: legacy rows only)
         return zoneinfo.ZoneInfo._unpickle  # type: ignore[attr-defined]
     raise InvalidArgument(
         f"the durable store holds a row that looks up {name!r}, which no row aiosb wrote "

@@ -93,7 +93,8 @@ def transition(
         if signal is Signal.SEND_OK:
             return HEALTHY, (Action.CANCEL_TIMER,)
         if signal in (Signal.SEND_FAILED, Signal.INTERVAL_ELAPSED):
-            if now - state.suspect_since >= failover_interval:  # type: ignore[operator]
+            since = state.suspect_since  # set whenever health is SUSPECT
+            if since is not None and now - since >= failover_interval:
                 return EntityState(Health.FAILED_OVER), (Action.CANCEL_TIMER, Action.START_PING)
         return state, ()
     # FAILED_OVER: only a success brings it back.

@@ -499,12 +499,14 @@ class AmqpTransport:
         if action == "runtime":
             return await self._runtime(request.path)
         if action == "list":
+            if kind is None:
+                raise InvalidArgument("list needs the entity kind.")
             if kind == "subscription":
                 topic = request.path
                 pager = admin.list_subscriptions(topic)
                 return [entity_from_sdk(kind, s, topic=topic) async for s in pager]
             pager = admin.list_queues() if kind == "queue" else admin.list_topics()
-            return [entity_from_sdk(kind, e) async for e in pager]  # type: ignore[arg-type]
+            return [entity_from_sdk(kind, e) async for e in pager]
         if kind not in ("queue", "topic", "subscription"):
             raise InvalidArgument(f"unknown entity kind {kind!r}.")
         path = parse_entity_path(request.path)

@@ -505,7 +505,9 @@ class HttpTransport:
             return None
         if action in ("create", "update"):
             props = request.properties
-            _check_name(kind, props.name)  # type: ignore[arg-type]  # before any request
+            if kind is None:
+                raise InvalidArgument(f"{action} needs the entity kind.")
+            _check_name(kind, props.name)  # before any request
             if kind == "subscription":
                 _check_name("topic", props.topic_name)
             headers = {"Content-Type": _ATOM}
@@ -514,7 +516,7 @@ class HttpTransport:
             _, _, body = await self._request(
                 "PUT",
                 _quote(path),
-                data=_atom.request_xml(kind, request.properties),  # type: ignore[arg-type]
+                data=_atom.request_xml(kind, request.properties),
                 headers=headers,
                 params=_API_VERSION,
             )

@@ -224,17 +224,17 @@ def received_from_rest(
     msg.time_to_live = None if ttl is None or ttl >= 9e11 else _dt.timedelta(seconds=ttl)
     at = broker.get(_AT_KEY)
     msg.scheduled_enqueue_time = None if at is None else parse_http_date(_AT_KEY, at)
-    msg.dead_letter_reason = properties.pop("DeadLetterReason", None)  # type: ignore[assignment]
-    msg.dead_letter_error_description = properties.pop(  # type: ignore[assignment]
-        "DeadLetterErrorDescription", None
-    )
+    reason = properties.pop("DeadLetterReason", None)
+    msg.dead_letter_reason = None if reason is None else str(reason)
+    description = properties.pop("DeadLetterErrorDescription", None)
+    msg.dead_letter_error_description = None if description is None else str(description)
     msg.application_properties = properties
     msg.sequence_number = int(broker.get("SequenceNumber", 0))
     enq = broker.get("EnqueuedTimeUtc")
     msg.enqueued_timestamp = parse_http_date("EnqueuedTimeUtc", enq).timestamp() if enq else 0.0
-    msg.expires_timestamp = (
-        None if msg.time_to_live is None else msg.enqueued_timestamp + ttl  # type: ignore[operator]
-    )
+    msg.expires_timestamp = None
+    if ttl is not None and msg.time_to_live is not None:
+        msg.expires_timestamp = msg.enqueued_timestamp + ttl
     msg.delivery_count = int(broker.get("DeliveryCount", 0))
     msg.lock_token = broker.get("LockToken")
     until = broker.get("LockedUntilUtc")

@@ -265,8 +265,7 @@ async def serve(
     try:
         site = _CappedSite(runner, host, port, reuse_address=True)
         await site.start()
-        sockets = site._server.sockets  # type: ignore[union-attr]
-        bound = sockets[0].getsockname()[1]
+        bound = runner.addresses[0][1]  # (host, port, ...) of the listening socket
         shown = f"[{host}]" if ":" in host else host
         served = ServedEmulator(f"http://{shown}:{bound}", key_name, key)
         if ready is not None:

@@ -14,9 +14,7 @@ from ...errors import (
     InvalidArgument,
     InvalidOperation,
 )
-from ...protocol import (
-    ManagementRequest,
-)
+from ...protocol import EntityKind, ManageAction, ManagementRequest, entity_kind
 from ...wire import atom as _atom
 from .. import EmulatorNamespace
 from ._http import (
@@ -34,9 +32,9 @@ async def manage(
     if segs[0] == "$Resources":
         if method != "GET" or len(segs) != 2 or segs[1].lower() not in ("queues", "topics"):
             raise InvalidArgument("use GET /{namespace}/$Resources/queues (or topics).")
-        kind = segs[1].lower()[:-1]
+        kind = entity_kind(segs[1].lower()[:-1])
         page = page_of(request)
-        items = await ns.manage(ManagementRequest("list", kind))  # type: ignore[arg-type]
+        items = await ns.manage(ManagementRequest("list", kind))
         return _feed(kind, items[page], f"{url}/$Resources/{segs[1]}",
                           segs[1].capitalize(), url)
     path = "/".join(segs)
@@ -59,25 +57,26 @@ async def manage(
                               "subscription.")
     kind = await _kind_of(ns, parsed, wanted)
     if method == "GET":
-        props = await ns.manage(ManagementRequest("get", kind, parsed.path))  # type: ignore[arg-type]
+        props = await ns.manage(ManagementRequest("get", kind, parsed.path))
         counts = await ns.manage(ManagementRequest("runtime", None, parsed.path))
         return _entry(kind, props, counts, f"{url}/{parsed.path}", parsed.path,
                            status=200)
     if method == "DELETE":
-        await ns.manage(ManagementRequest("delete", kind, parsed.path))  # type: ignore[arg-type]
+        await ns.manage(ManagementRequest("delete", kind, parsed.path))
         return web.Response(status=200)
     raise InvalidOperation(f"{method} is not allowed on an entity: use PUT, GET or DELETE.")
 
 
-async def _kind_of(ns: EmulatorNamespace, parsed: Any, wanted: str | None) -> str:
+async def _kind_of(ns: EmulatorNamespace, parsed: Any, wanted: str | None) -> EntityKind:
     if parsed.subscription is not None:
-        kind = "subscription"
+        kind: EntityKind = "subscription"
         if wanted not in (None, kind):
             raise EntityNotFound(f"{parsed.path!r} is not a {wanted}.")
         return kind
-    for kind in ("queue", "topic") if wanted is None else (wanted,):
+    kinds: tuple[EntityKind, ...] = ("queue", "topic") if wanted is None else (entity_kind(wanted),)
+    for kind in kinds:
         try:
-            await ns.manage(ManagementRequest("get", kind, parsed.path))  # type: ignore[arg-type]
+            await ns.manage(ManagementRequest("get", kind, parsed.path))
         except EntityNotFound:
             continue
         return kind
@@ -89,7 +88,7 @@ async def _kind_of(ns: EmulatorNamespace, parsed: Any, wanted: str | None) -> st
 async def _put(request: web.Request, ns: EmulatorNamespace, parsed: Any, url: str
                ) -> web.StreamResponse:
     entry = _atom.parse_entry(await request.read())
-    kind = entry.kind
+    kind = entity_kind(entry.kind)
     if (kind == "subscription") != (parsed.subscription is not None):
         raise InvalidArgument(
             f"a {kind} description was PUT at {parsed.path!r}; subscriptions live at "
@@ -105,8 +104,8 @@ async def _put(request: web.Request, ns: EmulatorNamespace, parsed: Any, url: st
     update = request.headers.get("If-Match") is not None
     if update and request.headers.get("If-Match", "").strip() != "*":
         raise InvalidArgument("If-Match must be '*' to update an entity.")
-    action = "update" if update else "create"
-    result = await ns.manage(ManagementRequest(action, kind, parsed.path, props))  # type: ignore[arg-type]
+    action: ManageAction = "update" if update else "create"
+    result = await ns.manage(ManagementRequest(action, kind, parsed.path, props))
     return _entry(kind, result, None, f"{url}/{parsed.path}", parsed.path,
                        status=200 if update else 201)
 

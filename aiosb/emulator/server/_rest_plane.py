@@ -12,10 +12,7 @@ import urllib.parse
 from aiohttp import web
 
 from ...entities import parse_entity_path
-from ...errors import (
-    InvalidArgument,
-    InvalidOperation,
-)
+from ...errors import InvalidArgument, InvalidOperation, ServiceBusError
 from ...message import Message, ReceivedMessage, property_name_ok
 from ...protocol import ReceiveRequest, SettleAction, Settlement
 from ...wire import rest as _rest
@@ -149,10 +146,12 @@ async def receive_head(
         return web.Response(status=204)
     msg: ReceivedMessage = got[0]
     token = msg.lock_token
+    if token is None:  # a peek-lock receive always carries one
+        raise ServiceBusError("internal error: a locked message came without its lock.")
     try:
         headers = rest_headers(msg, locked=lock)
     except BaseException:
-        settle = Settlement("abandon", [token], parsed.sub_queue)  # type: ignore[list-item]
+        settle = Settlement("abandon", [token], parsed.sub_queue)
         await ns.settle(parsed.path, settle)
         raise
     if lock:
@@ -160,7 +159,7 @@ async def receive_head(
         where = urllib.parse.quote(path, safe="/$")
         headers["Location"] = f"{base}/{where}/messages/{msg.sequence_number}/{token}"
     else:
-        settle = Settlement("complete", [token], parsed.sub_queue)  # type: ignore[list-item]
+        settle = Settlement("complete", [token], parsed.sub_queue)
         await ns.settle(parsed.path, settle)
     return web.Response(status=201 if lock else 200, body=msg.body, headers=headers)
 
