@@ -406,24 +406,35 @@ def _check_tables() -> None:
 _check_tables()
 
 
+def _compiled(source: str, names: Sequence[str], known: Iterable[str], **env: Any) -> Any:
+    """The function ``source`` defines, compiled with ``env`` as its globals, once every
+    name it sets or reads is known: the one way the helpers below make code from field
+    names (as :mod:`dataclasses` builds ``__init__``; a loop of ``getattr``/``setattr``
+    costs several times as much per message).
+
+    Raises:
+        ValueError: A name that is not a known field.
+    """
+    fields = set(known)
+    unknown = [name for name in names if name not in fields]
+    if unknown:
+        raise ValueError(f"not message fields: {unknown}.")
+    namespace: dict[str, Any] = dict(env)
+    exec(source, namespace)
+    return namespace[source.split("(", 1)[0].removeprefix("def ")]
+
+
 def copier(names: Sequence[str]) -> Callable[[Any, Any], None]:
     """A function ``copy(source, target)`` that sets each named field of ``target`` to
     ``source``'s, for paths that run per message (the syphon, every receive).
 
-    Compiled once from the names (as :mod:`dataclasses` builds ``__init__``): a loop of
-    ``setattr`` costs five times as much per message.
-
     Raises:
         ValueError: A name that is not a field of :class:`ReceivedMessage`.
     """
-    known = {*MESSAGE_FIELDS, *RECEIVED_FIELDS}
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        raise ValueError(f"not message fields: {unknown}.")
     body = "".join(f"    target.{name} = source.{name}\n" for name in names) or "    pass\n"
-    namespace: dict[str, Any] = {}
-    exec("def copy(source, target):\n" + body, namespace)
-    copy: Callable[[Any, Any], None] = namespace["copy"]
+    copy: Callable[[Any, Any], None] = _compiled(
+        "def copy(source, target):\n" + body, names, _ALL_FIELDS
+    )
     return copy
 
 
@@ -435,15 +446,9 @@ def builder(
     decoder produced, on paths that build every message of a batch. A ``None`` in a
     field named in ``dicts`` becomes a dict of the message's own.
 
-    Compiled once from the names, as :func:`copier` is.
-
     Raises:
         ValueError: A name that is not a field of ``cls``.
     """
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        raise ValueError(f"not fields of {cls.__name__}: {unknown}.")
     values = [f"v{i}" for i in range(len(names))]
     sets = "".join(
         f"        m.{name} = {{}} if {v} is None else {v}\n" if name in dicts
@@ -460,26 +465,26 @@ def builder(
         "        append(m)\n"
         "    return out\n"
     )
-    namespace: dict[str, Any] = {"new": object.__new__, "cls": cls}
-    exec(source, namespace)
-    build: Callable[[Iterable[Sequence[Any]]], list[M]] = namespace["build"]
+    known = [f.name for f in dataclasses.fields(cls)]
+    build: Callable[[Iterable[Sequence[Any]]], list[M]] = _compiled(
+        source, names, known, new=object.__new__, cls=cls
+    )
     return build
 
 
 def column_reader(names: Sequence[str]) -> Callable[[Sequence[Any]], tuple[list[Any], ...]]:
     """A function ``read(messages)`` giving one list per named field, the field's value
-    in each message, in order: the columns of a batch. Compiled once from the names (a
-    comprehension per field costs half as much as ``map(attrgetter)``).
+    in each message, in order: the columns of a batch (a comprehension per field costs
+    half as much as ``map(attrgetter)``).
 
     Raises:
         ValueError: A name that is not a field of :class:`ReceivedMessage`.
     """
-    known = {*MESSAGE_FIELDS, *RECEIVED_FIELDS}
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        raise ValueError(f"not message fields: {unknown}.")
     lists = "".join(f"[m.{name} for m in messages], " for name in names)
-    namespace: dict[str, Any] = {}
-    exec(f"def read(messages):\n    return ({lists})\n", namespace)
-    read: Callable[[Sequence[Any]], tuple[list[Any], ...]] = namespace["read"]
+    read: Callable[[Sequence[Any]], tuple[list[Any], ...]] = _compiled(
+        f"def read(messages):\n    return ({lists})\n", names, _ALL_FIELDS
+    )
     return read
+
+
+_ALL_FIELDS = (*MESSAGE_FIELDS, *RECEIVED_FIELDS)
