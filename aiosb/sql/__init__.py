@@ -98,20 +98,20 @@ Errors
     Evaluation errors are :class:`FilterEvaluationError`, a
     :class:`aiosb.errors.MessagingError` (not an InvalidOperation: nothing was called
     wrongly; the message's data does not fit the rule), raised by
-    :meth:`CompiledFilter.matches` and :meth:`CompiledAction.apply`; the broker
+    :meth:`Filter.matches` and :meth:`Action.apply`; the broker
     dead-letters the message when the subscription asks for it
     (``dead_lettering_on_filter_evaluation_exceptions``).
 """
 
 from __future__ import annotations
 
-from ._compile import CompiledAction, CompiledFilter, compile_action, compile_filter
+from ._compile import Action, Filter, compile_action, compile_filter
 from ._errors import FilterEvaluationError
 from ._view import MessageView
 
 __all__ = [
-    "CompiledAction",
-    "CompiledFilter",
+    "Action",
+    "Filter",
     "FilterEvaluationError",
     "MessageView",
     "compile_action",

@@ -36,7 +36,7 @@ from ._values import (
 )
 from ._view import MessageView, SystemProperty, system_property
 
-__all__ = ["CompiledAction", "CompiledFilter", "compile_action", "compile_filter"]
+__all__ = ["Action", "Filter", "compile_action", "compile_filter"]
 
 Fn = Callable[[MessageView], Any]
 Statement = Callable[[MessageView], None]
@@ -45,7 +45,7 @@ _PARAMETER_TYPES = (str, int, float, bool, _dt.datetime, _dt.timedelta, uuid.UUI
 _FLIP = {"=": "=", "<>": "<>", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
-class CompiledFilter:
+class Filter:
     """A compiled SQL filter: :meth:`matches` tells whether a message is selected.
 
     Attributes:
@@ -69,10 +69,10 @@ class CompiledFilter:
         return self._test(view) is True
 
     def __repr__(self) -> str:
-        return f"CompiledFilter({self.text!r})"
+        return f"Filter({self.text!r})"
 
 
-class CompiledAction:
+class Action:
     """A compiled SQL action: :meth:`apply` runs its statements on a message, in order.
 
     Attributes:
@@ -99,10 +99,10 @@ class CompiledAction:
             statement(view)
 
     def __repr__(self) -> str:
-        return f"CompiledAction({self.text!r})"
+        return f"Action({self.text!r})"
 
 
-def compile_filter(text: str, parameters: Mapping[str, Any] | None = None) -> CompiledFilter:
+def compile_filter(text: str, parameters: Mapping[str, Any] | None = None) -> Filter:
     """Compile a SQL filter (a SqlRuleFilter's expression).
 
     Args:
@@ -121,10 +121,10 @@ def compile_filter(text: str, parameters: Mapping[str, Any] | None = None) -> Co
         test: Fn = (lambda view: True) if node.value is True else (lambda view: False)
     else:
         test = node.fn
-    return CompiledFilter(text, values, test)
+    return Filter(text, values, test)
 
 
-def compile_action(text: str, parameters: Mapping[str, Any] | None = None) -> CompiledAction:
+def compile_action(text: str, parameters: Mapping[str, Any] | None = None) -> Action:
     """Compile a SQL action (a SqlRuleAction's statements): ``SET <property> =
     <expression>`` and ``REMOVE <property>``, separated by optional ``;``.
 
@@ -136,7 +136,7 @@ def compile_action(text: str, parameters: Mapping[str, Any] | None = None) -> Co
     compiler = _Compiler("action", values)
     tree = parse(text, "action")
     statements = [compiler.statement(child) for child in tree.children if isinstance(child, Tree)]
-    return CompiledAction(text, values, statements)
+    return Action(text, values, statements)
 
 
 def _parameters(parameters: Mapping[str, Any] | None) -> dict[str, Any]:
