@@ -11,95 +11,49 @@ None for NULL.
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, cast
 
 from lark import Token, Tree
 
 from ..errors import InvalidArgument
 from ..message import property_name_ok
+from ._closures import (
+    _compare,
+    _compare_user,
+    _constant,
+    _in_list,
+    _Node,
+    _place,
+    _remove,
+    _resolve,
+    _resolve_cached,
+    _set_system,
+    _set_user,
+    _unquote,
+    _user_reader,
+)
+from ._compiled import Action, Filter, Fn, Statement
 from ._errors import FilterEvaluationError
 from ._parse import parse, problem
 from ._values import (
     ARITHMETIC,
-    COMPARISONS,
     INT64_MAX,
     INT64_MIN,
-    compare_values,
     kind_name,
     like_matcher,
     negate,
     plus,
 )
-from ._view import MessageView, SystemProperty, system_property
+from ._view import MessageView, system_property
 
 __all__ = ["Action", "Filter", "compile_action", "compile_filter"]
 
-Fn = Callable[[MessageView], Any]
-Statement = Callable[[MessageView], None]
 _NO_VIEW = cast(MessageView, None)  # what a constant's closure is called with at compile time
 _PARAMETER_TYPES = (str, int, float, bool, _dt.datetime, _dt.timedelta, uuid.UUID, type(None))
 _FLIP = {"=": "=", "<>": "<>", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-
-
-class Filter:
-    """A compiled SQL filter: :meth:`matches` tells whether a message is selected.
-
-    Attributes:
-        text: The expression as given.
-        parameters: The parameters it was compiled with (a copy).
-    """
-
-    __slots__ = ("_test", "parameters", "text")
-
-    def __init__(self, text: str, parameters: dict[str, Any], test: Fn) -> None:
-        self.text = text
-        self.parameters = parameters
-        self._test = test
-
-    def matches(self, view: MessageView) -> bool:
-        """Whether the condition is TRUE for ``view`` (FALSE and unknown do not match).
-
-        Raises:
-            FilterEvaluationError: The condition cannot be evaluated on this message.
-        """
-        return self._test(view) is True
-
-    def __repr__(self) -> str:
-        return f"Filter({self.text!r})"
-
-
-class Action:
-    """A compiled SQL action: :meth:`apply` runs its statements on a message, in order.
-
-    Attributes:
-        text: The statements as given.
-        parameters: The parameters they were compiled with (a copy).
-    """
-
-    __slots__ = ("_statements", "parameters", "text")
-
-    def __init__(self, text: str, parameters: dict[str, Any], statements: list[Statement]):
-        self.text = text
-        self.parameters = parameters
-        self._statements = tuple(statements)
-
-    def apply(self, view: MessageView) -> None:
-        """Run the statements: user properties change in ``view.properties``, system
-        properties in ``view.system_changes``.
-
-        Raises:
-            FilterEvaluationError: A statement cannot be evaluated on this message; the
-                statements before it have run (discard the view's copy).
-        """
-        for statement in self._statements:
-            statement(view)
-
-    def __repr__(self) -> str:
-        return f"Action({self.text!r})"
 
 
 def compile_filter(text: str, parameters: Mapping[str, Any] | None = None) -> Filter:
@@ -163,87 +117,6 @@ def _parameters(parameters: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 # The compiler ----------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Node:
-    fn: Fn
-    line: int
-    column: int
-    #: A comparison, logic or test: fn gives True, False or None.
-    condition: bool = False
-    constant: bool = False
-    value: Any = None
-    #: A user property's name as written, or a system property: for EXISTS and SET.
-    user: str | None = None
-    system: SystemProperty | None = None
-
-
-def _constant(value: Any) -> Fn:
-    return lambda view: value
-
-
-def _place(tree: Tree[Token] | Token) -> tuple[int, int]:
-    if isinstance(tree, Token):
-        return tree.line or 1, tree.column or 1
-    meta = tree.meta
-    return getattr(meta, "line", 1), getattr(meta, "column", 1)
-
-
-def _unquote(token: Token) -> str:
-    text = str(token)
-    if token.type == "DELIMITED":
-        return text[1:-1].replace("]]", "]")
-    if token.type == "QUOTED":
-        return text[1:-1].replace('""', '"')
-    return text
-
-
-def _fold_case(props: dict[str, Any], lower: str) -> Any:
-    """The value of the key equal to ``lower`` ignoring case (property names are
-    case-insensitive), or None."""
-    for key, value in props.items():
-        if key.lower() == lower:
-            return value
-    return None
-
-
-def _key(props: dict[str, Any], name: str, lower: str) -> str | None:
-    if name in props:
-        return name
-    for key in props:
-        if key.lower() == lower:
-            return key
-    return None
-
-
-def _user_reader(name: str) -> Fn:
-    lower = name.lower()
-
-    def read(view: MessageView) -> Any:
-        props = view.properties
-        value = props.get(name)
-        if value is None and name not in props:
-            return _fold_case(props, lower)
-        return value
-
-    return read
-
-
-def _resolve(name: str) -> Fn:
-    """The reader of a property named in a string, for property(name)."""
-    scope, dot, rest = name.partition(".")
-    if dot and scope.lower() == "sys":
-        prop = system_property(rest)
-        if prop is None:
-            raise FilterEvaluationError(f"property({name!r}): Service Bus has no sys.{rest}.")
-        return prop.read
-    if dot and scope.lower() == "user":
-        return _user_reader(rest)
-    return _user_reader(name)
-
-
-_resolve_cached = functools.lru_cache(maxsize=256)(_resolve)
 
 
 class _Compiler:
@@ -695,134 +568,3 @@ class _Compiler:
 
 
 # Closures of the common shapes -----------------------------------------------------
-
-
-def _compare(op: str, lf: Fn, rf: Fn) -> Fn:
-    function = COMPARISONS[op]
-
-    def compare(view: MessageView) -> Any:
-        a = lf(view)
-        if a is None:
-            return None
-        b = rf(view)
-        if b is None:
-            return None
-        kind = type(a)
-        if kind is type(b) and (kind is str or kind is int or kind is float):
-            return function(a, b)
-        return compare_values(op, a, b)
-
-    return compare
-
-
-class _Never:
-    """A type no value has: the fast path of a comparison with an unusual constant."""
-
-
-def _compare_user(name: str, op: str, constant: Any) -> Fn:
-    """``<user property> op <constant>``: the shape of most filters, in one closure."""
-    lower = name.lower()
-    kind = type(constant)
-    fast = kind if kind is str or kind is int or kind is float else _Never
-    if op == "=":
-
-        def equals(view: MessageView) -> Any:
-            props = view.properties
-            value = props.get(name)
-            if value is None:
-                if name in props:
-                    return None
-                value = _fold_case(props, lower)
-                if value is None:
-                    return None
-            if type(value) is fast:
-                return value == constant
-            return compare_values("=", value, constant)
-
-        return equals
-    function = COMPARISONS[op]
-
-    def compare(view: MessageView) -> Any:
-        props = view.properties
-        value = props.get(name)
-        if value is None:
-            if name in props:
-                return None
-            value = _fold_case(props, lower)
-            if value is None:
-                return None
-        if type(value) is fast:
-            return function(value, constant)
-        return compare_values(op, value, constant)
-
-    return compare
-
-
-def _in_slow(value: Any, items: list[Any]) -> bool:
-    found = False
-    for item in items:
-        if item is not None and compare_values("=", value, item):
-            found = True
-    return found
-
-
-def _in_list(lf: Fn, items: list[_Node]) -> Fn:
-    """``value IN (items)``: unknown when the value is NULL; NULL items match nothing."""
-    if all(item.constant for item in items):
-        values = [item.value for item in items if item.value is not None]
-        kinds = {type(v) for v in values}
-        members: frozenset[Any] = frozenset()
-        fast: tuple[type, ...] = ()
-        if kinds and kinds <= {str}:
-            members, fast = frozenset(values), (str,)
-        elif kinds and kinds <= {int, float}:
-            members, fast = frozenset(values), (int, float)
-
-        def in_constants(view: MessageView) -> Any:
-            value = lf(view)
-            if value is None:
-                return None
-            if type(value) in fast:
-                return value in members
-            return _in_slow(value, values)
-
-        return in_constants
-    fns = [item.fn for item in items]
-
-    def in_values(view: MessageView) -> Any:
-        value = lf(view)
-        if value is None:
-            return None
-        return _in_slow(value, [fn(view) for fn in fns])
-
-    return in_values
-
-
-def _set_user(name: str, fn: Fn) -> Statement:
-    lower = name.lower()
-
-    def set_user(view: MessageView) -> None:
-        value = fn(view)
-        props = view.properties
-        props[_key(props, name, lower) or name] = value
-
-    return set_user
-
-
-def _set_system(write: Callable[[MessageView, Any], None], fn: Fn) -> Statement:
-    def set_system(view: MessageView) -> None:
-        write(view, fn(view))
-
-    return set_system
-
-
-def _remove(name: str) -> Statement:
-    lower = name.lower()
-
-    def remove(view: MessageView) -> None:
-        props = view.properties
-        key = _key(props, name, lower)
-        if key is not None:
-            del props[key]
-
-    return remove
