@@ -33,6 +33,14 @@ from .entities import (
 from .errors import ServiceBusError
 from .message import Message, ReceivedMessage
 from .pairing import PairedNamespace, PairedNamespaceOptions, PairedSender
+from .rules import (
+    CorrelationRuleFilter,
+    FalseRuleFilter,
+    RuleProperties,
+    SqlRuleAction,
+    SqlRuleFilter,
+    TrueRuleFilter,
+)
 
 __version__ = "0.1.0"
 
@@ -40,6 +48,12 @@ logging.getLogger("aiosb").addHandler(logging.NullHandler())
 
 __all__ = [
     "NEVER",
+    "CorrelationRuleFilter",
+    "FalseRuleFilter",
+    "RuleProperties",
+    "SqlRuleAction",
+    "SqlRuleFilter",
+    "TrueRuleFilter",
     "NEXT_AVAILABLE_SESSION",
     "Message",
     "Namespace",

@@ -15,28 +15,23 @@ asks for one, a transport backend.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime as _dt
 import random
 import urllib.parse
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar
 
+from ._admin import Management
 from ._duration import Duration, to_seconds
 from ._inflight import InFlight
 from ._receive import NEXT_AVAILABLE_SESSION, Receiver, ReceiverSession, _NextAvailableSession
 from ._send import Sender, SendingLink, Transaction
 from .auth import SasCredential, parse_connection_string
 from .entities import (
-    QueueProperties,
-    RuntimeProperties,
-    SubscriptionProperties,
-    TopicProperties,
     parse_entity_path,
 )
 from .errors import (
     ClientClosed,
-    EntityNotFound,
     InvalidArgument,
     InvalidOperation,
     OperationTimeout,
@@ -44,8 +39,6 @@ from .errors import (
 )
 from .protocol import (
     MAX_RECEIVE_MESSAGES,
-    EntityKind,
-    ManageAction,
     ManagementRequest,
     Transport,
 )
@@ -191,7 +184,7 @@ def _amqp_transport(
     return AmqpTransport(url, **extra)
 
 
-class Namespace:
+class Namespace(Management):
     """A connection to one namespace: management, senders and receivers.
 
     Create it with :func:`connect` and use it as an async context manager. Closing it
@@ -467,128 +460,5 @@ class Namespace:
     def _untrack(self, link: Sender | Receiver) -> None:
         self._links.discard(link)
 
-    # -- management --------------------------------------------------------------------
-
-    async def _manage(
-        self, action: ManageAction, kind: EntityKind | None, path: str = "", props: Any = None
-    ) -> Any:
-        request = ManagementRequest(action, kind, path, props)
+    async def _run_manage(self, request: ManagementRequest) -> Any:
         return await self.execute(self.transport.manage, request)
-
-    async def create_queue(self, name: str, **properties: Any) -> QueueProperties:
-        """Create a queue; ``properties`` take the SDK's names (``lock_duration``, ...).
-
-        Raises:
-            EntityAlreadyExists: A queue or topic with that name exists.
-            InvalidArgument: An unknown property or a value out of range.
-        """
-        props = QueueProperties.build(name, properties)
-        return cast(QueueProperties, await self._manage("create", "queue", name, props))
-
-    async def get_queue(self, name: str) -> QueueProperties:
-        """The queue's description. Raises :class:`EntityNotFound` if there is none."""
-        return cast(QueueProperties, await self._manage("get", "queue", name))
-
-    async def update_queue(self, queue: str | QueueProperties, **changes: Any) -> QueueProperties:
-        """Change a queue's properties (all but partitioning, sessions, duplicate detection)."""
-        return cast(QueueProperties, await self._update("queue", queue, changes))
-
-    async def delete_queue(self, name: str) -> None:
-        """Delete a queue and its messages."""
-        await self._manage("delete", "queue", name)
-
-    async def queue_exists(self, name: str) -> bool:
-        """Whether the queue exists."""
-        return await self._exists("queue", name)
-
-    async def list_queues(self) -> list[QueueProperties]:
-        """Every queue's description."""
-        return cast(list[QueueProperties], await self._manage("list", "queue"))
-
-    async def create_topic(self, name: str, **properties: Any) -> TopicProperties:
-        """Create a topic; see :meth:`create_queue`."""
-        props = TopicProperties.build(name, properties)
-        return cast(TopicProperties, await self._manage("create", "topic", name, props))
-
-    async def get_topic(self, name: str) -> TopicProperties:
-        """The topic's description."""
-        return cast(TopicProperties, await self._manage("get", "topic", name))
-
-    async def update_topic(self, topic: str | TopicProperties, **changes: Any) -> TopicProperties:
-        """Change a topic's properties."""
-        return cast(TopicProperties, await self._update("topic", topic, changes))
-
-    async def delete_topic(self, name: str) -> None:
-        """Delete a topic with its subscriptions."""
-        await self._manage("delete", "topic", name)
-
-    async def topic_exists(self, name: str) -> bool:
-        """Whether the topic exists."""
-        return await self._exists("topic", name)
-
-    async def list_topics(self) -> list[TopicProperties]:
-        """Every topic's description."""
-        return cast(list[TopicProperties], await self._manage("list", "topic"))
-
-    async def create_subscription(
-        self, topic: str, name: str, **properties: Any
-    ) -> SubscriptionProperties:
-        """Create a subscription of ``topic``; it takes every message sent to the topic."""
-        props = SubscriptionProperties.build(name, {**properties, "topic_name": topic})
-        path = f"{topic}/subscriptions/{name}"
-        found = await self._manage("create", "subscription", path, props)
-        return cast(SubscriptionProperties, found)
-
-    async def get_subscription(self, topic: str, name: str) -> SubscriptionProperties:
-        """The subscription's description."""
-        path = f"{topic}/subscriptions/{name}"
-        return cast(SubscriptionProperties, await self._manage("get", "subscription", path))
-
-    async def update_subscription(
-        self, topic: str, subscription: str | SubscriptionProperties, **changes: Any
-    ) -> SubscriptionProperties:
-        """Change a subscription's properties."""
-        if isinstance(subscription, str):
-            current = await self.get_subscription(topic, subscription)
-        else:
-            current = subscription
-        props = self._changed(current, changes)
-        path = f"{topic}/subscriptions/{props.name}"
-        found = await self._manage("update", "subscription", path, props)
-        return cast(SubscriptionProperties, found)
-
-    async def delete_subscription(self, topic: str, name: str) -> None:
-        """Delete a subscription and its messages."""
-        await self._manage("delete", "subscription", f"{topic}/subscriptions/{name}")
-
-    async def subscription_exists(self, topic: str, name: str) -> bool:
-        """Whether the subscription exists."""
-        return await self._exists("subscription", f"{topic}/subscriptions/{name}")
-
-    async def list_subscriptions(self, topic: str) -> list[SubscriptionProperties]:
-        """Every subscription of ``topic``."""
-        return cast(list[SubscriptionProperties], await self._manage("list", "subscription", topic))
-
-    async def runtime_properties(self, entity: str) -> RuntimeProperties:
-        """Counts of an entity: active, scheduled, dead-lettered, deferred messages."""
-        return cast(RuntimeProperties, await self._manage("runtime", None, entity))
-
-    async def _exists(self, kind: EntityKind, path: str) -> bool:
-        try:
-            await self._manage("get", kind, path)
-        except EntityNotFound:
-            return False
-        return True
-
-    @staticmethod
-    def _changed(current: Any, changes: dict[str, Any]) -> Any:
-        fields = {f.name for f in dataclasses.fields(current)}
-        unknown = sorted(set(changes) - fields)
-        if unknown:
-            raise InvalidArgument(f"unknown {current.kind} propert(ies): {', '.join(unknown)}.")
-        return dataclasses.replace(current, **changes)
-
-    async def _update(self, kind: EntityKind, entity: Any, changes: dict[str, Any]) -> Any:
-        current = await self._manage("get", kind, entity) if isinstance(entity, str) else entity
-        props = self._changed(current, changes)
-        return await self._manage("update", kind, props.name, props)

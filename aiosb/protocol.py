@@ -36,9 +36,9 @@ ReceiveMode = Literal["peek_lock", "receive_and_delete"]
 SettleAction = Literal["complete", "abandon", "dead_letter", "defer", "renew"]
 ManageAction = Literal["create", "get", "update", "delete", "list", "runtime"]
 SessionAction = Literal["accept", "renew", "get_state", "set_state", "release"]
-EntityKind = Literal["queue", "topic", "subscription"]
+EntityKind = Literal["queue", "topic", "subscription", "rule"]
 _ENTITY_KINDS: dict[str, EntityKind] = {"queue": "queue", "topic": "topic",
-                                        "subscription": "subscription"}
+                                        "subscription": "subscription", "rule": "rule"}
 
 
 def entity_kind(text: object) -> EntityKind:
@@ -49,7 +49,9 @@ def entity_kind(text: object) -> EntityKind:
     """
     kind = _ENTITY_KINDS.get(text) if isinstance(text, str) else None
     if kind is None:
-        raise InvalidArgument(f"{text!r:.40} is not an entity kind: queue, topic or subscription.")
+        raise InvalidArgument(
+            f"{text!r:.40} is not an entity kind: queue, topic, subscription or rule."
+        )
     return kind
 
 
@@ -186,16 +188,23 @@ class ManagementRequest:
 
     Attributes:
         action: ``create``, ``get``, ``update``, ``delete``, ``list`` or ``runtime``.
-        kind: ``queue``, ``topic`` or ``subscription`` (``runtime`` takes any path).
+        kind: ``queue``, ``topic``, ``subscription`` or ``rule`` (``runtime`` takes
+            any path).
         path: The entity path (``topic/subscriptions/name`` for subscriptions; for a
-            ``list`` of subscriptions, the topic).
-        properties: The description, for ``create`` and ``update``.
+            ``list`` of subscriptions, the topic; ``topic/subscriptions/sub/rules/name``
+            for a rule, ``.../rules`` for the list of a subscription's rules:
+            :func:`aiosb.rules.rule_path`).
+        properties: The description, for ``create`` and ``update`` (a
+            :class:`~aiosb.rules.RuleProperties` for a rule).
+        rule: The first rule of a subscription being created (``None``: ``$Default``,
+            which takes every message).
     """
 
     action: ManageAction
     kind: EntityKind | None
     path: str = ""
     properties: Any = None
+    rule: Any = None
 
 
 @runtime_checkable

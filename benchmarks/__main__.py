@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from . import http, pairing, s1_emulator, spark
+from . import http, pairing, rules, s1_emulator, spark
 
 BENCHMARKS = {
     "s1": s1_emulator.main,
     "pairing": pairing.main,
     "http": http.main,
+    "rules": rules.main,
     "spark": spark.main,
 }
 

@@ -263,3 +263,39 @@ def test_sigkill_mid_stream_loses_nothing_acknowledged(tmp_path):
     assert sent - completing <= there
     assert len(sent - completing) > 100
     assert not (there & completed)  # nothing acknowledged as done comes back
+
+
+@pytest.mark.looptime
+async def test_rules_survive_a_restart(tmp_path):
+    """Issue 14: a subscription's rules (filters, actions, parameters) and a subscription
+    with no rules at all are kept; a message sent after the restart is routed by them."""
+    from aiosb import CorrelationRuleFilter, RuleProperties, SqlRuleAction, SqlRuleFilter
+
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("rules")) as ns:
+            await ns.create_topic("t")
+            await ns.create_subscription(
+                "t", "eu",
+                default_rule=RuleProperties(
+                    "eu", SqlRuleFilter("region = @r", {"r": "eu"}),
+                    SqlRuleAction("SET routed = @by", {"by": "eu-rule"}),
+                ),
+            )
+            await ns.create_subscription("t", "corr")
+            await ns.create_rule("t", "corr", "c", filter=CorrelationRuleFilter(label="x"))
+            await ns.create_subscription("t", "none")
+            await ns.delete_rule("t", "none", "$Default")
+            before = {s: await ns.list_rules("t", s) for s in ("eu", "corr", "none")}
+    await restart()
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("rules")) as ns:
+            after = {s: await ns.list_rules("t", s) for s in ("eu", "corr", "none")}
+            assert after == before and after["none"] == []
+            async with ns.sender("t") as sender:
+                await sender.send([Message(b"eu", application_properties={"region": "eu"}),
+                                   Message(b"x", subject="x")])
+            async with ns.receiver("t/subscriptions/eu") as receiver:
+                (got,) = await receiver.receive(max_messages=10, max_wait=0)
+                assert got.body == b"eu" and got.application_properties["routed"] == "eu-rule"
+            counts = await ns.runtime_properties("t/subscriptions/corr")
+            assert counts.active_message_count == 2  # plain rules yield one copy between them

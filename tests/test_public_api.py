@@ -15,6 +15,12 @@ def test_all_lists_exactly_the_public_names():
         [
             "NEVER",
             "NEXT_AVAILABLE_SESSION",
+            "CorrelationRuleFilter",
+            "FalseRuleFilter",
+            "RuleProperties",
+            "SqlRuleAction",
+            "SqlRuleFilter",
+            "TrueRuleFilter",
             "Message",
             "Namespace",
             "PairedNamespace",

@@ -37,7 +37,14 @@ from ._entity import _Entity, _Session
 from ._namespace import Namespace
 from ._partitions import FRAGMENT_SHIFT, fragment_of
 from ._record import AVAILABLE, DEFERRED, GONE, LOCKED, SCHEDULED, _Record
-from ._rows import decode_props, decode_record, encode_props, encode_record
+from ._rows import (
+    decode_props,
+    decode_record,
+    decode_rules,
+    encode_props,
+    encode_record,
+    encode_rules,
+)
 from ._store import _Store
 
 __all__ = ["Journal"]
@@ -62,6 +69,8 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE TABLE IF NOT EXISTS sequences (
     ns TEXT NOT NULL, entity TEXT NOT NULL, fragment INTEGER NOT NULL, high INTEGER NOT NULL,
     PRIMARY KEY (ns, entity, fragment));
+CREATE TABLE IF NOT EXISTS rules (
+    ns TEXT NOT NULL, entity TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (ns, entity));
 CREATE TABLE IF NOT EXISTS sessions (
     ns TEXT NOT NULL, entity TEXT NOT NULL, sid TEXT NOT NULL, state BLOB,
     PRIMARY KEY (ns, entity, sid));
@@ -180,12 +189,19 @@ class Journal:
                 ),
             )
         )
+        if entity.rules is not None:  # a subscription: its rules, all of them
+            self._ops.append(
+                (
+                    "INSERT OR REPLACE INTO rules VALUES (?, ?, ?)",
+                    (entity.ns.name, entity.key, encode_rules(entity.rules.listing())),
+                )
+            )
         self._changed()
 
     def entity_gone(self, entity: _Entity) -> None:
         """An entity was deleted (with its messages and sessions)."""
         key = (entity.ns.name, entity.key)
-        for table in ("entities", "messages", "sequences", "sessions"):
+        for table in ("entities", "messages", "sequences", "sessions", "rules"):
             column = "key" if table == "entities" else "entity"
             self._ops.append((f"DELETE FROM {table} WHERE ns = ? AND {column} = ?", key))
         for row in [row for row in self._dirty if row[:2] == key]:
@@ -327,6 +343,7 @@ class Journal:
             db.execute("SELECT ns, entity, seq, store, data FROM messages ORDER BY seq").fetchall(),
             db.execute("SELECT ns, entity, fragment, high FROM sequences").fetchall(),
             db.execute("SELECT ns, entity, sid, state FROM sessions").fetchall(),
+            db.execute("SELECT ns, entity, data FROM rules").fetchall(),
         )
 
 
@@ -351,6 +368,7 @@ def _rebuild(
     messages: list[Any],
     sequences: list[Any],
     sessions: list[Any],
+    rules: list[Any],
 ) -> list[Namespace]:
     if open_namespace is None:  # pragma: no cover - aiosb.emulator sets it on import
         raise RuntimeError("import aiosb.emulator before loading a journal")
@@ -407,6 +425,10 @@ def _rebuild(
             locked_at.setdefault((id(store), until), [store]).append(rec)
     for (_, until), (store, *recs) in locked_at.items():
         store.lock_until(until, recs)  # a lock that ended while down ends at once
+    for ns_name, key, data in rules:  # a subscription kept before rules were: $Default
+        owner = built[ns_name]._entities.get(key)
+        if owner is not None and owner.rules is not None:
+            owner.rules.restore(decode_rules(data))
     for ns_name, key, sid, state in sessions:
         owner = built[ns_name]._entities.get(key)
         if owner is not None:

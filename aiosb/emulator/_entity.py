@@ -27,8 +27,19 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from ..entities import FRAGMENTS
+from ..sql import Action, FilterEvaluationError
 from ._partitions import fragment_for, home, sequence_numbers
-from ._record import AVAILABLE, DEFERRED, INF, LOCKED, _Record, _seconds, _utc
+from ._record import (
+    AVAILABLE,
+    DEFERRED,
+    FILTER_EXCEPTION,
+    INF,
+    LOCKED,
+    _Record,
+    _seconds,
+    _utc,
+)
+from ._rules import Rules, apply_action, view_of
 from ._store import Recorder, StoreHost, _Store, _wake
 
 __all__ = ["EntityHost", "EntityJournal"]
@@ -167,6 +178,8 @@ class _Entity:
         self.session_waiters: list[asyncio.Future[None]] = []
         self.listeners = 0
         self.expiry_pending: set[_Session] = set()
+        #: A subscription's rules (``$Default`` takes everything until told otherwise).
+        self.rules: Rules | None = Rules(None, now) if kind == "subscription" else None
         self.apply(props)
         self.fragments = [_Store(ns, self, False, f) for f in range(nfrag)]
         self.dlqs = [_Store(ns, self, True, f) for f in range(nfrag)] if kind != "topic" else []
@@ -230,10 +243,7 @@ class _Entity:
                 return
         self.stamp_expiry(rec)
         if self.kind == "topic":  # subscriptions share their topic's fragments
-            subs = list(self.subscriptions.values())
-            for i, sub in enumerate(subs):
-                copy = rec if i == len(subs) - 1 else rec.clone()
-                sub.deliver(copy, now, hops)  # numbered by the subscription
+            self.fan_out(rec, now, hops)
             return
         frag = rec.frag
         if frag >= self.nfrag:
@@ -254,6 +264,37 @@ class _Entity:
         if not keep_seq:
             rec.seq = next(store.seqs)
         store.add(rec, now)
+
+    def fan_out(self, rec: _Record, now: float, hops: int) -> None:
+        """A topic's message to each subscription whose rules take it: one copy per
+        subscription, or per matching rule with an action (each copy its own)."""
+        plan: list[tuple[_Entity, Action | None]] = []
+        view = None
+        for sub in self.subscriptions.values():
+            rules = sub.rules
+            assert rules is not None
+            if rules.everything:
+                plan.append((sub, None))
+                continue
+            if view is None:
+                view = view_of(rec)
+            try:
+                plain, actions = rules.route(rec, view)
+            except FilterEvaluationError as exc:
+                if sub.props.dead_lettering_on_filter_evaluation_exceptions:
+                    # As Service Bus: the reason is the exception's type, the
+                    # description its message.
+                    sub.dead_letter(rec.frag, rec, FILTER_EXCEPTION, str(exc), now)
+                continue
+            if plain:
+                plan.append((sub, None))
+            plan.extend((sub, action) for action in actions)
+        last = len(plan) - 1
+        for i, (sub, action) in enumerate(plan):
+            copy = rec if i == last and action is None else rec.clone()
+            if action is not None:
+                apply_action(action, copy)
+            sub.deliver(copy, now, hops)  # numbered by the subscription
 
     def dead_letter(
         self,

@@ -21,9 +21,11 @@ from ..errors import (
     QuotaExceeded,
 )
 from ..protocol import ManagementRequest
+from ..rules import RuleProperties, split_rule_path
 from ._entity import _Entity
 from ._namespace import Namespace
 from ._record import _utc
+from ._rules import Rules
 
 __all__ = ["manage"]
 
@@ -39,12 +41,14 @@ async def manage(ns: Namespace, request: ManagementRequest) -> Any:
     action, kind = request.action, request.kind
     if action == "runtime":
         return runtime(ns, request.path)
+    if kind == "rule":
+        return await rule(ns, request, now)
     if action == "list":
         return listing(ns, kind, request.path)
     if kind not in ("queue", "topic", "subscription"):
         raise InvalidArgument(f"unknown entity kind {kind!r}.")
     if action == "create":
-        return create(ns, kind, request.properties, now)
+        return create(ns, kind, request.properties, now, request.rule)
     entity = lookup(ns, kind, request.path)
     if action == "get":
         return entity.description()
@@ -73,9 +77,16 @@ def lookup(ns: Namespace, kind: str, path: str) -> _Entity:
     return found
 
 
-def create(ns: Namespace, kind: str, props: Any, now: float) -> Any:
-    """Make an entity from its (checked and normalised) description."""
+def create(ns: Namespace, kind: str, props: Any, now: float, first: Any = None) -> Any:
+    """Make an entity from its (checked and normalised) description; a subscription
+    with its first rule (``$Default``, taking everything, when ``first`` is None)."""
     props = props.normalised(ns.tier)
+    rules = None
+    if kind == "subscription":
+        if first is not None and not isinstance(first, RuleProperties):
+            raise InvalidArgument(f"a subscription's first rule is a RuleProperties, not "
+                                  f"{first!r:.60}.")
+        rules = Rules(first, now)  # refuses a rule that does not parse, before anything
     entities = ns._entities
     topic = None
     if kind == "subscription":
@@ -113,6 +124,8 @@ def create(ns: Namespace, kind: str, props: Any, now: float) -> Any:
     else:
         nfrag = 1
     entity = _Entity(ns, kind, path, props, now, nfrag)
+    if rules is not None:
+        entity.rules = rules
     if topic is not None:
         entity.topic = topic
         topic.subscriptions[entity.key] = entity
@@ -121,6 +134,41 @@ def create(ns: Namespace, kind: str, props: Any, now: float) -> Any:
     if ns.journal is not None:
         ns.journal.entity(entity)
     return entity.description()
+
+
+async def rule(ns: Namespace, request: ManagementRequest, now: float) -> Any:
+    """Create, get, update, delete or list the rules of a subscription."""
+    action = request.action
+    path, name = split_rule_path(request.path)
+    sub = lookup(ns, "subscription", path)
+    rules = sub.rules
+    assert rules is not None
+    if action == "list":
+        return rules.listing()
+    if name is None:
+        raise InvalidArgument(f"{request.action} of a rule needs its name: {request.path!r}.")
+    if action == "get":
+        return rules.get(name)
+    if action == "create":
+        made = request.properties
+        if not isinstance(made, RuleProperties) or made.name.lower() != name.lower():
+            raise InvalidArgument(f"create the rule {name!r} with its RuleProperties.")
+        result: Any = rules.add(made, now)
+    elif action == "update":
+        if not isinstance(request.properties, RuleProperties):
+            raise InvalidArgument(f"update the rule {name!r} with its RuleProperties.")
+        result = rules.replace(RuleProperties(name, request.properties.filter,
+                                              request.properties.action))
+    elif action == "delete":
+        rules.remove(name)
+        result = None
+    else:
+        raise InvalidArgument(f"unknown management action {action!r} for a rule.")
+    if ns.journal is not None:
+        ns.journal.entity(sub)
+    sub.updated = now
+    sub.touch(now)
+    return result
 
 
 def forward_target(ns: Namespace, name: str, what: str) -> _Entity:

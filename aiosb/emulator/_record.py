@@ -32,6 +32,10 @@ INF = math.inf
 TTL_EXPIRED = "TTLExpiredException"
 #: The dead-letter reason of a message delivered ``max_delivery_count`` times.
 MAX_DELIVERY_EXCEEDED = "MaxDeliveryCountExceeded"
+#: The dead-letter reason of a message a subscription's filter failed on (Service Bus
+#: gives the exception's type, FilterException, as the reason, its message as the
+#: description).
+FILTER_EXCEPTION = "FilterException"
 
 # Record states.
 AVAILABLE, LOCKED, DEFERRED, SCHEDULED, GONE = range(5)
@@ -185,6 +189,16 @@ class _Record:
         m.state = "deferred" if self.deferred else _STATE_NAMES[self.state]
         m.entity_path = entity_path
         return m
+
+    @property
+    def time_to_live(self) -> _dt.timedelta | None:
+        """The message's time to live (the name :class:`~aiosb.Message` gives it)."""
+        return self.ttl_delta()
+
+    @property
+    def scheduled_enqueue_time(self) -> _dt.datetime | None:
+        """When the message is scheduled for (the name :class:`~aiosb.Message` gives it)."""
+        return self.scheduled
 
     def ttl_delta(self) -> _dt.timedelta | None:
         ttl = self.ttl

@@ -11,6 +11,7 @@ that admits only the classes such rows hold, so a crafted file cannot run code.
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
 import io
 import json
 import pickle
@@ -18,9 +19,25 @@ from typing import Any
 
 from ..entities import QueueProperties, SubscriptionProperties, TopicProperties
 from ..errors import InvalidArgument
+from ..rules import (
+    CorrelationRuleFilter,
+    FalseRuleFilter,
+    RuleProperties,
+    SqlRuleAction,
+    SqlRuleFilter,
+    TrueRuleFilter,
+)
 from ..wire.aiosb_json import decode_value, encode_value
 
-__all__ = ["FORMAT", "decode_props", "decode_record", "encode_props", "encode_record"]
+__all__ = [
+    "FORMAT",
+    "decode_props",
+    "decode_record",
+    "decode_rules",
+    "encode_props",
+    "encode_record",
+    "encode_rules",
+]
 
 #: What every row starts with: the format's name and version.
 FORMAT = b"aiosb-json-1\n"
@@ -87,6 +104,77 @@ def decode_props(kind: str, data: bytes) -> Any:
     cls = _KINDS[kind]
     known = {f.name for f in dataclasses.fields(cls) if f.init}
     return cls(**{k: decode_value(k, v) for k, v in raw.items() if k in known})
+
+
+_FILTERS: dict[str, type[Any]] = {
+    "sql": SqlRuleFilter,
+    "correlation": CorrelationRuleFilter,
+    "true": TrueRuleFilter,
+    "false": FalseRuleFilter,
+}
+_FILTER_KIND = {cls: kind for kind, cls in _FILTERS.items()}
+
+
+def _encode_fields(obj: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, dict):
+            out[f.name] = {"props": {k: encode_value(v) for k, v in value.items()}}
+        else:
+            out[f.name] = encode_value(value)
+    return out
+
+
+def _decode_fields(raw: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        if isinstance(value, dict) and "props" in value:
+            out[name] = {k: decode_value(k, v) for k, v in value["props"].items()}
+        else:
+            out[name] = decode_value(name, value)
+    return out
+
+
+def encode_rules(rules: list[RuleProperties]) -> bytes:
+    """A subscription's rules: each with its filter (by kind) and action."""
+    out = []
+    for rule in rules:
+        out.append(
+            {
+                "name": rule.name,
+                "filter": {"kind": _FILTER_KIND[type(rule.filter)],
+                           **_encode_fields(rule.filter)},
+                "action": None if rule.action is None else _encode_fields(rule.action),
+                "created": encode_value(rule.created_at_utc),
+            }
+        )
+    return FORMAT + _dumps(out)
+
+
+def _instant(value: Any) -> _dt.datetime | None:
+    return value if isinstance(value, _dt.datetime) else None
+
+
+def decode_rules(data: bytes) -> list[RuleProperties]:
+    """The rules :func:`encode_rules` wrote."""
+    raw = _open(data)
+    if not isinstance(raw, list):
+        raise InvalidArgument("the rules row of the durable store is not a list.")
+    rules = []
+    for item in raw:
+        spec = dict(item["filter"])
+        cls = _FILTERS[spec.pop("kind")]
+        action = item["action"]
+        rules.append(
+            RuleProperties(
+                item["name"],
+                cls(**_decode_fields(spec)),
+                None if action is None else SqlRuleAction(**_decode_fields(action)),
+                _instant(decode_value("created", item["created"])),
+            )
+        )
+    return rules
 
 
 def _dumps(value: Any) -> bytes:

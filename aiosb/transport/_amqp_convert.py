@@ -35,6 +35,16 @@ from ..entities import (
     TopicProperties,
 )
 from ..message import MESSAGE_FIELDS, TEXT_FIELDS, Message, ReceivedMessage
+from ..rules import (
+    CORRELATION_FIELDS,
+    CorrelationRuleFilter,
+    FalseRuleFilter,
+    RuleFilter,
+    RuleProperties,
+    SqlRuleAction,
+    SqlRuleFilter,
+    TrueRuleFilter,
+)
 
 __all__ = [
     "apply_to_sdk",
@@ -452,3 +462,62 @@ def runtime_from_sdk(path: str, sdk_runtime: Any) -> RuntimeProperties:
         if value is not None:
             values[field.name] = value
     return RuntimeProperties(name=path, **values)
+
+
+def rule_to_sdk(rule: RuleProperties) -> tuple[Any, Any]:
+    """The SDK's filter and action for an aiosb rule."""
+    m = management()
+    f = rule.filter
+    if isinstance(f, TrueRuleFilter):
+        sdk_filter = m.TrueRuleFilter()
+    elif isinstance(f, FalseRuleFilter):
+        sdk_filter = m.FalseRuleFilter()
+    elif isinstance(f, CorrelationRuleFilter):
+        sdk_filter = m.CorrelationRuleFilter(
+            **{name: getattr(f, name) for name in CORRELATION_FIELDS}, properties=f.properties
+        )
+    else:
+        assert isinstance(f, SqlRuleFilter)
+        sdk_filter = m.SqlRuleFilter(f.sql_expression, _at(f.parameters))
+    action = rule.action
+    sdk_action = None if action is None else m.SqlRuleAction(
+        action.sql_expression, _at(action.parameters)
+    )
+    return sdk_filter, sdk_action
+
+
+def _at(parameters: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Parameters named as the SDK (and Service Bus) write them: ``@name``."""
+    return None if parameters is None else {f"@{k}": v for k, v in parameters.items()}
+
+
+def rule_from_sdk(sdk_rule: Any) -> RuleProperties:
+    """An aiosb rule from the SDK's ``RuleProperties``."""
+    m = management()
+    f = sdk_rule.filter
+    rule_filter: RuleFilter
+    if isinstance(f, m.TrueRuleFilter):
+        rule_filter = TrueRuleFilter()
+    elif isinstance(f, m.FalseRuleFilter):
+        rule_filter = FalseRuleFilter()
+    elif isinstance(f, m.CorrelationRuleFilter):
+        rule_filter = CorrelationRuleFilter(
+            **{name: getattr(f, name) for name in CORRELATION_FIELDS},
+            properties=dict(f.properties) if f.properties else None,
+        )
+    elif f is None:
+        rule_filter = TrueRuleFilter()
+    else:
+        rule_filter = SqlRuleFilter(f.sql_expression, f.parameters or None)
+    action = sdk_rule.action
+    rule_action = None
+    if action is not None and getattr(action, "sql_expression", None):
+        rule_action = SqlRuleAction(action.sql_expression, action.parameters or None)
+    return RuleProperties(sdk_rule.name, rule_filter, rule_action, sdk_rule.created_at_utc)
+
+
+def management() -> ModuleType:
+    """``azure.servicebus.management``, imported on first use."""
+    import azure.servicebus.management as m
+
+    return m

@@ -51,15 +51,12 @@ from ..errors import (
 )
 from ..message import Message, ReceivedMessage
 from ..protocol import ManagementRequest, ReceiveRequest, SessionInfo, SessionRequest, Settlement
+from ._amqp_admin import AdminOperations
 from ._amqp_convert import (
-    apply_to_sdk,
-    entity_from_sdk,
-    entity_kwargs,
     is_idle_detach,
     map_error,
     message_from_sdk,
     message_to_sdk,
-    runtime_from_sdk,
     sdk,
 )
 
@@ -131,7 +128,7 @@ class _Link:
             await self._discard(self.handler)
 
 
-class AmqpTransport:
+class AmqpTransport(AdminOperations):
     """A :class:`~aiosb.transport.Transport` over the ``azure-servicebus`` aio SDK.
 
     Args:
@@ -493,74 +490,6 @@ class AmqpTransport:
             raise
         except Exception as exc:
             raise map_error(exc, what) from exc
-
-    async def _manage(self, request: ManagementRequest) -> Any:
-        admin, action, kind = self._admin, request.action, request.kind
-        if action == "runtime":
-            return await self._runtime(request.path)
-        if action == "list":
-            if kind is None:
-                raise InvalidArgument("list needs the entity kind.")
-            if kind == "subscription":
-                topic = request.path
-                pager = admin.list_subscriptions(topic)
-                return [entity_from_sdk(kind, s, topic=topic) async for s in pager]
-            pager = admin.list_queues() if kind == "queue" else admin.list_topics()
-            return [entity_from_sdk(kind, e) async for e in pager]
-        if kind not in ("queue", "topic", "subscription"):
-            raise InvalidArgument(f"unknown entity kind {kind!r}.")
-        path = parse_entity_path(request.path)
-        topic, name = (
-            (path.entity, path.subscription) if kind == "subscription" else ("", path.entity)
-        )
-        if action == "create":
-            props = request.properties.normalised("premium")
-            kwargs = entity_kwargs(kind, props)
-            if kind == "subscription":
-                created = await admin.create_subscription(topic, props.name, **kwargs)
-            else:
-                created = await getattr(admin, f"create_{kind}")(props.name, **kwargs)
-            return entity_from_sdk(kind, created, topic=topic)
-        if action == "get":
-            return entity_from_sdk(kind, await self._get(kind, topic, name), topic=topic)
-        if action == "update":
-            props = request.properties.normalised("premium")
-            current = await self._get(kind, topic, name)
-            fixed = entity_from_sdk(kind, current, topic=topic).changed_fixed(props)
-            if fixed:
-                raise InvalidOperation(
-                    f"{', '.join(fixed)} of {request.path!r} cannot change after creation (PT-3)."
-                )
-            await getattr(admin, f"update_{kind}")(
-                *([topic] if kind == "subscription" else []), apply_to_sdk(current, props)
-            )
-            return entity_from_sdk(kind, await self._get(kind, topic, name), topic=topic)
-        if action == "delete":
-            if kind == "subscription":
-                await admin.delete_subscription(topic, name)
-            else:
-                await getattr(admin, f"delete_{kind}")(name)
-            return None
-        raise InvalidArgument(f"unknown management action {action!r}.")
-
-    async def _get(self, kind: str, topic: str, name: str | None) -> Any:
-        if kind == "subscription":
-            return await self._admin.get_subscription(topic, name)
-        return await getattr(self._admin, f"get_{kind}")(name)
-
-    async def _runtime(self, entity: str) -> Any:
-        path = parse_entity_path(entity)
-        admin = self._admin
-        if path.subscription is not None:
-            got = await admin.get_subscription_runtime_properties(path.entity, path.subscription)
-            return runtime_from_sdk(path.path, got)
-        from azure.core.exceptions import ResourceNotFoundError
-
-        try:
-            got = await admin.get_queue_runtime_properties(path.entity)
-        except ResourceNotFoundError:
-            got = await admin.get_topic_runtime_properties(path.entity)
-        return runtime_from_sdk(path.path, got)
 
 
 def _settle_operation(

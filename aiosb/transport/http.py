@@ -58,10 +58,13 @@ from ..protocol import (
     SessionRequest,
     Settlement,
 )
+from ..rules import RuleProperties
 from ..wire import aiosb_json as _json
 from ..wire import atom as _atom
 from ..wire import rest as _rest
 from ..wire import status as _status
+from ..wire.atom_rules import parse_rule, parse_rules, rule_request_xml
+from ._first_rule import create_with_rule
 from ._remote_faults import RemoteFaults
 
 __all__ = ["HttpTransport", "RemoteFaults"]
@@ -478,6 +481,10 @@ class HttpTransport:
 
     async def manage(self, request: ManagementRequest) -> Any:
         action, kind, path = request.action, request.kind, request.path
+        if kind == "rule":
+            return await self._rule(request)
+        if action == "create" and kind == "subscription" and request.rule is not None:
+            return await create_with_rule(self, request)
         if action == "list":
             if kind == "subscription":
                 where = f"{_quote(path)}/subscriptions"
@@ -522,6 +529,36 @@ class HttpTransport:
             )
             return self._properties(_atom.parse_entry(body), kind, path)
         raise InvalidArgument(f"unknown management action {action!r}.")
+
+    async def _rule(self, request: ManagementRequest) -> Any:
+        """A rule over the Atom rules routes (``.../subscriptions/S/rules[/R]``)."""
+        action, where = request.action, _quote(request.path)
+        if action == "list":
+            rules: list[RuleProperties] = []
+            while True:
+                _, _, body = await self._request("GET", where, params={
+                    "$skip": str(len(rules)), "$top": str(_PAGE), **_API_VERSION,
+                })
+                page = parse_rules(body)
+                rules.extend(page)
+                if len(page) < _PAGE:
+                    return rules
+        if action == "get":
+            _, _, body = await self._request("GET", where, params=_API_VERSION)
+            return parse_rule(body)
+        if action == "delete":
+            await self._request("DELETE", where, params=_API_VERSION)
+            return None
+        if action in ("create", "update"):
+            headers = {"Content-Type": _ATOM}
+            if action == "update":
+                headers["If-Match"] = "*"
+            _, _, body = await self._request(
+                "PUT", where, data=rule_request_xml(request.properties), headers=headers,
+                params=_API_VERSION,
+            )
+            return parse_rule(body)
+        raise InvalidArgument(f"unknown management action {action!r} for a rule.")
 
     async def _list(self, where: str) -> list[_atom.Entry]:
         """Every entry of a listing, a page of :data:`_PAGE` at a time (``$skip`` and

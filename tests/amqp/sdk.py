@@ -25,7 +25,13 @@ from azure.servicebus._pyamqp._encode import encode_payload
 from azure.servicebus._pyamqp.utils import amqp_long_value, amqp_timestamp_value
 from azure.servicebus._transport._pyamqp_transport import PyamqpTransport
 from azure.servicebus.aio.management import ServiceBusAdministrationClient
-from azure.servicebus.management import QueueProperties, SubscriptionProperties, TopicProperties
+from azure.servicebus.management import (
+    QueueProperties,
+    RuleProperties,
+    SubscriptionProperties,
+    TopicProperties,
+    TrueRuleFilter,
+)
 
 from aiosb.transport.amqp import AmqpTransport
 
@@ -295,6 +301,7 @@ class FakeAdmin:
     def __init__(self, **kwargs: Any) -> None:
         self.kwargs = kwargs
         self.entities: dict[str, Any] = {}
+        self.rules: dict[tuple[str, str], dict[str, Any]] = {}
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self.failures: list[BaseException] = []
         self.closed = False
@@ -328,7 +335,41 @@ class FakeAdmin:
         self._record("create_subscription", topic_name, subscription_name, **kwargs)
         model = sdk_model("subscription", subscription_name, **kwargs)
         self.entities[f"{topic_name}/subscriptions/{subscription_name}"] = model
+        self.rules[(topic_name, subscription_name)] = {  # as Service Bus: $Default
+            "$Default": RuleProperties("$Default", filter=TrueRuleFilter(), action=None,
+                                       created_at_utc=None)
+        }
         return model
+
+    async def create_rule(self, topic_name: str, subscription_name: str, rule_name: str,
+                          **kwargs: Any) -> Any:
+        self._record("create_rule", topic_name, subscription_name, rule_name, **kwargs)
+        rule = RuleProperties(rule_name, filter=kwargs.get("filter"),
+                              action=kwargs.get("action"),
+                              created_at_utc=_dt.datetime(2030, 1, 1, tzinfo=_dt.UTC))
+        self.rules.setdefault((topic_name, subscription_name), {})[rule_name] = rule
+        return rule
+
+    async def get_rule(self, topic_name: str, subscription_name: str, rule_name: str) -> Any:
+        self._record("get_rule", topic_name, subscription_name, rule_name)
+        return self.rules[(topic_name, subscription_name)][rule_name]
+
+    async def update_rule(self, topic_name: str, subscription_name: str, rule: Any) -> None:
+        self._record("update_rule", topic_name, subscription_name, rule)
+        self.rules[(topic_name, subscription_name)][rule.name] = rule
+
+    async def delete_rule(self, topic_name: str, subscription_name: str, rule_name: str) -> None:
+        self._record("delete_rule", topic_name, subscription_name, rule_name)
+        del self.rules[(topic_name, subscription_name)][rule_name]
+
+    def list_rules(self, topic_name: str, subscription_name: str) -> Any:
+        self._record("list_rules", topic_name, subscription_name)
+
+        async def pages():
+            for rule in list(self.rules.get((topic_name, subscription_name), {}).values()):
+                yield rule
+
+        return pages()
 
     def list_queues(self) -> Any:
         self._record("list_queues")

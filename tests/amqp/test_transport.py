@@ -405,6 +405,36 @@ async def test_runtime_properties(env):
     assert (props.dead_letter_message_count, props.total_message_count) == (1, 6)
 
 
+async def test_rules_go_through_the_sdk_admin_client(env):
+    """Issue 14: rules over AMQP are the SDK's create/get/update/delete/list_rule calls,
+    with the SDK's filter and action classes (parameters named @name, as the SDK's);
+    a subscription created with a first rule gets it in $Default's place."""
+    from azure.servicebus import management as m
+
+    from aiosb import CorrelationRuleFilter, RuleProperties, SqlRuleAction, SqlRuleFilter
+
+    ns, _, made = env
+    admin = made["admin"]
+    await ns.create_subscription(
+        "t", "s", default_rule=RuleProperties("eu", SqlRuleFilter("r = @r", {"r": "eu"}))
+    )
+    names = [call[0] for call in admin.calls]
+    assert names == ["create_subscription", "create_rule", "delete_rule"]
+    assert admin.calls[2][1] == ("t", "s", "$Default")
+    sdk_filter = admin.calls[1][2]["filter"]
+    assert isinstance(sdk_filter, m.SqlRuleFilter) and sdk_filter.parameters == {"@r": "eu"}
+    await ns.create_rule("t", "s", "c", filter=CorrelationRuleFilter(label="x"),
+                         action=SqlRuleAction("SET a = 1"))
+    rule = await ns.get_rule("t", "s", "c")
+    assert rule.filter == CorrelationRuleFilter(label="x")
+    assert rule.action == SqlRuleAction("SET a = 1")
+    changed = await ns.update_rule("t", "s", "c", filter=SqlRuleFilter("b = 2"), action=None)
+    assert changed.filter == SqlRuleFilter("b = 2") and changed.action is None
+    assert [r.name for r in await ns.list_rules("t", "s")] == ["eu", "c"]
+    await ns.delete_rule("t", "s", "c")
+    assert [r.name for r in await ns.list_rules("t", "s")] == ["eu"]
+
+
 async def test_unknown_management_requests_are_refused():
     transport, _ = fake_transport()
     await transport.open()

@@ -15,7 +15,9 @@ from ...errors import (
     InvalidOperation,
 )
 from ...protocol import EntityKind, ManageAction, ManagementRequest, entity_kind
+from ...rules import split_rule_path
 from ...wire import atom as _atom
+from ...wire.atom_rules import parse_rule, rule_entry_xml, rules_feed_xml
 from .. import EmulatorNamespace
 from ._http import (
     Route,
@@ -38,6 +40,8 @@ async def manage(
         return _feed(kind, items[page], f"{url}/$Resources/{segs[1]}",
                           segs[1].capitalize(), url)
     path = "/".join(segs)
+    if _is_rules(segs):
+        return await _rules(request, ns, path, url)
     if method == "GET" and segs[-1] == "subscriptions" and len(segs) > 1:
         topic = "/".join(segs[:-1])
         page = page_of(request)
@@ -131,4 +135,49 @@ def _feed(kind: str, items: list[Any], url: str, title: str, base: str) -> web.R
         body=_atom.feed_xml(entries, url, title),
         content_type="application/atom+xml",
         charset="utf-8",
+    )
+
+
+def _is_rules(segs: tuple[str, ...]) -> bool:
+    """Whether the path names a rule (``.../subscriptions/S/rules/R``) or the rules of a
+    subscription (``.../subscriptions/S/rules``)."""
+    lower = [s.lower() for s in segs]
+    return (len(lower) >= 5 and lower[-4] == "subscriptions" and lower[-2] == "rules") or (
+        len(lower) >= 4 and lower[-3] == "subscriptions" and lower[-1] == "rules"
+    )
+
+
+async def _rules(
+    request: web.Request, ns: EmulatorNamespace, path: str, url: str
+) -> web.StreamResponse:
+    """The Atom rules routes: list, read, create, update and delete a rule."""
+    method = request.method
+    _, name = split_rule_path(path)
+    if name is None:
+        if method != "GET":
+            raise InvalidOperation(f"{method} is not allowed on a subscription's rules: GET "
+                                   "lists them.")
+        rules = await ns.manage(ManagementRequest("list", "rule", path))
+        return _atom_response(rules_feed_xml(rules[page_of(request)], f"{url}/{path}"))
+    if method == "GET":
+        found = await ns.manage(ManagementRequest("get", "rule", path))
+        return _atom_response(rule_entry_xml(found, f"{url}/{path}"))
+    if method == "DELETE":
+        await ns.manage(ManagementRequest("delete", "rule", path))
+        return web.Response(status=200)
+    if method != "PUT":
+        raise InvalidOperation(f"{method} is not allowed on a rule: use PUT, GET or DELETE.")
+    rule = parse_rule(await request.read())
+    rule.name = name  # the URL names the rule
+    update = request.headers.get("If-Match") is not None
+    if update and request.headers.get("If-Match", "").strip() != "*":
+        raise InvalidArgument("If-Match must be '*' to update a rule.")
+    action: ManageAction = "update" if update else "create"
+    made = await ns.manage(ManagementRequest(action, "rule", path, rule))
+    return _atom_response(rule_entry_xml(made, f"{url}/{path}"), 200 if update else 201)
+
+
+def _atom_response(body: bytes, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status, body=body, content_type="application/atom+xml", charset="utf-8"
     )
