@@ -1,0 +1,75 @@
+"""Issue 17: every Python block of the README runs (see tests/readme_blocks.py for how
+each kind runs; the Spark one is in tests/spark/test_readme_spark.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from readme_blocks import KINDS, SERVER, Block, blocks, of_kind
+
+import aiosb
+from aiosb import Message, emulator
+from aiosb.bridge import Bridge
+from aiosb.emulator.process import ServerProcess
+
+
+def _names(**more: object) -> dict[str, object]:
+    return {"aiosb": aiosb, "Message": Message, "timedelta": datetime.timedelta,
+            "asyncio": asyncio, "__name__": "__readme__", **more}
+
+
+def test_every_block_says_how_it_runs():
+    found = blocks()
+    assert len(found) >= 10
+    assert [str(b) for b in found if b.kind not in KINDS] == []
+
+
+@pytest.mark.parametrize("block", of_kind("azure"), ids=str)
+def test_blocks_for_a_real_namespace_parse(block: Block):
+    block.compiled()  # run against Azure only with the real namespace (not here)
+
+
+@pytest.mark.parametrize("block", of_kind("script"), ids=str)
+def test_scripts_run(block: Block, capsys):
+    emulator.reset()
+    exec(block.compiled(), {"__name__": "__main__"})
+    emulator.reset()
+
+
+@pytest.mark.parametrize("block", of_kind("ns", "async"), ids=str)
+async def test_async_blocks_run(block: Block):
+    emulator.reset()
+    async with aiosb.connect(f"memory://readme{block.line}") as ns:
+        await block.run(_names(ns=ns))
+    emulator.reset()
+
+
+@pytest.mark.parametrize("block", of_kind("server"), ids=str)
+def test_blocks_against_aiosb_serve_run(block: Block, tmp_path: Path):
+    with ServerProcess() as server:
+        code = block.code.replace(SERVER, server.url)
+        changed = Block(block.kind, code, block.line)
+        asyncio.run(changed.run(_names()))
+    Bridge.shared().close()  # its connections were to that server
+
+
+@pytest.mark.parametrize("block", of_kind("pytest"), ids=str)
+def test_pytest_blocks_run_with_the_configuration_the_readme_states(block: Block,
+                                                                  tmp_path: Path):
+    (tmp_path / "test_readme_block.py").write_text(block.code)
+    (tmp_path / "pytest.ini").write_text(textwrap.dedent("""\
+        [pytest]
+        asyncio_mode = auto
+        """))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "1 passed" in done.stdout
