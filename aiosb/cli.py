@@ -8,16 +8,13 @@ import contextlib
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from datetime import timedelta
-from pathlib import Path
 from typing import Any, TypeVar
 
-from . import __version__, emulator
-from .client import connect
+from . import __version__
+from ._demo import DRAIN_SECONDS, demo, timeline, timeline_svg
 from .errors import ServiceBusError
-from .message import Message
 
-__all__ = ["main", "run"]
+__all__ = ["DRAIN_SECONDS", "demo", "main", "run", "timeline", "timeline_svg"]
 
 T = TypeVar("T")
 
@@ -26,173 +23,7 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-async def demo(
-    orders: int = 160, interval: float = 0.05, outage: tuple[float, float] = (2.0, 5.0),
-    svg: str | None = "aiosb-demo-timeline.svg",
-) -> dict[str, int]:
-    """Failover and recovery, end to end, on the embedded emulator.
-
-    A sender sends ``orders`` messages, one every ``interval`` seconds, to a primary
-    queue paired with a secondary namespace; the primary queue is down during
-    ``outage`` (seconds from the start). Sends fail over to the backlog, pings find the
-    primary back, and the syphon moves the backlog home. Returns the final counts.
-    """
-    from .pairing import PairedNamespaceOptions
-
-    broker = emulator.namespace("contoso")
-    broker.faults.heal()
-    async with connect("memory://contoso", operation_timeout=5) as primary, connect(
-        "memory://fabrikam", operation_timeout=5
-    ) as secondary:
-        if await primary.queue_exists("orders"):
-            await primary.delete_queue("orders")
-        await primary.create_queue("orders", requires_duplicate_detection=True)
-        options = PairedNamespaceOptions(
-            backlog_queue_count=4,
-            failover_interval=timedelta(seconds=1),
-            ping_primary_interval=timedelta(seconds=1),
-            enable_syphon=True,
-        )
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-
-        def at() -> str:
-            return f"[{loop.time() - start:5.2f}s]"
-
-        _say(f"{at()} memory://contoso/orders paired with memory://fabrikam "
-             "(failover 1 s, ping 1 s, syphon on)")
-        async with primary.pair(secondary, options) as paired:
-            where: list[tuple[float, str]] = []
-            moved: list[float] = []
-            expected = [orders]  # backlog sends to see moved home; known once all are sent
-            drained = asyncio.Event()
-
-            async def watch() -> None:
-                async for event in paired.events():
-                    if event.kind == "syphon_moved":
-                        moved.extend([loop.time() - start] * event.count)
-                        if len(moved) >= expected[0]:
-                            drained.set()
-                    if event.kind in ("suspect", "failover", "recovered", "syphon_moved"):
-                        _say(f"{at()} {event.kind:<13} {event.detail}")
-
-            async with asyncio.TaskGroup() as owned:  # the watcher ends with the demo
-                watcher = owned.create_task(watch())
-
-                def down() -> None:
-                    broker.faults.fail("orders")
-                    _say(f"{at()} outage        contoso/orders goes down")
-
-                def up() -> None:
-                    broker.faults.heal()
-                    _say(f"{at()} heal          contoso/orders is back")
-
-                loop.call_later(outage[0], down)
-                loop.call_later(outage[1], up)
-                async with paired.sender("orders") as sender:
-                    for i in range(orders):
-                        await asyncio.sleep(max(0.0, start + i * interval - loop.time()))
-                        before = paired.stats.backlog_sends
-                        sent_at = loop.time() - start
-                        await sender.send(Message(f"order {i}".encode(), message_id=f"order-{i}"))
-                        went = "B" if paired.stats.backlog_sends > before else "P"
-                        where.append((sent_at, went))
-                expected[0] = sum(1 for _, w in where if w == "B")
-                if len(moved) >= expected[0]:
-                    drained.set()
-                try:
-                    async with asyncio.timeout(DRAIN_SECONDS):
-                        await drained.wait()
-                except TimeoutError:
-                    _say(f"{at()} the syphon had not moved everything home after "
-                         f"{DRAIN_SECONDS:g} s; counting what arrived")
-                stats = paired.stats
-                watcher.cancel()
-        arrived: set[str | None] = set()
-        async with primary.receiver("orders", mode="receive_and_delete") as receiver:
-            while batch := await receiver.receive(max_messages=100, max_wait=0):
-                arrived.update(m.message_id for m in batch)
-    report = {
-        "sent": orders,
-        "to_primary": sum(1 for _, w in where if w == "P"),
-        "to_backlog": sum(1 for _, w in where if w == "B"),
-        "moved_home": stats.syphon_moved,
-        "arrived": len(arrived),
-        "lost": orders - len(arrived & {f"order-{i}" for i in range(orders)}),
-    }
-    total = max(t for t, _ in where) + interval
-    _say("\n" + timeline(where, moved, outage, total))
-    if svg:
-        picture = timeline_svg(where, moved, outage, total)
-        await asyncio.to_thread(Path(svg).write_text, picture, encoding="utf-8")
-        _say(f"(timeline picture written to {svg})")
-    _say("\nreport")
-    for key, value in report.items():
-        _say(f"  {key:<12} {value:>6}")
-    return report
-
-
-def timeline(
-    where: list[tuple[float, str]], moved: list[float], outage: tuple[float, float], total: float
-) -> str:
-    """A text picture: where each send went over time, the outage, the syphon."""
-    width = 64
-    step = total / width
-
-    def row(marks: list[float], char: str) -> str:
-        cells = ["."] * width
-        for t in marks:
-            cells[min(int(t / step), width - 1)] = char
-        return "".join(cells)
-
-    down = "".join("#" if outage[0] <= (i + 0.5) * step < outage[1] else "_" for i in range(width))
-    # Each label is the time at the left edge of its column, to a tenth of a second
-    # (whole seconds cut it short by up to one: the picture's marks drifted off it).
-    scale = "".join(f"{i * step:.1f}s".ljust(8) for i in range(0, width, 8))[:width]
-    return "\n".join(
-        [
-            f"{'time':<9}{scale}",
-            f"{'outage':<9}{down}",
-            f"{'primary':<9}{row([t for t, w in where if w == 'P'], 'P')}",
-            f"{'backlog':<9}{row([t for t, w in where if w == 'B'], 'B')}",
-            f"{'syphon':<9}{row(moved, 'S')}",
-        ]
-    )
-
-
-def timeline_svg(
-    where: list[tuple[float, str]], moved: list[float], outage: tuple[float, float], total: float
-) -> str:
-    """The same picture as SVG: one tick per message, lanes for primary, backlog, syphon."""
-    scale = 800 / total
-    lanes = {"P": 40, "B": 80, "S": 120}
-    colours = {"P": "#2b7bb9", "B": "#e0892b", "S": "#3a9d5d"}
-    parts = [
-        '<svg xmlns="http://www.w3.org/2000/svg" width="900" height="170" font-family="sans-serif"'
-        ' font-size="12">',
-        f'<rect x="{80 + outage[0] * scale:.1f}" y="20" '
-        f'width="{(outage[1] - outage[0]) * scale:.1f}" height="120" fill="#f3d6d6"/>',
-        f'<text x="{80 + outage[0] * scale:.1f}" y="15">primary down</text>',
-    ]
-    for label, lane in (("primary", "P"), ("backlog", "B"), ("syphon", "S")):
-        parts.append(f'<text x="5" y="{lanes[lane] + 5}">{label}</text>')
-    marks = [(t, w) for t, w in where] + [(t, "S") for t in moved]
-    for t, lane in marks:
-        x = 80 + t * scale
-        y = lanes[lane]
-        parts.append(
-            f'<line x1="{x:.1f}" y1="{y - 10}" x2="{x:.1f}" y2="{y + 10}" '
-            f'stroke="{colours[lane]}" stroke-width="2"/>'
-        )
-    for second in range(int(total) + 1):
-        parts.append(f'<text x="{80 + second * scale:.1f}" y="160">{second}s</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
-
-
 LOOPS = ("auto", "uvloop", "asyncio")
-#: How long the demo waits for the syphon to bring the backlog home.
-DRAIN_SECONDS = 30.0
 
 
 def _runner(loop: str) -> Callable[[Coroutine[Any, Any, T]], T]:
@@ -301,7 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     demo_cmd.add_argument("--orders", type=int, default=160, help="how many orders to send")
     demo_cmd.add_argument(
-        "--svg", default="aiosb-demo-timeline.svg", help="where to write the timeline picture"
+        "--svg", default="aiosb-demo-timeline.svg", help="where to write the picture (SVG)"
+    )
+    demo_cmd.add_argument(
+        "--png", default="aiosb-demo-timeline.png",
+        help="where to write the picture as PNG (needs matplotlib: pip install aiosb[plot])",
     )
     serve_cmd = commands.add_parser(
         "serve", help="serve the emulator over HTTP (the Service Bus REST protocol)",
@@ -342,7 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             if args.orders < 10:
                 parser.error("--orders must be at least 10")
-            report = run(demo(args.orders, svg=args.svg or None), args.loop)
+            report = run(demo(args.orders, svg=args.svg or None, png=args.png or None),
+                         args.loop)
             if report["lost"]:
                 return 1
     except ServiceBusError as exc:

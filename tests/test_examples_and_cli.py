@@ -41,17 +41,41 @@ def test_examples_show_what_they_claim():
 
 
 @pytest.mark.looptime
-async def test_demo_fails_over_recovers_and_accounts_for_every_message(tmp_path):
-    svg = tmp_path / "timeline.svg"
-    report = await demo(orders=160, svg=str(svg))
+async def test_demo_fails_over_recovers_and_accounts_for_every_message(tmp_path, capsys):
+    svg, png = tmp_path / "timeline.svg", tmp_path / "timeline.png"
+    report = await demo(orders=160, svg=str(svg), png=str(png))
     assert report["sent"] == report["arrived"] == 160
-    assert report["lost"] == 0
+    assert report["lost"] == report["duplicates"] == 0
     assert report["to_backlog"] > 0 and report["to_primary"] > 0
     assert report["moved_home"] == report["to_backlog"]
+    out = capsys.readouterr().out
+    assert out.rstrip().splitlines()[-1] == "160 sent, 160 arrived, 0 lost, 0 duplicates"
     import xml.etree.ElementTree as ET
 
     root = ET.parse(svg).getroot()
     assert root.tag.endswith("svg") and len(root) > 160
+    text = " ".join(t.text or "" for t in root.iter() if t.tag.endswith("text"))
+    for words in ("outage of the primary queue", "time since start (s)", "messages per second",
+                  "to the primary", "to the backlog", "moved home by the syphon",
+                  "primary down", "failover", "recovered"):
+        assert words in text
+    pytest.importorskip("matplotlib")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_the_picture_draws_throughput_per_destination_over_time():
+    """Rates per half second: 4 sends in the first half second are 8 a second."""
+    from aiosb._demo import Run, rates, verdict
+
+    happened = Run(where=[(0.1, "P"), (0.2, "P"), (0.3, "P"), (0.4, "P"), (1.2, "B")],
+                   moved=[2.1, 2.2], events=[(1.0, "failover")], outage=(1.0, 2.0),
+                   total=2.5)
+    got = rates(happened)
+    assert got["P"][0] == (0.0, 8.0) and got["P"][1] == (0.5, 0.0)
+    assert got["B"][2] == (1.0, 2.0) and got["S"][4] == (2.0, 4.0)
+    assert verdict({"sent": 5, "arrived": 4, "lost": 1, "duplicates": 2}) == (
+        "5 sent, 4 arrived, 1 lost, 2 duplicates"
+    )
 
 
 def test_timeline_text_shows_the_outage_and_both_destinations():
