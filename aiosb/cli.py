@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -62,12 +63,18 @@ async def serve_forever(
     key: str | None,
     data_dir: str | None = None,
     keys: dict[str, tuple[str, tuple[str, ...]]] | None = None,
+    quiet: bool = False,
+    metrics: bool = False,
 ) -> None:
-    """Serve the emulator over HTTP until interrupted, printing how to connect."""
+    """Serve the emulator over HTTP until interrupted, printing how to connect and (unless
+    ``quiet``) a line per request."""
     from .emulator.server import DEV_KEY, serve
 
+    if not quiet:
+        _log_to_stdout()
     async with serve(
-        host, port, key_name=key_name, key=key or DEV_KEY, data_dir=data_dir, keys=keys
+        host, port, key_name=key_name, key=key or DEV_KEY, data_dir=data_dir, keys=keys,
+        log_requests=not quiet, metrics=metrics,
     ) as served:
         stopped = _Stopped()  # before the banner: a signal may follow it at once
         _say(f"aiosb emulator server listening on {served.url}")
@@ -79,6 +86,10 @@ async def serve_forever(
         if data_dir is not None:
             _say(f"  durable: every acknowledged operation is kept in {data_dir}")
         _say(f"  connection string: {served.connection_string('contoso')}")
+        if metrics:
+            _say(f"  Prometheus metrics: {served.url}/metrics")
+        if not quiet:
+            _say("  a line per request follows (--quiet turns them off)")
         _say(f"  python: aiosb.connect({served.namespace_url('contoso')!r}"
              + ("" if key is None else f", credential=({key_name!r}, KEY)") + ")")
         got = await stopped.wait()
@@ -86,6 +97,15 @@ async def serve_forever(
     _say("bye")
     if got == "SIGINT":
         raise KeyboardInterrupt  # exits 130, as Ctrl-C does
+
+
+def _log_to_stdout() -> None:
+    """aiosb's log lines (a request each, state changes) on stdout, as they happen."""
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    logger = logging.getLogger("aiosb")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 class _Stopped:
@@ -157,6 +177,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_cmd.add_argument("--listen-key", action="append", default=[], metavar="NAME=KEY",
                            help="also accept this key, with Listen rights only "
                            "(repeatable; none by default)")
+    serve_cmd.add_argument("--quiet", action="store_true",
+                           help="no line per request (they are on by default)")
+    serve_cmd.add_argument("--metrics", action="store_true",
+                           help="serve Prometheus metrics at /metrics (needs prometheus-client: "
+                           "pip install aiosb[metrics])")
     serve_cmd.add_argument("--data-dir", default=None,
                            help="keep everything in a SQLite database in this directory "
                            "(durable across restarts); default: in memory")
@@ -173,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         parser.error(f"--{right.lower()}-key takes NAME=KEY, not {text!r}")
                     keys[name] = (secret, (right,))
             run(serve_forever(args.host, args.port, args.key_name, args.key, args.data_dir,
-                              keys), args.loop)
+                              keys, quiet=args.quiet, metrics=args.metrics), args.loop)
         if args.command == "demo":
             if args.orders < 10:
                 parser.error("--orders must be at least 10")
@@ -186,6 +211,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except ImportError as exc:  # an extra that is not installed (--metrics)
+        print(f"aiosb: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:  # the port is taken, the host unknown ...
         print(f"aiosb: cannot serve on {args.host}:{args.port}: {exc.strerror or exc}",
               file=sys.stderr)

@@ -29,8 +29,12 @@ class ServerProcess:
         pid: The server's process id.
     """
 
-    def __init__(self, host: str = "127.0.0.1", args: list[str] | None = None) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", args: list[str] | None = None, *, quiet: bool = True
+    ) -> None:
         self._cmd = [sys.executable, "-m", "aiosb.cli", "serve", "--host", host, "--port", "0"]
+        if quiet:  # no line per request: benchmarks and tests want the server's CPU
+            self._cmd.append("--quiet")
         self._cmd += args or []
         self._proc: subprocess.Popen[str] | None = None
         self.url = ""

@@ -227,6 +227,8 @@ async def serve(
     ready: Callable[[ServedEmulator], None] | None = None,
     data_dir: str | Path | None = None,
     keys: Mapping[str, tuple[str, Iterable[str]]] | None = None,
+    log_requests: bool = False,
+    metrics: bool = False,
 ) -> AsyncIterator[ServedEmulator]:
     """Serve the emulator over HTTP on the running loop, for the ``async with`` block.
 
@@ -240,7 +242,12 @@ async def serve(
             ``Send``, ``Listen`` (``key_name``/``key`` has all three).
         data_dir: Durable mode: keep every namespace in a SQLite database there, loaded
             at start-up; every acknowledged send and settlement is on disk before its
-            answer (R-3). Without it, everything is in memory.
+            answer. Without it, everything is in memory.
+        log_requests: Log a line per request (client, method, path, status, time) to
+            the ``aiosb.server.requests`` logger, at INFO.
+        metrics: Serve Prometheus metrics at ``GET /metrics`` (needs
+            ``prometheus-client``: ``pip install aiosb[metrics]``); a namespace called
+            ``metrics`` is then out of reach over HTTP.
 
     Yields:
         A :class:`ServedEmulator` with the bound URL and the credential.
@@ -255,13 +262,15 @@ async def serve(
         except BaseException:
             await journal.aclose()
             raise
-    server = EmulatorServer(key_name=key_name, key=key, journal=journal, keys=keys)
+    server = EmulatorServer(key_name=key_name, key=key, journal=journal, keys=keys,
+                            log_requests=log_requests, metrics=metrics)
     # handler_cancellation: a client that hangs up (its own timeout) cancels the
     # operation it asked for, so that a long poll does not lock messages for nobody.
     runner = web.AppRunner(
         server.app(), handler_cancellation=True, access_log=None, keepalive_timeout=IDLE_SECONDS
     )
     await runner.setup()
+    server.open_connections = lambda: len(runner.server.connections) if runner.server else 0
     try:
         site = _CappedSite(runner, host, port, reuse_address=True)
         await site.start()

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 
 from aiohttp import web
 
@@ -33,6 +34,7 @@ from ._http import (
     right_needed,
     split,
 )
+from ._metrics import Observer
 
 log = logging.getLogger("aiosb.server")
 
@@ -59,6 +61,8 @@ class EmulatorServer:
         key: str = DEV_KEY,
         journal: Journal | None = None,
         keys: Mapping[str, tuple[str, Iterable[str]]] | None = None,
+        log_requests: bool = False,
+        metrics: bool = False,
     ) -> None:
         SasCredential(key_name, key)  # validates both
         table = {key_name: (key, frozenset(RIGHTS))}
@@ -77,10 +81,19 @@ class EmulatorServer:
         self._auth = SasChecker(table)
         self._journal = journal
         self._namespaces: dict[str, EmulatorNamespace] = {}
+        #: How many client connections are open (the serving code sets it).
+        self.open_connections: Callable[[], int] = lambda: 0
+        self._observer = None
+        if log_requests or metrics:
+            self._observer = Observer(log=log_requests, metrics=metrics,
+                                      connections=lambda: self.open_connections())
 
     def app(self) -> web.Application:
         """The aiohttp application (one catch-all route; the server parses paths itself)."""
         app = web.Application(client_max_size=MAX_BODY)
+        observer = self._observer
+        if observer is not None and observer.registry is not None:
+            app.router.add_get("/metrics", observer.metrics)  # unsigned, as scrapers are
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         app.on_cleanup.append(self._cleanup)
         return app
@@ -107,6 +120,15 @@ class EmulatorServer:
     # -- dispatch ---------------------------------------------------------------------
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        observer = self._observer
+        if observer is None:
+            return await self._handle(request)
+        start = time.perf_counter()
+        response = await self._handle(request)
+        observer.request(request, response.status, time.perf_counter() - start)
+        return response
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         try:
             route = split(request.raw_path)
             headers = request.headers
