@@ -408,3 +408,25 @@ async def test_scheduled_messages_fail_over_with_their_schedule(env):
     async with env.primary.receiver("orders") as receiver:
         (msg,) = await receiver.peek(1)
     assert msg.scheduled_enqueue_time == at
+
+
+async def test_every_state_change_is_one_log_line(env, caplog):
+    """Issue 17: the aiosb logger says each change of an entity's health, once, as it
+    happens: failover as a warning, recovery as information."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="aiosb")
+    opts = options(failover_interval=timedelta(0), ping_primary_interval=timedelta(seconds=5))
+    async with env.primary.pair(env.secondary, opts) as paired:
+        async with paired.sender("orders") as sender:
+            fault = env.p_broker.faults.fail("orders")
+            await sender.send(Message(b"1"))
+            await sender.send(Message(b"2"))  # already failed over: no new line
+            fault.heal()
+            await asyncio.sleep(6)  # a ping is delivered: recovered
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "aiosb.pairing"
+             and r.getMessage().split()[0] in ("suspect", "failover", "recovered")]
+    assert [(level, text.split()[0]) for level, text in lines] == [
+        ("WARNING", "failover"), ("INFO", "recovered"),  # (no interval: no suspect first)
+    ]
+    assert all(" orders: " in text for _, text in lines)
