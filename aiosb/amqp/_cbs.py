@@ -1,0 +1,97 @@
+"""Claims-based security (``$cbs``): the tokens a connection put, and the check of a link
+against them.
+
+A client puts a ``SharedAccessSignature`` for an audience (``sb://host:port/q1``) on the
+``$cbs`` node; every link it then attaches to an entity needs a put token whose audience
+covers the entity, valid now, signed with a key holding the right the link needs
+(``Send`` for a sender, ``Listen`` for a receiver): :class:`aiosb.auth.SasChecker` decides.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Any
+
+from ..auth import RIGHTS, SasChecker, hostname
+from ..errors import Unauthorized
+
+__all__ = ["Tokens", "audience_path", "put_token_reply"]
+
+
+def audience_path(audience: str) -> str:
+    """The entity path (``/q1``, lower case) an audience or link address names."""
+    if "://" in audience:
+        audience = urllib.parse.urlsplit(audience).path
+    return "/" + audience.strip("/").lower()
+
+
+class Tokens:
+    """The tokens one connection put, by audience path."""
+
+    def __init__(self, checker: SasChecker) -> None:
+        self._checker = checker
+        self._tokens: dict[str, tuple[str, str]] = {}  # path -> (host, token)
+
+    def put(self, audience: str, token: str, host: str | None) -> None:
+        """Keep ``token`` for ``audience`` if it is good for some right there.
+
+        Raises:
+            Unauthorized: The token is not signed by a known key, expired, or for
+                another host or resource.
+        """
+        path = audience_path(audience)
+        if "://" in audience:
+            host = host or urllib.parse.urlsplit(audience).netloc
+        host = hostname(host or "localhost")
+        first: Unauthorized | None = None
+        for right in RIGHTS:
+            try:
+                self._checker.check(token, host, path, right)
+            except Unauthorized as exc:
+                first = first or exc
+                continue
+            self._tokens[path] = (host, token)
+            return
+        assert first is not None
+        raise first
+
+    def check(self, entity: str, needs: str) -> None:
+        """Raise unless a token put on this connection lets a link to ``entity`` (a path
+        or an address) do what ``needs`` (``Send``, ``Listen`` or ``Manage``) says.
+
+        Raises:
+            Unauthorized: No token covers the entity, or none is good for ``needs`` now.
+        """
+        path = audience_path(entity)
+        last: Unauthorized | None = None
+        for scope, (host, token) in self._tokens.items():
+            if scope != "/" and path != scope and not path.startswith(scope + "/"):
+                continue
+            try:
+                self._checker.check(token, host, path, needs)
+                return
+            except Unauthorized as exc:
+                last = exc
+        if last is not None:
+            raise last
+        raise Unauthorized(
+            f"no token was put on $cbs for {path!r}: put a SharedAccessSignature for it "
+            "before attaching a link."
+        )
+
+
+def put_token_reply(request: dict[Any, Any], token: Any, tokens: Tokens,
+                    host: str | None) -> tuple[int, str]:
+    """The status code and description answering a ``$cbs`` request (its application
+    properties and body)."""
+    operation = request.get("operation")
+    if operation != "put-token":
+        return 400, f"the $cbs node does only put-token, not {operation!r}."
+    audience = request.get("name")
+    if not isinstance(audience, str) or not isinstance(token, str):
+        return 400, "put-token needs a name (the audience) and a token (the body)."
+    try:
+        tokens.put(audience, token, host)
+    except Unauthorized as exc:
+        return 401, exc.message
+    return 200, "OK"

@@ -1,0 +1,243 @@
+"""Decoding AMQP values (see :mod:`aiosb.amqp.codec` for the type map)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import struct
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from ._types import DecodeError, Described, Symbol
+
+__all__ = ["decode", "decode_all"]
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+_b = struct.Struct(">b")
+_H = struct.Struct(">H")
+_h = struct.Struct(">h")
+_I = struct.Struct(">I")
+_i = struct.Struct(">i")
+_Q = struct.Struct(">Q")
+_q = struct.Struct(">q")
+_f = struct.Struct(">f")
+_d = struct.Struct(">d")
+_II = struct.Struct(">II")
+
+Decoder = Callable[[bytes, int], tuple[Any, int]]
+
+
+def _fixed(unpack: Callable[[bytes, int], tuple[Any, ...]], width: int) -> Decoder:
+    def dec(buf: bytes, pos: int) -> tuple[Any, int]:
+        return unpack(buf, pos)[0], pos + width
+    return dec
+
+
+def _constant(value: Any) -> Decoder:
+    def dec(_buf: bytes, pos: int) -> tuple[Any, int]:
+        return value, pos
+    return dec
+
+
+def _dec_empty_list(_buf: bytes, pos: int) -> tuple[Any, int]:
+    return [], pos
+
+
+def _dec_bool(buf: bytes, pos: int) -> tuple[Any, int]:
+    return buf[pos] != 0, pos + 1
+
+
+def _dec_byte1(buf: bytes, pos: int) -> tuple[Any, int]:
+    return buf[pos], pos + 1
+
+
+def _dec_char(buf: bytes, pos: int) -> tuple[Any, int]:
+    return chr(_I.unpack_from(buf, pos)[0]), pos + 4
+
+
+def _dec_timestamp(buf: bytes, pos: int) -> tuple[Any, int]:
+    return _EPOCH + _dt.timedelta(milliseconds=_q.unpack_from(buf, pos)[0]), pos + 8
+
+
+def _dec_uuid(buf: bytes, pos: int) -> tuple[Any, int]:
+    return uuid.UUID(bytes=bytes(buf[pos:pos + 16])), pos + 16
+
+
+def _span(buf: bytes, start: int, size: int) -> int:
+    end = start + size
+    if end > len(buf):
+        raise DecodeError(f"a value claims {size} bytes; only {len(buf) - start} remain.")
+    return end
+
+
+def _dec_vbin8(buf: bytes, pos: int) -> tuple[Any, int]:
+    end = _span(buf, pos + 1, buf[pos])
+    return bytes(buf[pos + 1:end]), end
+
+
+def _dec_vbin32(buf: bytes, pos: int) -> tuple[Any, int]:
+    end = _span(buf, pos + 4, _I.unpack_from(buf, pos)[0])
+    return bytes(buf[pos + 4:end]), end
+
+
+def _dec_str8(buf: bytes, pos: int) -> tuple[Any, int]:
+    end = _span(buf, pos + 1, buf[pos])
+    return str(buf[pos + 1:end], "utf-8"), end
+
+
+def _dec_str32(buf: bytes, pos: int) -> tuple[Any, int]:
+    end = _span(buf, pos + 4, _I.unpack_from(buf, pos)[0])
+    return str(buf[pos + 4:end], "utf-8"), end
+
+
+def _dec_sym8(buf: bytes, pos: int) -> tuple[Any, int]:
+    end = _span(buf, pos + 1, buf[pos])
+    return Symbol(str(buf[pos + 1:end], "ascii")), end
+
+
+def _dec_sym32(buf: bytes, pos: int) -> tuple[Any, int]:
+    end = _span(buf, pos + 4, _I.unpack_from(buf, pos)[0])
+    return Symbol(str(buf[pos + 4:end], "ascii")), end
+
+
+def _items(buf: bytes, pos: int, count: int, end: int) -> tuple[list[Any], int]:
+    _span(buf, pos, end - pos)
+    items: list[Any] = []
+    append = items.append
+    for _ in range(count):
+        code = buf[pos]
+        value, pos = _DECODERS[code](buf, pos + 1)
+        append(value)
+    if pos != end:
+        raise DecodeError(f"a compound value ends at byte {pos}, not at {end} as its size says.")
+    return items, pos
+
+
+def _dec_list8(buf: bytes, pos: int) -> tuple[Any, int]:
+    return _items(buf, pos + 2, buf[pos + 1], pos + 1 + buf[pos])
+
+
+def _dec_list32(buf: bytes, pos: int) -> tuple[Any, int]:
+    size, count = _II.unpack_from(buf, pos)
+    return _items(buf, pos + 8, count, pos + 4 + size)
+
+
+def _pairs(items: list[Any]) -> dict[Any, Any]:
+    if len(items) % 2:
+        raise DecodeError("an AMQP map has an odd number of elements.")
+    return dict(zip(items[::2], items[1::2], strict=True))
+
+
+def _dec_map8(buf: bytes, pos: int) -> tuple[Any, int]:
+    items, end = _dec_list8(buf, pos)
+    return _pairs(items), end
+
+
+def _dec_map32(buf: bytes, pos: int) -> tuple[Any, int]:
+    items, end = _dec_list32(buf, pos)
+    return _pairs(items), end
+
+
+def _array(buf: bytes, pos: int, count: int, end: int) -> tuple[Any, int]:
+    code = buf[pos]
+    pos += 1
+    descriptor = None
+    if code == 0x00:
+        descriptor, pos = decode(buf, pos)
+        code = buf[pos]
+        pos += 1
+    decoder = _DECODERS[code]
+    items: list[Any] = []
+    for _ in range(count):
+        value, pos = decoder(buf, pos)
+        items.append(value if descriptor is None else Described(descriptor, value))
+    if pos != end:
+        raise DecodeError(f"an array ends at byte {pos}, not at {end} as its size says.")
+    return items, pos
+
+
+def _dec_array8(buf: bytes, pos: int) -> tuple[Any, int]:
+    return _array(buf, pos + 2, buf[pos + 1], pos + 1 + buf[pos])
+
+
+def _dec_array32(buf: bytes, pos: int) -> tuple[Any, int]:
+    size, count = _II.unpack_from(buf, pos)
+    return _array(buf, pos + 8, count, pos + 4 + size)
+
+
+def _dec_described(buf: bytes, pos: int) -> tuple[Any, int]:
+    descriptor, pos = _DECODERS[buf[pos]](buf, pos + 1)
+    value, pos = _DECODERS[buf[pos]](buf, pos + 1)
+    return Described(descriptor, value), pos
+
+
+def _unknown(code: int) -> Decoder:
+    def dec(_buf: bytes, pos: int) -> tuple[Any, int]:
+        raise DecodeError(
+            f"unknown or unsupported AMQP constructor 0x{code:02x} at byte {pos - 1}."
+        )
+    return dec
+
+
+_DECODERS: list[Decoder] = [_unknown(code) for code in range(256)]
+_DECODERS[0x00] = _dec_described
+_DECODERS[0x40] = _constant(None)
+_DECODERS[0x41] = _constant(True)
+_DECODERS[0x42] = _constant(False)
+_DECODERS[0x43] = _constant(0)
+_DECODERS[0x44] = _constant(0)
+_DECODERS[0x45] = _dec_empty_list
+_DECODERS[0x50] = _dec_byte1
+_DECODERS[0x51] = _fixed(_b.unpack_from, 1)
+_DECODERS[0x52] = _dec_byte1
+_DECODERS[0x53] = _dec_byte1
+_DECODERS[0x54] = _fixed(_b.unpack_from, 1)
+_DECODERS[0x55] = _fixed(_b.unpack_from, 1)
+_DECODERS[0x56] = _dec_bool
+_DECODERS[0x60] = _fixed(_H.unpack_from, 2)
+_DECODERS[0x61] = _fixed(_h.unpack_from, 2)
+_DECODERS[0x70] = _fixed(_I.unpack_from, 4)
+_DECODERS[0x71] = _fixed(_i.unpack_from, 4)
+_DECODERS[0x72] = _fixed(_f.unpack_from, 4)
+_DECODERS[0x73] = _dec_char
+_DECODERS[0x80] = _fixed(_Q.unpack_from, 8)
+_DECODERS[0x81] = _fixed(_q.unpack_from, 8)
+_DECODERS[0x82] = _fixed(_d.unpack_from, 8)
+_DECODERS[0x83] = _dec_timestamp
+_DECODERS[0x98] = _dec_uuid
+_DECODERS[0xA0] = _dec_vbin8
+_DECODERS[0xA1] = _dec_str8
+_DECODERS[0xA3] = _dec_sym8
+_DECODERS[0xB0] = _dec_vbin32
+_DECODERS[0xB1] = _dec_str32
+_DECODERS[0xB3] = _dec_sym32
+_DECODERS[0xC0] = _dec_list8
+_DECODERS[0xC1] = _dec_map8
+_DECODERS[0xD0] = _dec_list32
+_DECODERS[0xD1] = _dec_map32
+_DECODERS[0xE0] = _dec_array8
+_DECODERS[0xF0] = _dec_array32
+
+
+def decode(buf: bytes, pos: int = 0) -> tuple[Any, int]:
+    """The value encoded at ``buf[pos]`` and the position after it.
+
+    Raises:
+        DecodeError: Not valid AMQP, or a type this codec does not support.
+    """
+    try:
+        return _DECODERS[buf[pos]](buf, pos + 1)
+    except DecodeError:
+        raise
+    except (IndexError, struct.error, UnicodeDecodeError, ValueError, OverflowError) as exc:
+        raise DecodeError(f"malformed AMQP value at byte {pos}: {exc}") from None
+
+
+def decode_all(buf: bytes) -> list[Any]:
+    """Every value encoded one after another in ``buf``."""
+    values = []
+    pos = 0
+    while pos < len(buf):
+        value, pos = decode(buf, pos)
+        values.append(value)
+    return values

@@ -1,0 +1,455 @@
+"""One AMQP connection: the SASL layer, then the open/begin/attach/transfer/detach/end/close
+state machine, run as a task of the server's event loop.
+
+Frames are handled one at a time, in order: a transfer to an entity awaits the broker's
+``send`` before the next frame is read, so a client's messages reach the broker in the
+order it sent them, and TCP backpressure stands in for everything else.
+
+Flow control:
+
+- Session: we advertise an incoming window of :data:`WINDOW` transfers and renew it with
+  a session flow when half is used; we send only while the client's window lasts.
+- Links the client sends on: :data:`CREDIT` link credit, topped up when half is used.
+- Links we send on (the ``$cbs`` replies): we send while the client's credit lasts and
+  queue the rest until its next flow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..auth import SasChecker
+from ..emulator import EmulatorNamespace
+from ..errors import EntityNotFound, InvalidArgument, ServiceBusError, Unauthorized
+from ..protocol import ManagementRequest
+from . import performatives as p
+from ._cbs import Tokens, audience_path, put_token_reply
+from .codec import (
+    AMQP_HEADER,
+    SASL_HEADER,
+    Array,
+    DecodeError,
+    Described,
+    Symbol,
+    UByte,
+    UInt,
+    ULong,
+    UShort,
+    encode,
+    frame,
+)
+from .messages import messages_of, reply_payload, sections_of
+
+__all__ = ["CREDIT", "MAX_FRAME", "WINDOW", "Connection"]
+
+log = logging.getLogger("aiosb.amqp")
+
+#: The largest frame we take (a whole standard-tier batch fits in one).
+MAX_FRAME = 1024 * 1024
+#: Session incoming window, in transfers.
+WINDOW = 5000
+#: Link credit given to a client's sender link.
+CREDIT = 1000
+#: The SASL mechanisms offered: the Python SDK uses ANONYMOUS, .NET and Rust MSSBCBS.
+MECHANISMS = ("MSSBCBS", "ANONYMOUS", "PLAIN", "EXTERNAL")
+
+_HEADER = struct.Struct(">IBBH")
+_ACCEPTED = p.performative(p.ACCEPTED)
+_EMPTY_FRAME = _HEADER.pack(8, 2, 0, 0)
+
+
+class ProtocolViolation(Exception):
+    """The peer broke the protocol: close the connection with ``condition``."""
+
+    def __init__(self, condition: str, description: str) -> None:
+        super().__init__(description)
+        self.condition = condition
+        self.description = description
+
+
+@dataclass(slots=True)
+class Link:
+    """One attached link, as the server sees it."""
+
+    name: str
+    handle: int  # the client's handle
+    our_handle: int
+    receiving: bool  # the client sends, we receive
+    address: str
+    kind: str  # "cbs" or "entity"
+    path: str = ""
+    credit: int = 0  # receiving: credit left; sending: the client's credit left
+    delivery_count: int = 0
+    outbox: deque[bytes] = field(default_factory=deque)
+    partial: bytearray | None = None
+    partial_id: int | None = None
+    partial_format: int = 0
+    partial_settled: bool = False
+    partial_over: bool = False
+
+
+@dataclass(slots=True)
+class Session:
+    """One begun session; our channel number is the client's."""
+
+    channel: int
+    next_incoming_id: int
+    incoming_window: int = WINDOW
+    next_outgoing_id: int = 0
+    remote_incoming_window: int = 0
+    links: dict[int, Link] = field(default_factory=dict)
+    handles: itertools.count[int] = field(default_factory=itertools.count)
+
+
+class Connection:
+    """Serves one client connection on ``ns``.
+
+    Args:
+        ns: The namespace every link of the connection addresses.
+        checker: Checks the tokens put on ``$cbs``.
+        reader: The socket's reader.
+        writer: The socket's writer.
+    """
+
+    def __init__(self, ns: EmulatorNamespace, checker: SasChecker,
+                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.ns = ns
+        self.tokens = Tokens(checker)
+        self.reader = reader
+        self.writer = writer
+        self.sessions: dict[int, Session] = {}
+        self.hostname: str | None = None
+        self.remote_max_frame = 512
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # -- the socket ---------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Run the connection until the client closes it or breaks the protocol."""
+        try:
+            if await self._negotiate():
+                await self._frames()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except ProtocolViolation as exc:
+            self._send(0, p.performative(p.CLOSE, p.amqp_error(exc.condition, exc.description)))
+        finally:
+            if self._heartbeat is not None:
+                self._heartbeat.cancel()
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+
+    def _send(self, channel: int, body: Any, payload: bytes = b"", kind: int = 0) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(frame(channel, body, payload, kind))
+
+    async def _read_frame(self) -> tuple[int, int, bytes]:
+        """The next frame: its type, channel and body (empty for a heartbeat)."""
+        size, offset, kind, channel = _HEADER.unpack(await self.reader.readexactly(8))
+        if size < 8 or offset < 2 or size > MAX_FRAME:
+            raise ProtocolViolation(
+                "amqp:connection:framing-error",
+                f"a frame of {size} bytes (data offset {offset}); the limit is {MAX_FRAME}.",
+            )
+        body = await self.reader.readexactly(size - 8)
+        return kind, channel, body[offset * 4 - 8:]
+
+    async def _negotiate(self) -> bool:
+        """The protocol header and, if asked for, SASL. False: the client gave up."""
+        header = await self.reader.readexactly(8)
+        if header == SASL_HEADER:
+            self.writer.write(SASL_HEADER)
+            offered = Array(Symbol, [Symbol(m) for m in MECHANISMS])
+            self._send(0, p.performative(p.SASL_MECHANISMS, offered), kind=1)
+            _kind, _channel, body = await self._read_frame()
+            code, fields, _end = p.parse(body)
+            if code != p.SASL_INIT:
+                raise ProtocolViolation("amqp:not-allowed", "expected sasl-init.")
+            self.hostname = fields[2] if isinstance(fields[2], str) else None
+            # Every mechanism passes: the $cbs tokens are what is checked.
+            self._send(0, p.performative(p.SASL_OUTCOME, UByte(0)), kind=1)
+            await self.writer.drain()
+            header = await self.reader.readexactly(8)
+        if header != AMQP_HEADER:
+            self.writer.write(AMQP_HEADER)
+            return False
+        self.writer.write(AMQP_HEADER)
+        return True
+
+    async def _frames(self) -> None:
+        while not self._closed:
+            kind, channel, body = await self._read_frame()
+            if not body:
+                continue  # a heartbeat
+            if kind != 0:
+                raise ProtocolViolation("amqp:connection:framing-error", "a SASL frame after SASL.")
+            try:
+                code, fields, end = p.parse(body)
+            except DecodeError as exc:
+                raise ProtocolViolation("amqp:decode-error", str(exc)) from None
+            await self._dispatch(channel, code, fields, body, end)
+            if self.writer.transport.get_write_buffer_size() > 65536:
+                await self.writer.drain()
+
+    async def _beat(self, every: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            if self.writer.is_closing():
+                return
+            self.writer.write(_EMPTY_FRAME)
+
+    # -- performatives ------------------------------------------------------------------
+
+    async def _dispatch(self, channel: int, code: int, fields: list[Any], body: bytes,
+                        end: int) -> None:
+        if code == p.TRANSFER:
+            session = self._session(channel)
+            await self._on_transfer(session, fields, body, end)
+        elif code == p.FLOW:
+            self._on_flow(self._session(channel), fields)
+        elif code == p.DISPOSITION:
+            pass  # we settle our own deliveries at once ($cbs replies are settled)
+        elif code == p.ATTACH:
+            await self._on_attach(self._session(channel), fields)
+        elif code == p.DETACH:
+            self._on_detach(self._session(channel), fields)
+        elif code == p.BEGIN:
+            self._on_begin(channel, fields)
+        elif code == p.END:
+            self.sessions.pop(channel, None)
+            self._send(channel, p.performative(p.END))
+        elif code == p.OPEN:
+            self._on_open(fields)
+        elif code == p.CLOSE:
+            self._send(0, p.performative(p.CLOSE))
+            self._closed = True
+        else:
+            raise ProtocolViolation("amqp:not-allowed", f"unexpected performative {code:#x}.")
+
+    def _session(self, channel: int) -> Session:
+        session = self.sessions.get(channel)
+        if session is None:
+            raise ProtocolViolation("amqp:not-allowed", f"no session on channel {channel}.")
+        return session
+
+    def _on_open(self, fields: list[Any]) -> None:
+        self.hostname = fields[1] if isinstance(fields[1], str) else self.hostname
+        self.remote_max_frame = max(512, min(int(fields[2] or MAX_FRAME), MAX_FRAME))
+        idle = fields[4]
+        if idle:
+            self._heartbeat = asyncio.create_task(self._beat(idle / 2000))
+        self._send(0, p.performative(
+            p.OPEN, "aiosb", self.hostname, UInt(MAX_FRAME), UShort(255),
+        ))
+
+    def _on_begin(self, channel: int, fields: list[Any]) -> None:
+        session = Session(channel, next_incoming_id=int(fields[1] or 0),
+                          remote_incoming_window=int(fields[2] or 0))
+        self.sessions[channel] = session
+        self._send(channel, p.performative(
+            p.BEGIN, UShort(channel), UInt(0), UInt(WINDOW), UInt(WINDOW), UInt(2**32 - 1),
+        ))
+
+    async def _on_attach(self, session: Session, fields: list[Any]) -> None:
+        name, handle, role = fields[0], int(fields[1]), bool(fields[2])
+        receiving = not role  # role False: the client is the sender
+        terminus = fields[6] if receiving else fields[5]
+        where = p.address(terminus) or ""
+        kind = "cbs" if where.strip("/") == "$cbs" else "entity"
+        link = Link(name, handle, next(session.handles), receiving, where, kind)
+        if kind == "entity":
+            link.path = audience_path(where).strip("/")
+        session.links[handle] = link
+        refusal = await self._refusal(link)
+        properties = None
+        if receiving and kind == "entity":
+            properties = {Symbol("com.microsoft:max-message-batch-size"):
+                          ULong(self.ns.max_message_size)}
+        source, target = fields[5], fields[6]
+        if refusal is not None:  # the spec's refusal: no terminus on our side, then detach
+            source, target = (source, None) if receiving else (None, target)
+        self._send(session.channel, p.performative(
+            p.ATTACH, name, UInt(link.our_handle), not role, UByte(fields[3] or 0),
+            UByte(0), source, target, None, None,
+            None if receiving else UInt(0),
+            ULong(self.ns.max_message_size), None, None, properties,
+        ))
+        if refusal is not None:
+            self._send(session.channel, p.performative(
+                p.DETACH, UInt(link.our_handle), True,
+                p.amqp_error(p.condition(refusal), refusal.message),
+            ))
+            del session.links[handle]
+            return
+        if receiving:
+            link.delivery_count = int(fields[9] or 0)
+            link.credit = CREDIT
+            self._flow(session, link)
+
+    async def _refusal(self, link: Link) -> ServiceBusError | None:
+        """Why ``link`` may not attach, or ``None``."""
+        if link.kind == "cbs":
+            return None
+        if not link.receiving:
+            return InvalidArgument(
+                "receiving over AMQP is not served yet by aiosb (issue #15); send only."
+            )
+        if not link.path:
+            return InvalidArgument(f"the link address {link.address!r} names no entity.")
+        try:
+            self.tokens.check(link.path, "Send")
+            await self.ns.manage(ManagementRequest("runtime", None, link.path))
+        except (Unauthorized, EntityNotFound) as exc:
+            return exc
+        except ServiceBusError:
+            pass  # an injected fault: the transfers will meet it
+        return None
+
+    def _on_detach(self, session: Session, fields: list[Any]) -> None:
+        link = session.links.pop(int(fields[0]), None)
+        if link is not None:
+            self._send(session.channel, p.performative(
+                p.DETACH, UInt(link.our_handle), bool(fields[1]),
+            ))
+
+    def _flow(self, session: Session, link: Link | None = None) -> None:
+        """A flow frame: the session's window and, with ``link``, its credit."""
+        self._send(session.channel, p.performative(
+            p.FLOW, UInt(session.next_incoming_id), UInt(session.incoming_window),
+            UInt(session.next_outgoing_id), UInt(WINDOW),
+            None if link is None else UInt(link.our_handle),
+            None if link is None else UInt(link.delivery_count),
+            None if link is None else UInt(link.credit),
+        ))
+
+    def _on_flow(self, session: Session, fields: list[Any]) -> None:
+        next_incoming = fields[0] if fields[0] is not None else session.next_outgoing_id
+        session.remote_incoming_window = int(next_incoming) + int(fields[1] or 0) \
+            - session.next_outgoing_id
+        if fields[4] is None:
+            return
+        link = session.links.get(int(fields[4]))
+        if link is None:
+            return
+        if not link.receiving and fields[6] is not None:
+            count = int(fields[5]) if fields[5] is not None else link.delivery_count
+            link.credit = count + int(fields[6]) - link.delivery_count
+            self._pump(session, link)
+        elif fields[9]:  # echo
+            self._flow(session, link)
+
+    # -- transfers ----------------------------------------------------------------------
+
+    async def _on_transfer(self, session: Session, fields: list[Any], body: bytes,
+                           end: int) -> None:
+        session.next_incoming_id += 1
+        session.incoming_window -= 1
+        if session.incoming_window < WINDOW // 2:
+            session.incoming_window = WINDOW
+            self._flow(session)
+        link = session.links.get(int(fields[0]))
+        if link is None or not link.receiving:
+            raise ProtocolViolation("amqp:session:unattached-handle",
+                                   f"a transfer on handle {fields[0]}, which is not attached.")
+        if link.partial is None:
+            link.partial = bytearray()
+            link.partial_id = fields[1]
+            link.partial_format = int(fields[3] or 0)
+            link.partial_settled = bool(fields[4])
+            link.partial_over = False
+        if not link.partial_over:
+            link.partial += memoryview(body)[end:]
+            if len(link.partial) > 2 * self.ns.max_message_size + 65536:
+                link.partial_over = True  # keep reading its frames, then refuse it
+                link.partial = bytearray()
+        if fields[5]:  # more frames follow
+            return
+        payload, delivery_id = bytes(link.partial), link.partial_id
+        fmt, settled, over = link.partial_format, link.partial_settled, link.partial_over
+        link.partial = None
+        if fields[9]:  # aborted
+            return
+        link.delivery_count += 1
+        link.credit -= 1
+        if link.credit < CREDIT // 2:
+            link.credit = CREDIT
+            self._flow(session, link)
+        if link.kind == "cbs":
+            outcome = self._on_cbs(session, payload)
+        elif over:
+            outcome = p.rejected("amqp:link:message-size-exceeded",
+                                 f"the message is over {self.ns.max_message_size} bytes.")
+        else:
+            outcome = await self._deliver(link, payload, fmt)
+        if not settled and delivery_id is not None:
+            self._send(session.channel, p.performative(
+                p.DISPOSITION, True, UInt(delivery_id), None, True, outcome,
+            ))
+
+    async def _deliver(self, link: Link, payload: bytes, fmt: int) -> Described:
+        """Hand the messages of one transfer to the broker; the outcome to settle with."""
+        try:
+            self.tokens.check(link.path, "Send")  # the token may have expired since attach
+            messages = messages_of(payload, fmt)
+            await self.ns.send(link.path, messages)
+        except DecodeError as exc:
+            return p.rejected("amqp:decode-error", str(exc))
+        except ServiceBusError as exc:
+            return p.rejected(p.condition(exc), exc.message)
+        return _ACCEPTED
+
+    def _on_cbs(self, session: Session, payload: bytes) -> Described:
+        try:
+            request = sections_of(payload)
+        except DecodeError as exc:
+            return p.rejected("amqp:decode-error", str(exc))
+        status, description = put_token_reply(
+            request.application_properties or {}, request.value, self.tokens, self.hostname,
+        )
+        message_id = request.properties[0] if request.properties else None
+        reply = reply_payload(message_id, {"status-code": status,
+                                           "status-description": description})
+        for link in session.links.values():
+            if link.kind == "cbs" and not link.receiving:
+                link.outbox.append(reply)
+                self._pump(session, link)
+                break
+        return _ACCEPTED
+
+    def _pump(self, session: Session, link: Link) -> None:
+        """Send what ``link`` has queued while the client's credit and window last."""
+        while link.outbox and link.credit > 0 and session.remote_incoming_window > 0:
+            payload = link.outbox.popleft()
+            tag = link.delivery_count.to_bytes(4, "big")
+            self._transfer(session, link, payload, tag)
+
+    def _transfer(self, session: Session, link: Link, payload: bytes, tag: bytes,
+                  settled: bool = True) -> None:
+        """One settled delivery, split into frames no larger than the client takes."""
+        delivery_id = session.next_outgoing_id
+        session.next_outgoing_id += 1
+        session.remote_incoming_window -= 1
+        link.delivery_count += 1
+        link.credit -= 1
+        head = encode(p.performative(p.TRANSFER, UInt(link.our_handle), UInt(delivery_id),
+                                     tag, UInt(0), settled, True))
+        room = self.remote_max_frame - 8 - len(head) - 8
+        start = 0
+        while len(payload) - start > room:
+            self._send(session.channel, p.performative(
+                p.TRANSFER, UInt(link.our_handle), UInt(delivery_id), tag, UInt(0),
+                settled, True,
+            ), payload[start:start + room])
+            start += room
+        self._send(session.channel, p.performative(
+            p.TRANSFER, UInt(link.our_handle), UInt(delivery_id), tag, UInt(0), settled,
+        ), payload[start:])

@@ -1,0 +1,134 @@
+"""AMQP 1.0 performatives, delivery states and errors: their codes, their fields, and the
+map from :mod:`aiosb.errors` to the AMQP conditions the official SDKs turn into their
+own exceptions.
+
+A performative travels as a described list; :func:`parse` gives its code and its fields
+(padded with ``None`` to the full count), :func:`performative` builds one from fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import errors
+from .codec import DecodeError, Described, Symbol, ULong, decode
+
+__all__ = [
+    "ACCEPTED",
+    "ATTACH",
+    "BATCH_FORMAT",
+    "BEGIN",
+    "CLOSE",
+    "DETACH",
+    "DISPOSITION",
+    "END",
+    "FLOW",
+    "MODIFIED",
+    "OPEN",
+    "REJECTED",
+    "RELEASED",
+    "SASL_INIT",
+    "SASL_MECHANISMS",
+    "SASL_OUTCOME",
+    "SOURCE",
+    "TARGET",
+    "TRANSFER",
+    "address",
+    "amqp_error",
+    "condition",
+    "parse",
+    "performative",
+    "rejected",
+]
+
+OPEN, BEGIN, ATTACH, FLOW, TRANSFER, DISPOSITION, DETACH, END, CLOSE = range(0x10, 0x19)
+SASL_MECHANISMS, SASL_INIT, SASL_CHALLENGE, SASL_RESPONSE, SASL_OUTCOME = range(0x40, 0x45)
+ERROR = 0x1D
+RECEIVED, ACCEPTED, REJECTED, RELEASED, MODIFIED = range(0x23, 0x28)
+SOURCE, TARGET = 0x28, 0x29
+
+#: The message format of a batch: one transfer whose data sections are messages.
+BATCH_FORMAT = 0x80013700
+
+#: How many fields each performative has (trailing ones may be left off the wire).
+FIELD_COUNT = {
+    OPEN: 10, BEGIN: 8, ATTACH: 14, FLOW: 11, TRANSFER: 11, DISPOSITION: 6, DETACH: 3,
+    END: 1, CLOSE: 1, SASL_MECHANISMS: 1, SASL_INIT: 3, SASL_CHALLENGE: 1,
+    SASL_RESPONSE: 1, SASL_OUTCOME: 2,
+}
+
+
+def parse(body: bytes) -> tuple[int, list[Any], int]:
+    """A frame body's performative: its code, its fields and where its payload starts.
+
+    Raises:
+        DecodeError: The body is not a described list with a known code.
+    """
+    value, end = decode(body, 0)
+    if not isinstance(value, Described) or not isinstance(value.value, list):
+        raise DecodeError("a frame body is not a performative (a described list).")
+    code = value.descriptor
+    count = FIELD_COUNT.get(code) if isinstance(code, int) else None
+    if count is None:
+        raise DecodeError(f"unknown performative {code!r}.")
+    fields = value.value
+    if len(fields) < count:
+        fields.extend([None] * (count - len(fields)))
+    return code, fields, end
+
+
+def performative(code: int, *fields: Any) -> Described:
+    """The performative ``code`` with ``fields`` (trailing ``None`` left off)."""
+    values = list(fields)
+    while values and values[-1] is None:
+        values.pop()
+    return Described(ULong(code), values)
+
+
+def address(terminus: Any) -> str | None:
+    """The address of a source or target (a described list), or ``None``."""
+    if isinstance(terminus, Described) and isinstance(terminus.value, list) and terminus.value:
+        found = terminus.value[0]
+        return found if isinstance(found, str) else None
+    return None
+
+
+def amqp_error(condition_: str, description: str | None = None) -> Described:
+    """An AMQP error: ``condition_`` (a symbol) and a ``description``, with all three
+    fields on the wire (the Python SDK indexes the info field of a rejection)."""
+    return Described(ULong(ERROR), [Symbol(condition_), description, None])
+
+
+def rejected(condition_: str, description: str | None = None) -> Described:
+    """The rejected outcome carrying an error."""
+    return performative(REJECTED, amqp_error(condition_, description))
+
+
+_VENDOR = "com.microsoft:"
+#: Each aiosb error class and the condition the SDKs map to the same meaning (the most
+#: specific class first).
+_CONDITIONS: tuple[tuple[type[errors.ServiceBusError], str], ...] = (
+    (errors.ServerBusy, _VENDOR + "server-busy"),
+    (errors.OperationTimeout, _VENDOR + "timeout"),
+    (errors.TransientError, "amqp:internal-error"),
+    (errors.EntityNotFound, "amqp:not-found"),
+    (errors.EntityAlreadyExists, _VENDOR + "entity-already-exists"),
+    (errors.EntityUnavailable, _VENDOR + "entity-disabled"),
+    (errors.MessageNotFound, _VENDOR + "message-not-found"),
+    (errors.MessageSizeExceeded, "amqp:link:message-size-exceeded"),
+    (errors.QuotaExceeded, "amqp:resource-limit-exceeded"),
+    (errors.InvalidArgument, _VENDOR + "argument-error"),
+    (errors.InvalidOperation, "amqp:not-allowed"),
+    (errors.Unauthorized, "amqp:unauthorized-access"),
+    (errors.MessageLockLost, _VENDOR + "message-lock-lost"),
+    (errors.SessionLockLost, _VENDOR + "session-lock-lost"),
+    (errors.SessionCannotBeLocked, _VENDOR + "session-cannot-be-locked"),
+)
+
+
+def condition(exc: errors.ServiceBusError) -> str:
+    """The AMQP error condition for an aiosb error."""
+    for cls, found in _CONDITIONS:
+        if isinstance(exc, cls):
+            return found
+    return "amqp:internal-error"
