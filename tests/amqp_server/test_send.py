@@ -160,8 +160,8 @@ async def test_a_key_without_send_rights_may_not_attach_a_sender(server):
             listen_only.connection_string(), retry_total=0
         ) as client:
             with pytest.raises(ServiceBusAuthorizationError) as raised:
-                async with client.get_queue_sender("q1") as sender:
-                    await sender.send_messages(ServiceBusMessage("no"))
+                async with client.get_queue_sender("q1"):
+                    pass  # the attach itself is refused
     assert "Send" in str(raised.value)
     assert DEV_KEY_NAME not in listen_only.connection_string()
     assert await drain("q1") == []
