@@ -103,6 +103,13 @@ class Management:
         """
         props = SubscriptionProperties.build(name, {**properties, "topic_name": topic})
         path = f"{topic}/subscriptions/{name}"
+        if default_rule is not None:
+            if not isinstance(default_rule, RuleProperties):
+                raise InvalidArgument(
+                    f"default_rule is a RuleProperties, not {default_rule!r:.60}."
+                )
+            default_rule = RuleProperties(default_rule.name, default_rule.filter,
+                                          default_rule.action).checked()
         found = await self._manage("create", "subscription", path, props, default_rule)
         return cast(SubscriptionProperties, found)
 
@@ -160,7 +167,7 @@ class Management:
 
     async def get_rule(self, topic: str, subscription: str, name: str) -> RuleProperties:
         """A rule of a subscription. Raises :class:`EntityNotFound` if there is none."""
-        path = rule_path(topic, subscription, name)
+        path = rule_path(topic, subscription, _rule_name(name))
         return cast(RuleProperties, await self._manage("get", "rule", path))
 
     async def list_rules(self, topic: str, subscription: str) -> list[RuleProperties]:
@@ -175,13 +182,16 @@ class Management:
         :class:`RuleProperties` in force."""
         if isinstance(rule, str):
             rule = await self.get_rule(topic, subscription, rule)
+        if "name" in changes:
+            raise InvalidArgument("a rule cannot be renamed: create one under the new name "
+                                  "and delete the old one.")
         props = self._changed(rule, changes).checked()
         path = rule_path(topic, subscription, props.name)
         return cast(RuleProperties, await self._manage("update", "rule", path, props))
 
     async def delete_rule(self, topic: str, subscription: str, name: str) -> None:
         """Remove a rule; a subscription without rules takes no messages."""
-        await self._manage("delete", "rule", rule_path(topic, subscription, name))
+        await self._manage("delete", "rule", rule_path(topic, subscription, _rule_name(name)))
 
     async def runtime_properties(self, entity: str) -> RuntimeProperties:
         """Counts of an entity: active, scheduled, dead-lettered, deferred messages."""
@@ -207,3 +217,8 @@ class Management:
         current = await self._manage("get", kind, entity) if isinstance(entity, str) else entity
         props = self._changed(current, changes)
         return await self._manage("update", kind, props.name, props)
+
+
+def _rule_name(name: str) -> str:
+    """A rule name as a path segment, checked (InvalidArgument, never a strange path)."""
+    return RuleProperties(name).checked().name

@@ -55,6 +55,18 @@ def _parameters(what: str, parameters: Any) -> dict[str, PropertyValue] | None:
                 f"parameter {name!r} of a {what} is a {type(value).__name__}; a parameter "
                 "is text, a number, a boolean, a datetime or a timedelta."
             )
+        if isinstance(value, _dt.datetime) and value.tzinfo is None:
+            raise InvalidArgument(
+                f"parameter {name!r} of a {what} is a datetime without a time zone; give "
+                "it one (datetime.UTC), so that it means the same instant everywhere."
+            )
+        if isinstance(value, int) and not isinstance(value, bool) and not (
+            -(2**63) <= value < 2**63
+        ):
+            raise InvalidArgument(f"parameter {name!r} of a {what} is beyond a 64-bit integer.")
+        if name.removeprefix("@") in out:
+            raise InvalidArgument(f"the {what} names parameter {name!r} twice (with and "
+                                  "without @).")
         out[name.removeprefix("@")] = value
     return out
 
@@ -224,9 +236,12 @@ def split_rule_path(path: str) -> tuple[str, str | None]:
     Raises:
         InvalidArgument: Not a path :func:`rule_path` makes.
     """
-    head, sep, name = path.rpartition("/rules/")
-    if sep:
-        return head, name
-    if path.endswith("/rules"):
-        return path[: -len("/rules")], None
+    # From the right: a topic's name may hold "/" (and the word "rules"); a
+    # subscription's or a rule's never holds "/".
+    parts = path.split("/")
+    lower = [p.lower() for p in parts]
+    if len(parts) >= 5 and lower[-2] == "rules" and lower[-4] == "subscriptions":
+        return "/".join(parts[:-2]), parts[-1]
+    if len(parts) >= 4 and lower[-1] == "rules" and lower[-3] == "subscriptions":
+        return "/".join(parts[:-1]), None
     raise InvalidArgument(f"{path!r} is not a rule path (topic/subscriptions/sub/rules/name).")

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from ..entities import FRAGMENTS
-from ..sql import Action, FilterEvaluationError
+from ..sql import FilterEvaluationError
 from ._partitions import fragment_for, home, sequence_numbers
 from ._record import (
     AVAILABLE,
@@ -268,7 +268,10 @@ class _Entity:
     def fan_out(self, rec: _Record, now: float, hops: int) -> None:
         """A topic's message to each subscription whose rules take it: one copy per
         subscription, or per matching rule with an action (each copy its own)."""
-        plan: list[tuple[_Entity, Action | None]] = []
+        # Every subscription's copies are made before any is delivered: a filter or
+        # action that fails for this message touches that subscription only (a dead
+        # letter, or nothing), never the others, and never the sender.
+        plan: list[tuple[_Entity, _Record | None]] = []  # None: a plain copy of rec
         view = None
         for sub in self.subscriptions.values():
             rules = sub.rules
@@ -280,6 +283,9 @@ class _Entity:
                 view = view_of(rec)
             try:
                 plain, actions = rules.route(rec, view)
+                copies = [rec.clone() for _ in actions]
+                for (name, action), copy in zip(actions, copies, strict=True):
+                    apply_action(name, action, copy)
             except FilterEvaluationError as exc:
                 if sub.props.dead_lettering_on_filter_evaluation_exceptions:
                     # As Service Bus: the reason is the exception's type, the
@@ -288,12 +294,10 @@ class _Entity:
                 continue
             if plain:
                 plan.append((sub, None))
-            plan.extend((sub, action) for action in actions)
+            plan.extend((sub, copy) for copy in copies)
         last = len(plan) - 1
-        for i, (sub, action) in enumerate(plan):
-            copy = rec if i == last and action is None else rec.clone()
-            if action is not None:
-                apply_action(action, copy)
+        for i, (sub, made) in enumerate(plan):
+            copy = made if made is not None else rec if i == last else rec.clone()
             sub.deliver(copy, now, hops)  # numbered by the subscription
 
     def dead_letter(

@@ -14,6 +14,7 @@ and :mod:`._record`; never the broker.
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 from collections.abc import Callable
 from typing import Any
@@ -119,11 +120,14 @@ def _never(rec: _Record, view: MessageView) -> bool:
 class Rules:
     """A subscription's rules by name (case-insensitive, as Service Bus names are)."""
 
-    __slots__ = ("_compiled", "_rules", "everything")
+    __slots__ = ("_by_name", "_compiled", "_rules", "everything")
 
     def __init__(self, first: RuleProperties | None, now: float) -> None:
         self._rules: dict[str, RuleProperties] = {}
-        self._compiled: list[tuple[Match | None, Action | None]] = []
+        #: Each rule compiled once, when it is made (by key): a change to one rule
+        #: compiles that rule, not its neighbours.
+        self._by_name: dict[str, tuple[str, Match | None, Action | None]] = {}
+        self._compiled: list[tuple[str, Match | None, Action | None]] = []
         #: Only rules that take every message as it is: route without evaluating.
         self.everything = False
         self.add(first or RuleProperties(DEFAULT_RULE, TrueRuleFilter()), now)
@@ -145,73 +149,88 @@ class Rules:
             raise EntityAlreadyExists(f"The rule {rule.name!r} exists already.")
         if len(self._rules) >= MAX_RULES:
             raise QuotaExceeded(f"A subscription has at most {MAX_RULES} rules.")
-        _compile(rule)  # refuses bad SQL before anything changes
-        made = RuleProperties(rule.name, rule.filter, rule.action,
-                              rule.created_at_utc or _utc(now))
+        compiled = _compile(rule)  # refuses bad SQL before anything changes
+        made = RuleProperties(rule.name, rule.filter, rule.action, _utc(now))
         self._rules[key] = made
+        self._by_name[key] = (made.name, *compiled)
         self._rebuild()
-        return made
+        return copy.copy(made)
 
     def replace(self, rule: RuleProperties) -> RuleProperties:
         """Put a changed rule (same name) in force."""
         rule = rule.checked()
-        old = self.get(rule.name)
-        _compile(rule)
+        old = self._get(rule.name)
+        compiled = _compile(rule)
         made = RuleProperties(old.name, rule.filter, rule.action, old.created_at_utc)
         self._rules[old.name.lower()] = made
+        self._by_name[old.name.lower()] = (made.name, *compiled)
         self._rebuild()
-        return made
+        return copy.copy(made)
 
     def remove(self, name: str) -> None:
-        self.get(name)
+        self._get(name)
         del self._rules[name.lower()]
+        del self._by_name[name.lower()]
         self._rebuild()
 
     def get(self, name: str) -> RuleProperties:
+        """A copy of the rule (changing it changes nothing here)."""
+        return copy.copy(self._get(name))
+
+    def _get(self, name: str) -> RuleProperties:
         found = self._rules.get(name.lower()) if isinstance(name, str) else None
         if found is None:
             raise EntityNotFound(f"The rule {name!r} does not exist.")
         return found
 
     def listing(self) -> list[RuleProperties]:
-        """The rules in name order."""
-        return [self._rules[k] for k in sorted(self._rules)]
+        """Copies of the rules, in name order."""
+        return [copy.copy(self._rules[k]) for k in sorted(self._rules)]
 
     def restore(self, rules: list[RuleProperties]) -> None:
         """Replace every rule with ``rules`` (as the journal kept them)."""
         self._rules = {r.name.lower(): r for r in rules}
+        self._by_name = {r.name.lower(): (r.name, *_compile(r)) for r in rules}
         self._rebuild()
 
     def _rebuild(self) -> None:
-        self._compiled = [_compile(r) for r in self._rules.values()]
+        self._compiled = list(self._by_name.values())
         self.everything = bool(self._compiled) and all(
-            match is None and action is None for match, action in self._compiled
+            match is None and action is None for _, match, action in self._compiled
         )
 
-    def route(self, rec: _Record, view: MessageView) -> tuple[bool, list[Action]]:
-        """Whether ``rec`` yields a plain copy, and the actions of the matching rules
-        that have one (a copy each).
+    def route(self, rec: _Record, view: MessageView) -> tuple[bool, list[tuple[str, Action]]]:
+        """Whether ``rec`` yields a plain copy, and the name and action of each matching
+        rule that has one (a copy each).
 
         Raises:
             FilterEvaluationError: A filter failed for this message.
         """
         plain = False
-        actions: list[Action] = []
-        for match, action in self._compiled:
+        actions: list[tuple[str, Action]] = []
+        for name, match, action in self._compiled:
             if match is None or match(rec, view):
                 if action is None:
                     plain = True
                 else:
-                    actions.append(action)
+                    actions.append((name, action))
         return plain, actions
 
 
-def apply_action(action: Action, copy: _Record) -> None:
-    """Run ``action`` on ``copy`` (a clone of its own): its properties and the system
-    fields the action sets."""
+def apply_action(rule: str, action: Action, copy: _Record) -> None:
+    """Run the action of the rule named ``rule`` on ``copy`` (a clone of its own): its
+    properties and the system fields the action sets; the copy carries the rule's name
+    in the property ``RuleName``, as Service Bus documents, and its size is counted
+    anew.
+
+    Raises:
+        FilterEvaluationError: The action failed for this message (``copy`` is then
+            half changed: discard it).
+    """
     props = copy.props = dict(copy.props) if copy.props else {}
     view = _view(copy, props)
     action.apply(view)
+    props["RuleName"] = rule
     for field, value in view.system_changes.items():
         if field in _TEXT:
             setattr(copy, field, value)
@@ -221,5 +240,4 @@ def apply_action(action: Action, copy: _Record) -> None:
             copy.ttl_td = ttl
         elif field == "scheduled_enqueue_time":
             copy.scheduled = value if isinstance(value, _dt.datetime) else None
-    if not props:
-        copy.props = None
+    copy.size = copy.received("").size

@@ -10,9 +10,10 @@ None for NULL.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, cast
 
@@ -69,8 +70,9 @@ def compile_filter(text: str, parameters: Mapping[str, Any] | None = None) -> Fi
     """
     values = _parameters(parameters)
     compiler = _Compiler("filter", values)
-    tree = parse(text, "filter")
-    node = compiler.condition(cast(Tree[Token], tree.children[0]))
+    with _not_too_deep("filter"):
+        tree = parse(text, "filter")
+        node = compiler.condition(cast(Tree[Token], tree.children[0]))
     if node.constant:
         test: Fn = (lambda view: True) if node.value is True else (lambda view: False)
     else:
@@ -88,9 +90,25 @@ def compile_action(text: str, parameters: Mapping[str, Any] | None = None) -> Ac
     """
     values = _parameters(parameters)
     compiler = _Compiler("action", values)
-    tree = parse(text, "action")
-    statements = [compiler.statement(child) for child in tree.children if isinstance(child, Tree)]
+    with _not_too_deep("action"):
+        tree = parse(text, "action")
+        statements = [
+            compiler.statement(child) for child in tree.children if isinstance(child, Tree)
+        ]
     return Action(text, values, statements)
+
+
+@contextlib.contextmanager
+def _not_too_deep(what: str) -> Iterator[None]:
+    """An expression nested past what Python's recursion allows (``a+1+1+...`` or
+    ``- - - 1``, short as text) is refused, not a crash."""
+    try:
+        yield
+    except RecursionError:
+        raise InvalidArgument(
+            f"the SQL {what} is nested too deeply to compile; write it with fewer nested "
+            "operators or parentheses."
+        ) from None
 
 
 def _parameters(parameters: Mapping[str, Any] | None) -> dict[str, Any]:

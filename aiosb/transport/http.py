@@ -63,8 +63,7 @@ from ..wire import aiosb_json as _json
 from ..wire import atom as _atom
 from ..wire import rest as _rest
 from ..wire import status as _status
-from ..wire.atom_rules import parse_rule, parse_rules, rule_request_xml
-from ._first_rule import create_with_rule
+from ..wire.atom_rules import parse_rule, parse_rules, rule_request_xml, with_default_rule
 from ._remote_faults import RemoteFaults
 
 __all__ = ["HttpTransport", "RemoteFaults"]
@@ -483,8 +482,6 @@ class HttpTransport:
         action, kind, path = request.action, request.kind, request.path
         if kind == "rule":
             return await self._rule(request)
-        if action == "create" and kind == "subscription" and request.rule is not None:
-            return await create_with_rule(self, request)
         if action == "list":
             if kind == "subscription":
                 where = f"{_quote(path)}/subscriptions"
@@ -520,10 +517,13 @@ class HttpTransport:
             headers = {"Content-Type": _ATOM}
             if action == "update":
                 headers["If-Match"] = "*"
+            data = _atom.request_xml(kind, request.properties)
+            if action == "create" and request.rule is not None:  # one request: atomic
+                data = with_default_rule(data, request.rule)
             _, _, body = await self._request(
                 "PUT",
                 _quote(path),
-                data=_atom.request_xml(kind, request.properties),
+                data=data,
                 headers=headers,
                 params=_API_VERSION,
             )
@@ -540,8 +540,10 @@ class HttpTransport:
                     "$skip": str(len(rules)), "$top": str(_PAGE), **_API_VERSION,
                 })
                 page = parse_rules(body)
-                rules.extend(page)
-                if len(page) < _PAGE:
+                known = {r.name.lower() for r in rules}
+                new = [r for r in page if r.name.lower() not in known]
+                rules.extend(new)
+                if len(page) < _PAGE or not new:  # the last page (or $skip is ignored)
                     return rules
         if action == "get":
             _, _, body = await self._request("GET", where, params=_API_VERSION)

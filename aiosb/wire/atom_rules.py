@@ -28,7 +28,15 @@ from ..rules import (
 )
 from .atom import ATOM, SB, XSI, _format_value, _local, _parse, _parse_value
 
-__all__ = ["parse_rule", "parse_rules", "rule_entry_xml", "rule_request_xml", "rules_feed_xml"]
+__all__ = [
+    "default_rule_of",
+    "parse_rule",
+    "parse_rules",
+    "rule_entry_xml",
+    "rule_request_xml",
+    "rules_feed_xml",
+    "with_default_rule",
+]
 
 _XS = "http://www.w3.org/2001/XMLSchema"
 #: Correlation filter elements and the filter's fields, in Service Bus order.
@@ -101,8 +109,8 @@ def _filter_xml(rule_filter: RuleFilter) -> str:
             f"{_sql(rule_filter.sql_expression, rule_filter.parameters)}</Filter>")
 
 
-def description_xml(rule: RuleProperties) -> str:
-    """The ``<RuleDescription>`` element of a rule."""
+def _rule_parts(rule: RuleProperties, created: str = "") -> str:
+    """A rule's Filter, Action, CreatedAt and Name elements, in Service Bus's order."""
     action = rule.action
     action_xml = (
         '<Action i:type="EmptyRuleAction"/>'
@@ -110,13 +118,36 @@ def description_xml(rule: RuleProperties) -> str:
         else f'<Action i:type="SqlRuleAction">{_sql(action.sql_expression, action.parameters)}'
         "</Action>"
     )
+    return f"{_filter_xml(rule.filter)}{action_xml}{created}<Name>{escape(rule.name)}</Name>"
+
+
+def with_default_rule(request: bytes, rule: RuleProperties) -> bytes:
+    """A subscription's Atom entry (:func:`aiosb.wire.atom.request_xml`) with ``rule`` as
+    its ``<DefaultRuleDescription>``, where Service Bus reads it: the subscription is
+    created with that rule instead of ``$Default``, in one request."""
+    marker = b"<MaxDeliveryCount>"
+    if marker not in request:
+        raise InvalidArgument("not a subscription description with MaxDeliveryCount.")
+    element = f"<DefaultRuleDescription>{_rule_parts(rule)}</DefaultRuleDescription>".encode()
+    return request.replace(marker, element + marker, 1)
+
+
+def default_rule_of(data: bytes) -> RuleProperties | None:
+    """The ``<DefaultRuleDescription>`` of a subscription's Atom entry, if it has one."""
+    root = _parse(data)
+    content = _child(root, "content")
+    description = None if content is None else _child(content, "SubscriptionDescription")
+    found = None if description is None else _child(description, "DefaultRuleDescription")
+    return None if found is None else read_description(found)
+
+
+def description_xml(rule: RuleProperties) -> str:
+    """The ``<RuleDescription>`` element of a rule."""
     created = ""
     if rule.created_at_utc is not None:
         created = f"<CreatedAt>{_format_value('datetime', rule.created_at_utc)}</CreatedAt>"
-    return (
-        f'<RuleDescription xmlns="{SB}" xmlns:i="{XSI}">{_filter_xml(rule.filter)}'
-        f"{action_xml}{created}<Name>{escape(rule.name)}</Name></RuleDescription>"
-    )
+    return (f'<RuleDescription xmlns="{SB}" xmlns:i="{XSI}">{_rule_parts(rule, created)}'
+            "</RuleDescription>")
 
 
 def rule_request_xml(rule: RuleProperties) -> bytes:

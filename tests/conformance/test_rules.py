@@ -7,6 +7,9 @@ action yield one copy between them, each matching rule with an action a copy of 
 
 from __future__ import annotations
 
+import asyncio
+import datetime
+
 import pytest
 
 import aiosb
@@ -120,10 +123,10 @@ async def test_each_matching_rule_with_an_action_yields_its_own_copy(ns):
     copies = await drain(ns, "t/subscriptions/s")
     assert len(copies) == 3  # plain rules: one copy; each action: its own
     props = sorted((m.subject or "", sorted(m.application_properties.items())) for m in copies)
-    assert props == [
+    assert props == [  # an action's copy names its rule in RuleName, as Service Bus's does
+        ("", [("RuleName", "other"), ("n", 70)]),
         ("", [("n", 7), ("tmp", True)]),
-        ("", [("n", 70)]),
-        ("big", [("n", 7), ("stamped", "yes"), ("tmp", True)]),
+        ("big", [("RuleName", "stamp"), ("n", 7), ("stamped", "yes"), ("tmp", True)]),
     ]
     (other,) = await drain(ns, "t/subscriptions/untouched")
     assert other.application_properties == {"n": 7, "tmp": True} and other.subject is None
@@ -200,3 +203,67 @@ async def test_a_filter_that_fails_dead_letters_or_skips_as_the_subscription_say
     assert bodies(await drain(ns, "t/subscriptions/skip")) == [b"fine"]
     assert await drain(ns, "t/subscriptions/skip/$DeadLetterQueue") == []
     assert bodies(await drain(ns, "t/subscriptions/all")) == [b"fine", b"m"]
+
+
+async def test_an_action_that_fails_touches_its_subscription_only(ns):
+    """A failing action (integer division by zero) dead-letters that message in that
+    subscription; the batch is accepted, every other subscription has every message,
+    and nothing is delivered twice."""
+    await ns.create_topic("t")
+    await ns.create_subscription("t", "a")
+    await ns.create_subscription(
+        "t", "b", default_rule=RuleProperties(
+            "bad", SqlRuleFilter("EXISTS(d)"), SqlRuleAction("SET x = d / 0"))
+    )
+    await send(ns, "t", Message(b"m0"), Message(b"m1", application_properties={"d": 1}),
+               Message(b"m2"))
+    assert bodies(await drain(ns, "t/subscriptions/a")) == [b"m0", b"m1", b"m2"]
+    assert await drain(ns, "t/subscriptions/b") == []
+    (dead,) = await drain(ns, "t/subscriptions/b/$DeadLetterQueue")
+    assert dead.body == b"m1" and dead.dead_letter_reason == "FilterException"
+
+
+async def test_a_subscription_made_with_a_rule_never_takes_what_the_rule_refuses(ns):
+    """The first rule is in force from the first instant (one request over HTTP, with
+    <DefaultRuleDescription>): a message sent while the subscription is being made is
+    not taken through a $Default it never had."""
+    await ns.create_topic("t")
+
+    async def keep_sending() -> None:
+        async with ns.sender("t") as sender:
+            for i in range(20):
+                await sender.send(Message(f"{i}".encode()))
+                await asyncio.sleep(0)
+
+    sending = asyncio.create_task(keep_sending())
+    await ns.create_subscription("t", "never",
+                                 default_rule=RuleProperties("never", FalseRuleFilter()))
+    await sending
+    assert await drain(ns, "t/subscriptions/never") == []
+    assert [r.name for r in await ns.list_rules("t", "never")] == ["never"]
+
+
+async def test_rules_handed_out_are_copies(ns):
+    await ns.create_topic("t")
+    await ns.create_subscription("t", "s")
+    rule = await ns.get_rule("t", "s", "$Default")
+    rule.name, rule.filter = "changed", FalseRuleFilter()
+    (listed,) = await ns.list_rules("t", "s")
+    listed.filter = FalseRuleFilter()
+    (again,) = await ns.list_rules("t", "s")
+    assert again.name == "$Default" and isinstance(again.filter, TrueRuleFilter)
+
+
+async def test_names_that_look_like_rule_paths_are_still_what_they_say(ns):
+    await ns.create_topic("app/rules/t")
+    await ns.create_subscription("app/rules/t", "rules")
+    assert [r.name for r in await ns.list_rules("app/rules/t", "rules")] == ["$Default"]
+    await ns.create_rule("app/rules/t", "rules", "rules")
+    assert (await ns.get_rule("app/rules/t", "rules", "rules")).name == "rules"
+    for bad in ("", "a/b", None):
+        with pytest.raises(errors.InvalidArgument):
+            await ns.get_rule("app/rules/t", "rules", bad)
+    with pytest.raises(errors.InvalidArgument, match="renamed"):
+        await ns.update_rule("app/rules/t", "rules", "rules", name="other")
+    with pytest.raises(errors.InvalidArgument, match="time zone"):
+        SqlRuleFilter("a = @t", {"t": datetime.datetime(2024, 1, 1)})

@@ -17,7 +17,7 @@ from ...errors import (
 from ...protocol import EntityKind, ManageAction, ManagementRequest, entity_kind
 from ...rules import split_rule_path
 from ...wire import atom as _atom
-from ...wire.atom_rules import parse_rule, rule_entry_xml, rules_feed_xml
+from ...wire.atom_rules import default_rule_of, parse_rule, rule_entry_xml, rules_feed_xml
 from .. import EmulatorNamespace
 from ._http import (
     Route,
@@ -91,7 +91,8 @@ async def _kind_of(ns: EmulatorNamespace, parsed: Any, wanted: str | None) -> En
 
 async def _put(request: web.Request, ns: EmulatorNamespace, parsed: Any, url: str
                ) -> web.StreamResponse:
-    entry = _atom.parse_entry(await request.read())
+    body = await request.read()
+    entry = _atom.parse_entry(body)
     kind = entity_kind(entry.kind)
     if (kind == "subscription") != (parsed.subscription is not None):
         raise InvalidArgument(
@@ -109,7 +110,9 @@ async def _put(request: web.Request, ns: EmulatorNamespace, parsed: Any, url: st
     if update and request.headers.get("If-Match", "").strip() != "*":
         raise InvalidArgument("If-Match must be '*' to update an entity.")
     action: ManageAction = "update" if update else "create"
-    result = await ns.manage(ManagementRequest(action, kind, parsed.path, props))
+    # A subscription made with <DefaultRuleDescription> has that rule, not $Default.
+    first = default_rule_of(body) if kind == "subscription" and not update else None
+    result = await ns.manage(ManagementRequest(action, kind, parsed.path, props, first))
     return _entry(kind, result, None, f"{url}/{parsed.path}", parsed.path,
                        status=200 if update else 201)
 
