@@ -25,7 +25,7 @@ from ..rules import RuleProperties, split_rule_path
 from ._entity import _Entity
 from ._namespace import Namespace
 from ._record import _utc
-from ._rules import Rules
+from ._rules import Rules, check_quota
 
 __all__ = ["manage"]
 
@@ -153,6 +153,8 @@ async def rule(ns: Namespace, request: ManagementRequest, now: float) -> Any:
         made = request.properties
         if not isinstance(made, RuleProperties) or made.name.lower() != name.lower():
             raise InvalidArgument(f"create the rule {name!r} with its RuleProperties.")
+        assert sub.topic is not None
+        check_quota([s.rules for s in sub.topic.subscriptions.values() if s.rules], made)
         result: Any = rules.add(made, now)
     elif action == "update":
         if not isinstance(request.properties, RuleProperties):

@@ -33,10 +33,12 @@ from ..rules import (
 from ..sql import Action, Filter, MessageView, compile_action, compile_filter
 from ._record import INF, _Record, _seconds
 
-__all__ = ["MAX_RULES", "Rules"]
+__all__ = ["MAX_CORRELATION_FILTERS", "MAX_SQL_FILTERS", "Rules", "check_quota"]
 
-#: The most rules a subscription may have (Service Bus's quota).
-MAX_RULES = 2000
+#: The most SQL filters (with their rules) the subscriptions of one topic may have, and
+#: the most correlation filters (Service Bus's quotas).
+MAX_SQL_FILTERS = 2000
+MAX_CORRELATION_FILTERS = 100_000
 _EMPTY: dict[str, Any] = {}
 _TEXT = frozenset(TEXT_FIELDS)
 Match = Callable[[_Record, MessageView], bool]
@@ -141,14 +143,11 @@ class Rules:
         Raises:
             InvalidArgument: A filter or action that does not parse (nothing is added).
             EntityAlreadyExists: A rule of that name exists.
-            QuotaExceeded: The subscription has :data:`MAX_RULES` rules.
         """
         rule = rule.checked()
         key = rule.name.lower()
         if key in self._rules:
             raise EntityAlreadyExists(f"The rule {rule.name!r} exists already.")
-        if len(self._rules) >= MAX_RULES:
-            raise QuotaExceeded(f"A subscription has at most {MAX_RULES} rules.")
         compiled = _compile(rule)  # refuses bad SQL before anything changes
         made = RuleProperties(rule.name, rule.filter, rule.action, _utc(now))
         self._rules[key] = made
@@ -215,6 +214,29 @@ class Rules:
                 else:
                     actions.append((name, action))
         return plain, actions
+
+
+def check_quota(subscriptions: list[Rules], rule: RuleProperties) -> None:
+    """Refuse ``rule`` if the topic's subscriptions (their ``Rules``) have as many filters
+    of its kind as Service Bus allows a topic.
+
+    Raises:
+        QuotaExceeded: Saying which quota.
+    """
+    kind: type[Any]
+    if isinstance(rule.filter, CorrelationRuleFilter):
+        kind, limit = CorrelationRuleFilter, MAX_CORRELATION_FILTERS
+    elif isinstance(rule.filter, SqlRuleFilter):
+        kind, limit = SqlRuleFilter, MAX_SQL_FILTERS
+    else:
+        return
+    held = sum(1 for rules in subscriptions for r in rules._rules.values()
+               if isinstance(r.filter, kind))
+    if held >= limit:
+        raise QuotaExceeded(
+            f"the topic's subscriptions have {held} {kind.__name__}s, the most a topic may "
+            "have."
+        )
 
 
 def apply_action(rule: str, action: Action, copy: _Record) -> None:

@@ -95,7 +95,16 @@ def compile_action(text: str, parameters: Mapping[str, Any] | None = None) -> Ac
         statements = [
             compiler.statement(child) for child in tree.children if isinstance(child, Tree)
         ]
+    if len(statements) > MAX_STATEMENTS:
+        raise InvalidArgument(
+            f"the SQL action has {len(statements)} statements; Service Bus allows "
+            f"{MAX_STATEMENTS} in one action."
+        )
     return Action(text, values, statements)
+
+
+#: The most statements (SET, REMOVE) one action may have (Service Bus's quota).
+MAX_STATEMENTS = 32
 
 
 @contextlib.contextmanager
