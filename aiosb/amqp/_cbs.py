@@ -15,7 +15,7 @@ from typing import Any
 from ..auth import RIGHTS, SasChecker, hostname
 from ..errors import Unauthorized
 
-__all__ = ["Tokens", "audience_path", "put_token_reply"]
+__all__ = ["Tokens", "audience_path", "entity_of", "put_token_reply"]
 
 
 def audience_path(audience: str) -> str:
@@ -23,6 +23,20 @@ def audience_path(audience: str) -> str:
     if "://" in audience:
         audience = urllib.parse.urlsplit(audience).path
     return "/" + audience.strip("/").lower()
+
+
+_DLQ = "/$deadletterqueue"
+
+
+def entity_of(address: str) -> tuple[str, str | None]:
+    """The broker path and sub-queue a link address names (``amqps://host/q1``,
+    ``.../t1/Subscriptions/s1``, ``.../q1/$DeadLetterQueue``)."""
+    if "://" in address:
+        address = urllib.parse.urlsplit(address).path
+    path = address.strip("/")
+    if path.lower().endswith(_DLQ):
+        return path[: -len(_DLQ)], "deadletter"
+    return path, None
 
 
 class Tokens:

@@ -27,10 +27,17 @@ from typing import Any
 
 from ..auth import SasChecker
 from ..emulator import EmulatorNamespace
-from ..errors import EntityNotFound, InvalidArgument, ServiceBusError, Unauthorized
-from ..protocol import ManagementRequest
+from ..errors import (
+    EntityNotFound,
+    InvalidArgument,
+    InvalidOperation,
+    ServiceBusError,
+    Unauthorized,
+)
+from ..protocol import ManagementRequest, ReceiveMode, ReceiveRequest
 from . import performatives as p
-from ._cbs import Tokens, audience_path, put_token_reply
+from ._cbs import Tokens, entity_of, put_token_reply
+from ._receiving import delivery_payload, delivery_tag, settlement_of
 from .codec import (
     AMQP_HEADER,
     SASL_HEADER,
@@ -57,6 +64,8 @@ MAX_FRAME = 1024 * 1024
 WINDOW = 5000
 #: Link credit given to a client's sender link.
 CREDIT = 1000
+#: How long one broker receive waits before the receiver link asks again (seconds).
+LONG_POLL = 30.0
 #: The SASL mechanisms offered: the Python SDK uses ANONYMOUS, .NET and Rust MSSBCBS.
 MECHANISMS = ("MSSBCBS", "ANONYMOUS", "PLAIN", "EXTERNAL")
 
@@ -93,6 +102,11 @@ class Link:
     partial_format: int = 0
     partial_settled: bool = False
     partial_over: bool = False
+    mode: ReceiveMode = "peek_lock"  # what the client receives
+    sub_queue: str | None = None
+    drain: bool = False
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    pump: asyncio.Task[None] | None = None
 
 
 @dataclass(slots=True)
@@ -105,6 +119,7 @@ class Session:
     next_outgoing_id: int = 0
     remote_incoming_window: int = 0
     links: dict[int, Link] = field(default_factory=dict)
+    unsettled: dict[int, tuple[Link, str]] = field(default_factory=dict)
     handles: itertools.count[int] = field(default_factory=itertools.count)
 
 
@@ -144,6 +159,10 @@ class Connection:
         finally:
             if self._heartbeat is not None:
                 self._heartbeat.cancel()
+            for session in self.sessions.values():
+                for link in session.links.values():
+                    if link.pump is not None:
+                        link.pump.cancel()
             self.writer.close()
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
@@ -217,7 +236,7 @@ class Connection:
         elif code == p.FLOW:
             self._on_flow(self._session(channel), fields)
         elif code == p.DISPOSITION:
-            pass  # we settle our own deliveries at once ($cbs replies are settled)
+            await self._on_disposition(self._session(channel), fields)
         elif code == p.ATTACH:
             await self._on_attach(self._session(channel), fields)
         elif code == p.DETACH:
@@ -225,6 +244,8 @@ class Connection:
         elif code == p.BEGIN:
             self._on_begin(channel, fields)
         elif code == p.END:
+            for link in self._session(channel).links.values():
+                self._unlink(link)
             self.sessions.pop(channel, None)
             self._send(channel, p.performative(p.END))
         elif code == p.OPEN:
@@ -267,9 +288,11 @@ class Connection:
         kind = "cbs" if where.strip("/") == "$cbs" else "entity"
         link = Link(name, handle, next(session.handles), receiving, where, kind)
         if kind == "entity":
-            link.path = audience_path(where).strip("/")
+            link.path, link.sub_queue = entity_of(where)
         session.links[handle] = link
-        refusal = await self._refusal(link)
+        source_fields = fields[5].value if isinstance(fields[5], Described) else []
+        filters = source_fields[7] if len(source_fields) > 7 else None
+        refusal = await self._refusal(link, filters if isinstance(filters, dict) else None)
         properties = None
         if receiving and kind == "entity":
             properties = {Symbol("com.microsoft:max-message-batch-size"):
@@ -279,10 +302,13 @@ class Connection:
             source, target = (source, None) if receiving else (None, target)
         self._send(session.channel, p.performative(
             p.ATTACH, name, UInt(link.our_handle), not role, UByte(fields[3] or 0),
-            UByte(0), source, target, None, None,
+            UByte(0 if receiving else fields[4] or 0), source, target, None, None,
             None if receiving else UInt(0),
             ULong(self.ns.max_message_size), None, None, properties,
         ))
+        if refusal is None and not receiving and kind == "entity":
+            link.mode = "receive_and_delete" if fields[3] == 1 else "peek_lock"
+            link.pump = asyncio.create_task(self._pump_receive(session, link))
         if refusal is not None:
             self._send(session.channel, p.performative(
                 p.DETACH, UInt(link.our_handle), True,
@@ -295,18 +321,16 @@ class Connection:
             link.credit = CREDIT
             self._flow(session, link)
 
-    async def _refusal(self, link: Link) -> ServiceBusError | None:
+    async def _refusal(self, link: Link, filters: Any) -> ServiceBusError | None:
         """Why ``link`` may not attach, or ``None``."""
         if link.kind == "cbs":
             return None
-        if not link.receiving:
-            return InvalidArgument(
-                "receiving over AMQP is not served yet by aiosb (issue #15); send only."
-            )
         if not link.path:
             return InvalidArgument(f"the link address {link.address!r} names no entity.")
+        if filters and Symbol("com.microsoft:session-filter") in filters:
+            return InvalidOperation("session receivers are not served over AMQP yet (#15).")
         try:
-            self.tokens.check(link.path, "Send")
+            self.tokens.check(link.address, "Send" if link.receiving else "Listen")
             await self.ns.manage(ManagementRequest("runtime", None, link.path))
         except (Unauthorized, EntityNotFound) as exc:
             return exc
@@ -317,18 +341,23 @@ class Connection:
     def _on_detach(self, session: Session, fields: list[Any]) -> None:
         link = session.links.pop(int(fields[0]), None)
         if link is not None:
+            self._unlink(link)
             self._send(session.channel, p.performative(
                 p.DETACH, UInt(link.our_handle), bool(fields[1]),
             ))
 
-    def _flow(self, session: Session, link: Link | None = None) -> None:
+    def _unlink(self, link: Link) -> None:
+        if link.pump is not None:
+            link.pump.cancel()
+
+    def _flow(self, session: Session, link: Link | None = None, drain: bool = False) -> None:
         """A flow frame: the session's window and, with ``link``, its credit."""
         self._send(session.channel, p.performative(
             p.FLOW, UInt(session.next_incoming_id), UInt(session.incoming_window),
             UInt(session.next_outgoing_id), UInt(WINDOW),
             None if link is None else UInt(link.our_handle),
             None if link is None else UInt(link.delivery_count),
-            None if link is None else UInt(link.credit),
+            None if link is None else UInt(link.credit), None, drain or None,
         ))
 
     def _on_flow(self, session: Session, fields: list[Any]) -> None:
@@ -336,6 +365,8 @@ class Connection:
         session.remote_incoming_window = int(next_incoming) + int(fields[1] or 0) \
             - session.next_outgoing_id
         if fields[4] is None:
+            for each in session.links.values():
+                each.wake.set()
             return
         link = session.links.get(int(fields[4]))
         if link is None:
@@ -343,6 +374,8 @@ class Connection:
         if not link.receiving and fields[6] is not None:
             count = int(fields[5]) if fields[5] is not None else link.delivery_count
             link.credit = count + int(fields[6]) - link.delivery_count
+            link.drain = bool(fields[8])
+            link.wake.set()
             self._pump(session, link)
         elif fields[9]:  # echo
             self._flow(session, link)
@@ -398,7 +431,7 @@ class Connection:
     async def _deliver(self, link: Link, payload: bytes, fmt: int) -> Described:
         """Hand the messages of one transfer to the broker; the outcome to settle with."""
         try:
-            self.tokens.check(link.path, "Send")  # the token may have expired since attach
+            self.tokens.check(link.address, "Send")  # the token may have expired since attach
             messages = messages_of(payload, fmt)
             await self.ns.send(link.path, messages)
         except DecodeError as exc:
@@ -433,7 +466,7 @@ class Connection:
             self._transfer(session, link, payload, tag)
 
     def _transfer(self, session: Session, link: Link, payload: bytes, tag: bytes,
-                  settled: bool = True) -> None:
+                  settled: bool = True) -> int:
         """One settled delivery, split into frames no larger than the client takes."""
         delivery_id = session.next_outgoing_id
         session.next_outgoing_id += 1
@@ -453,3 +486,71 @@ class Connection:
         self._send(session.channel, p.performative(
             p.TRANSFER, UInt(link.our_handle), UInt(delivery_id), tag, UInt(0), settled,
         ), payload[start:])
+        return delivery_id
+
+    # -- receiver links -----------------------------------------------------------------
+
+    async def _pump_receive(self, session: Session, link: Link) -> None:
+        """Deliver the broker's messages on ``link`` while the client gives credit."""
+        while True:
+            await link.wake.wait()
+            if link.credit <= 0 or session.remote_incoming_window <= 0:
+                link.wake.clear()
+                continue
+            drain = link.drain
+            request = ReceiveRequest(
+                link.mode, max_messages=min(link.credit, session.remote_incoming_window, 1000),
+                max_wait=0 if drain else LONG_POLL, sub_queue=link.sub_queue,
+            )
+            try:
+                messages = await self.ns.receive(link.path, request)
+            except ServiceBusError as exc:
+                session.links.pop(link.handle, None)
+                self._send(session.channel, p.performative(
+                    p.DETACH, UInt(link.our_handle), True,
+                    p.amqp_error(p.condition(exc), exc.message),
+                ))
+                return
+            settled = link.mode == "receive_and_delete"
+            for message in messages:
+                delivery_id = self._transfer(session, link, delivery_payload(message),
+                                             delivery_tag(message), settled)
+                if not settled and message.lock_token is not None:
+                    session.unsettled[delivery_id] = (link, message.lock_token)
+            if drain and link.credit > 0:
+                link.delivery_count += link.credit
+                link.credit = 0
+                link.drain = False
+                self._flow(session, link, drain=True)
+            await self.writer.drain()
+
+    async def _on_disposition(self, session: Session, fields: list[Any]) -> None:
+        """Settle what a receiver's disposition says, and echo the outcome."""
+        if not fields[0]:
+            return  # a sender's disposition: only the $cbs replies, sent settled
+        first = int(fields[1])
+        last = int(fields[2]) if fields[2] is not None else first
+        replies: list[tuple[int, Any]] = []
+        for delivery_id in range(first, min(last, first + 10_000) + 1):
+            entry = session.unsettled.pop(delivery_id, None)
+            if entry is None:
+                continue
+            link, token = entry
+            settlement, outcome = settlement_of(fields[4], token, link.sub_queue)
+            if settlement is None:
+                session.unsettled[delivery_id] = entry
+                continue
+            try:
+                await self.ns.settle(link.path, settlement)
+            except ServiceBusError as exc:
+                outcome = p.rejected(p.condition(exc), exc.message)
+            replies.append((delivery_id, outcome))
+        if fields[3]:
+            return  # the client settled already: it waits for nothing
+        if replies and all(outcome == replies[0][1] for _id, outcome in replies):
+            self._send(session.channel, p.performative(
+                p.DISPOSITION, False, UInt(first), UInt(last), True, replies[0][1]))
+            return
+        for delivery_id, outcome in replies:
+            self._send(session.channel, p.performative(
+                p.DISPOSITION, False, UInt(delivery_id), None, True, outcome))
