@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import time
 import urllib.parse
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .errors import InvalidArgument, Unauthorized
@@ -21,6 +22,7 @@ __all__ = [
     "SasChecker",
     "SasCredential",
     "hostname",
+    "key_table",
     "parse_connection_string",
 ]
 
@@ -191,3 +193,29 @@ class SasChecker:
             netloc, _, rest = resource.partition("/")
             host, resource = hostname(netloc), "/" + rest
         return int(fields["se"]), resource.rstrip("/"), rights, host
+
+
+def key_table(
+    key_name: str, key: str, keys: Mapping[str, tuple[str, Iterable[str]]] | None = None
+) -> dict[str, tuple[str, frozenset[str]]]:
+    """The keys a server accepts, each with its rights: ``key_name``/``key`` with every
+    right, and ``keys`` (``{name: (key, rights)}``, rights among ``Manage``, ``Send``,
+    ``Listen``; ``Manage`` includes the other two).
+
+    Raises:
+        InvalidArgument: An empty name or key, unknown or no rights, a name given twice.
+    """
+    SasCredential(key_name, key)  # validates both
+    table = {key_name: (key, frozenset(RIGHTS))}
+    for name, (secret, rights) in (keys or {}).items():
+        SasCredential(name, secret)
+        given = set(rights)
+        unknown = sorted(given - set(RIGHTS))
+        if unknown or not given:
+            raise InvalidArgument(
+                f"key {name!r} has rights {sorted(given)}; give some of {', '.join(RIGHTS)}."
+            )
+        if name in table:
+            raise InvalidArgument(f"the key name {name!r} is given twice.")
+        table[name] = (secret, frozenset(RIGHTS) if "Manage" in given else frozenset(given))
+    return table

@@ -65,17 +65,28 @@ async def serve_forever(
     keys: dict[str, tuple[str, tuple[str, ...]]] | None = None,
     quiet: bool = False,
     metrics: bool = False,
+    amqp_port: int | None = None,
+    namespace: str = "sbemulatorns",
 ) -> None:
-    """Serve the emulator over HTTP until interrupted, printing how to connect and (unless
-    ``quiet``) a line per request."""
+    """Serve the emulator over HTTP (and AMQP 1.0 on ``amqp_port``, for the official SDKs)
+    until interrupted, printing how to connect and (unless ``quiet``) a line per
+    request."""
+    from .amqp.server import serve_amqp
+    from .auth import key_table
     from .emulator.server import DEV_KEY, serve
 
     if not quiet:
         _log_to_stdout()
+    table = key_table(key_name, key or DEV_KEY, keys)
     async with serve(
         host, port, key_name=key_name, key=key or DEV_KEY, data_dir=data_dir, keys=keys,
         log_requests=not quiet, metrics=metrics,
-    ) as served:
+    ) as served, contextlib.AsyncExitStack() as stack:
+        amqp = None
+        if amqp_port is not None:
+            amqp = await stack.enter_async_context(serve_amqp(
+                host, amqp_port, namespace=namespace, keys=table, journal=served.journal
+            ))
         stopped = _Stopped()  # before the banner: a signal may follow it at once
         _say(f"aiosb emulator server listening on {served.url}")
         _say(f"  event loop: {type(asyncio.get_running_loop()).__module__.split('.')[0]}")
@@ -86,6 +97,9 @@ async def serve_forever(
         if data_dir is not None:
             _say(f"  durable: every acknowledged operation is kept in {data_dir}")
         _say(f"  connection string: {served.connection_string('contoso')}")
+        if amqp is not None:
+            _say(f"  AMQP 1.0 (the official SDKs) on port {amqp.port}, namespace {namespace}:")
+            _say(f"    {amqp.connection_string()}")
         if metrics:
             _say(f"  Prometheus metrics: {served.url}/metrics")
         if not quiet:
@@ -177,6 +191,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_cmd.add_argument("--listen-key", action="append", default=[], metavar="NAME=KEY",
                            help="also accept this key, with Listen rights only "
                            "(repeatable; none by default)")
+    serve_cmd.add_argument("--amqp-port", type=int, default=5672,
+                           help="port for AMQP 1.0, what the official SDKs speak (0 picks a "
+                           "free one)")
+    serve_cmd.add_argument("--no-amqp", action="store_true", help="serve HTTP only")
+    serve_cmd.add_argument("--namespace", default="sbemulatorns",
+                           help="the namespace AMQP connections use")
     serve_cmd.add_argument("--quiet", action="store_true",
                            help="no line per request (they are on by default)")
     serve_cmd.add_argument("--metrics", action="store_true",
@@ -190,6 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             if not 0 <= args.port <= 65535:
                 parser.error("--port must be between 0 and 65535")
+            if not 0 <= args.amqp_port <= 65535:
+                parser.error("--amqp-port must be between 0 and 65535")
             keys: dict[str, tuple[str, tuple[str, ...]]] = {}
             for option, right in ((args.send_key, "Send"), (args.listen_key, "Listen")):
                 for text in option:
@@ -198,7 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         parser.error(f"--{right.lower()}-key takes NAME=KEY, not {text!r}")
                     keys[name] = (secret, (right,))
             run(serve_forever(args.host, args.port, args.key_name, args.key, args.data_dir,
-                              keys, quiet=args.quiet, metrics=args.metrics), args.loop)
+                              keys, quiet=args.quiet, metrics=args.metrics,
+                              amqp_port=None if args.no_amqp else args.amqp_port,
+                              namespace=args.namespace), args.loop)
         if args.command == "demo":
             if args.orders < 10:
                 parser.error("--orders must be at least 10")

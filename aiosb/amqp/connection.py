@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..auth import SasChecker
-from ..emulator import EmulatorNamespace
+from ..emulator import EmulatorNamespace, Journal
 from ..errors import (
     EntityNotFound,
     InvalidArgument,
@@ -134,8 +134,11 @@ class Connection:
     """
 
     def __init__(self, ns: EmulatorNamespace, checker: SasChecker,
-                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 journal: Journal | None = None) -> None:
         self.ns = ns
+        #: Durable mode: what the broker changed is on disk before the client hears of it.
+        self.journal = journal
         self.tokens = Tokens(checker)
         self.reader = reader
         self.writer = writer
@@ -434,6 +437,8 @@ class Connection:
             self.tokens.check(link.address, "Send")  # the token may have expired since attach
             messages = messages_of(payload, fmt)
             await self.ns.send(link.path, messages)
+            if self.journal is not None:
+                await self.journal.commit()
         except DecodeError as exc:
             return p.rejected("amqp:decode-error", str(exc))
         except ServiceBusError as exc:
@@ -504,6 +509,8 @@ class Connection:
             )
             try:
                 messages = await self.ns.receive(link.path, request)
+                if messages and self.journal is not None:
+                    await self.journal.commit()
             except ServiceBusError as exc:
                 session.links.pop(link.handle, None)
                 self._send(session.channel, p.performative(
@@ -545,6 +552,8 @@ class Connection:
             except ServiceBusError as exc:
                 outcome = p.rejected(p.condition(exc), exc.message)
             replies.append((delivery_id, outcome))
+        if replies and self.journal is not None:
+            await self.journal.commit()
         if fields[3]:
             return  # the client settled already: it waits for nothing
         if replies and all(outcome == replies[0][1] for _id, outcome in replies):

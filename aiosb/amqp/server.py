@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 from .. import emulator
 from ..auth import DEV_KEY, DEV_KEY_NAME, RIGHTS, SasChecker
+from ..emulator import Journal
 from .connection import Connection
 
 __all__ = ["AmqpServer", "serve_amqp"]
@@ -28,13 +29,15 @@ class AmqpServer:
     """
 
     def __init__(self, host: str, namespace: str,
-                 keys: dict[str, tuple[str, frozenset[str]]]) -> None:
+                 keys: dict[str, tuple[str, frozenset[str]]],
+                 journal: Journal | None = None) -> None:
         self.host = host
         self.port = 0
         self.namespace = namespace
         self.keys = keys
         self.ns = emulator.namespace(namespace)
         self._checker = SasChecker(keys)
+        self._journal = journal
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[Connection] = set()
 
@@ -48,7 +51,7 @@ class AmqpServer:
         )
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connection = Connection(self.ns, self._checker, reader, writer)
+        connection = Connection(self.ns, self._checker, reader, writer, self._journal)
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
@@ -79,6 +82,7 @@ async def serve_amqp(
     *,
     namespace: str = "sbemulatorns",
     keys: dict[str, tuple[str, frozenset[str]]] | None = None,
+    journal: Journal | None = None,
 ) -> AsyncIterator[AmqpServer]:
     """Listen for AMQP 1.0 on ``host``:``port`` (0: a free port) for ``namespace``.
 
@@ -88,8 +92,11 @@ async def serve_amqp(
         namespace: The emulator namespace served (created on first use).
         keys: ``{key_name: (key, rights)}`` that tokens may be signed with; by default
             the development key with every right.
+        journal: Durable mode (the HTTP server's journal): what a transfer, a receive or
+            a disposition changed is on disk before the client is answered.
     """
-    server = AmqpServer(host, namespace, keys or {DEV_KEY_NAME: (DEV_KEY, frozenset(RIGHTS))})
+    server = AmqpServer(host, namespace, keys or {DEV_KEY_NAME: (DEV_KEY, frozenset(RIGHTS))},
+                        journal)
     server.ns.attach()
     try:
         listener = await asyncio.start_server(server._serve, host, port)

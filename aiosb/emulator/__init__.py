@@ -29,6 +29,7 @@ __all__ = [
     "EmulatorNamespace",
     "Fault",
     "Faults",
+    "Journal",
     "namespace",
     "namespaces",
     "reset",

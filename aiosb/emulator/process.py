@@ -32,12 +32,15 @@ class ServerProcess:
     def __init__(
         self, host: str = "127.0.0.1", args: list[str] | None = None, *, quiet: bool = True
     ) -> None:
-        self._cmd = [sys.executable, "-m", "aiosb.cli", "serve", "--host", host, "--port", "0"]
+        self._cmd = [sys.executable, "-m", "aiosb.cli", "serve", "--host", host, "--port", "0",
+                     "--amqp-port", "0"]
         if quiet:  # no line per request: benchmarks and tests want the server's CPU
             self._cmd.append("--quiet")
         self._cmd += args or []
         self._proc: subprocess.Popen[str] | None = None
         self.url = ""
+        #: The connection string the official SDKs take (AMQP), from the banner.
+        self.amqp_connection_string = ""
         self.pid = 0
 
     def __enter__(self) -> Self:
@@ -61,6 +64,9 @@ class ServerProcess:
             seen.append(line)
             if "listening on" in line:
                 self.url = line.rsplit(" ", 1)[-1].strip()
+            elif line.strip().startswith("Endpoint=sb://"):
+                self.amqp_connection_string = line.strip()
+            elif "python: aiosb.connect" in line:  # the banner's last line
                 break
         if not self.url:
             proc.wait(10)

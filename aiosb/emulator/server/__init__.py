@@ -108,7 +108,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
@@ -150,11 +150,14 @@ class ServedEmulator:
             ``{url}/contoso``.
         key_name: The key name requests are signed with.
         key: The key.
+        journal: The durable journal (``data_dir`` given), which another front end of
+            the same broker (AMQP) commits to as well; ``None`` in memory.
     """
 
     url: str
     key_name: str
     key: str
+    journal: Journal | None = field(default=None, repr=False, compare=False)
 
     @property
     def credential(self) -> SasCredential:
@@ -276,7 +279,7 @@ async def serve(
         await site.start()
         bound = runner.addresses[0][1]  # (host, port, ...) of the listening socket
         shown = f"[{host}]" if ":" in host else host
-        served = ServedEmulator(f"http://{shown}:{bound}", key_name, key)
+        served = ServedEmulator(f"http://{shown}:{bound}", key_name, key, journal)
         if ready is not None:
             ready(served)
         yield served

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from aiohttp import web
 
-from ...auth import DEV_KEY, DEV_KEY_NAME, RIGHTS, SasChecker, SasCredential
+from ...auth import DEV_KEY, DEV_KEY_NAME, SasChecker, key_table
 from ...errors import (
     EntityNotFound,
     InvalidArgument,
@@ -64,20 +64,7 @@ class EmulatorServer:
         log_requests: bool = False,
         metrics: bool = False,
     ) -> None:
-        SasCredential(key_name, key)  # validates both
-        table = {key_name: (key, frozenset(RIGHTS))}
-        for name, (secret, rights) in (keys or {}).items():
-            SasCredential(name, secret)
-            given = set(rights)
-            unknown = sorted(given - set(RIGHTS))
-            if unknown or not given:
-                raise InvalidArgument(
-                    f"key {name!r} has rights {sorted(given)}; give some of "
-                    f"{', '.join(RIGHTS)}."
-                )
-            if name in table:
-                raise InvalidArgument(f"the key name {name!r} is given twice.")
-            table[name] = (secret, frozenset(RIGHTS) if "Manage" in given else frozenset(given))
+        table = key_table(key_name, key, keys)
         self._auth = SasChecker(table)
         self._journal = journal
         self._namespaces: dict[str, EmulatorNamespace] = {}
