@@ -18,8 +18,8 @@ import asyncio
 import datetime as _dt
 import random
 import urllib.parse
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Literal, Protocol, TypeVar
 
 from ._admin import Management
 from ._duration import Duration, to_seconds
@@ -55,6 +55,25 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+class Observer(Protocol):
+    """What :func:`aiosb.telemetry.instrument` installs as :data:`observer`: it is
+    given each operation :meth:`Namespace.execute` runs (the namespace, the transport
+    method, its positional arguments, and the attempts' coroutine) and returns what to
+    await in its place."""
+
+    def __call__(
+        self,
+        namespace: Namespace,
+        fn: Callable[..., Awaitable[Any]],
+        args: tuple[Any, ...],
+        run: Coroutine[Any, Any, T],
+    ) -> Awaitable[T]: ...
+
+
+#: ``None`` unless telemetry is on (:mod:`aiosb.telemetry`): one check per operation.
+observer: Observer | None = None
 
 
 def connect(
@@ -320,7 +339,9 @@ class Namespace(Management):
         for tracker in trackers:
             tracker.enter(task)
         try:
-            return await self._attempts(fn, args, kwargs, wait, timeout)
+            if observer is None:
+                return await self._attempts(fn, args, kwargs, wait, timeout)
+            return await observer(self, fn, args, self._attempts(fn, args, kwargs, wait, timeout))
         except asyncio.CancelledError:
             for tracker in trackers:
                 error = tracker.closed_error(task)

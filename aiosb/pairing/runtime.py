@@ -28,6 +28,7 @@ import asyncio
 import datetime as _dt
 import functools
 import logging
+import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +72,11 @@ __all__ = [
     "PairingStats",
     "is_outage",
 ]
+
+
+#: The open pairings, which :mod:`aiosb.telemetry` observes (their counters, read when
+#: metrics are collected; nothing is counted twice, nothing added on the send path).
+OPEN: weakref.WeakSet[PairedNamespace] = weakref.WeakSet()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -189,12 +195,14 @@ class PairedNamespace:
             await self.aclose()
             raise
         self._state = "open"
+        OPEN.add(self)
 
     async def aclose(self) -> None:
         """Stop every ping actor and syphon pump and close the senders (idempotent)."""
         if self._state == "closed":
             return
         self._state = "closed"
+        OPEN.discard(self)
         self._inflight.close("the pairing was closed")
         for entry in self._entries.values():
             if entry.timer is not None:
