@@ -67,6 +67,7 @@ async def serve_forever(
     metrics: bool = False,
     amqp_port: int | None = None,
     namespace: str = "sbemulatorns",
+    tls: tuple[str, str] | None = None,
 ) -> None:
     """Serve the emulator over HTTP (and AMQP 1.0 on ``amqp_port``, for the official SDKs)
     until interrupted, printing how to connect and (unless ``quiet``) a line per
@@ -78,9 +79,15 @@ async def serve_forever(
     if not quiet:
         _log_to_stdout()
     table = key_table(key_name, key or DEV_KEY, keys)
+    ssl_context = None
+    if tls is not None:
+        from .emulator._tls import context
+
+        ssl_context = context(*tls)
     async with serve(
         host, port, key_name=key_name, key=key or DEV_KEY, data_dir=data_dir, keys=keys,
-        log_requests=not quiet, metrics=metrics,
+        log_requests=not quiet, metrics=metrics, ssl_context=ssl_context,
+        root=namespace if tls is not None else None,
     ) as served, contextlib.AsyncExitStack() as stack:
         amqp = None
         if amqp_port is not None:
@@ -89,6 +96,12 @@ async def serve_forever(
             ))
         stopped = _Stopped()  # before the banner: a signal may follow it at once
         _say(f"aiosb emulator server listening on {served.url}")
+        if tls is not None:
+            _say(f"  HTTPS, certificate {tls[0]}; namespace {namespace} at the root, for the "
+                 "official administration clients:")
+            _say(f"    Endpoint=sb://localhost:{served.url.rsplit(':', 1)[1]};"
+                 f"SharedAccessKeyName={key_name};SharedAccessKey={key or DEV_KEY} "
+                 f"(connection_verify={tls[0]!r})")
         _say(f"  event loop: {type(asyncio.get_running_loop()).__module__.split('.')[0]}")
         _say(f"  namespaces exist on first use: {served.url}/NAME (e.g. {served.url}/contoso)")
         if key is None:
@@ -197,6 +210,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_cmd.add_argument("--no-amqp", action="store_true", help="serve HTTP only")
     serve_cmd.add_argument("--namespace", default="sbemulatorns",
                            help="the namespace AMQP connections use")
+    serve_cmd.add_argument("--tls-cert", default=None,
+                           help="serve HTTPS with this certificate (PEM), the default namespace "
+                           "at the root: what the official administration clients need")
+    serve_cmd.add_argument("--tls-key", default=None, help="the certificate's private key (PEM)")
+    serve_cmd.add_argument("--tls", action="store_true",
+                           help="serve HTTPS with a self-signed certificate for localhost, made "
+                           "in --tls-dir (needs cryptography: pip install aiosb[tls])")
+    serve_cmd.add_argument("--tls-dir", default=".aiosb-tls",
+                           help="where --tls writes its certificate and key")
     serve_cmd.add_argument("--quiet", action="store_true",
                            help="no line per request (they are on by default)")
     serve_cmd.add_argument("--metrics", action="store_true",
@@ -212,6 +234,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error("--port must be between 0 and 65535")
             if not 0 <= args.amqp_port <= 65535:
                 parser.error("--amqp-port must be between 0 and 65535")
+            tls = None
+            if (args.tls_cert is None) != (args.tls_key is None):
+                parser.error("--tls-cert and --tls-key go together")
+            if args.tls_cert is not None:
+                tls = (args.tls_cert, args.tls_key)
+            elif args.tls:
+                from .emulator._tls import self_signed
+
+                cert, tls_key = self_signed(args.tls_dir)
+                tls = (str(cert), str(tls_key))
             keys: dict[str, tuple[str, tuple[str, ...]]] = {}
             for option, right in ((args.send_key, "Send"), (args.listen_key, "Listen")):
                 for text in option:
@@ -222,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run(serve_forever(args.host, args.port, args.key_name, args.key, args.data_dir,
                               keys, quiet=args.quiet, metrics=args.metrics,
                               amqp_port=None if args.no_amqp else args.amqp_port,
-                              namespace=args.namespace), args.loop)
+                              namespace=args.namespace, tls=tls), args.loop)
         if args.command == "demo":
             if args.orders < 10:
                 parser.error("--orders must be at least 10")

@@ -11,6 +11,7 @@ import dataclasses
 import datetime as _dt
 import math
 import re
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -193,6 +194,11 @@ class _EntityProperties:
             if target is not None:
                 if not isinstance(target, str) or not target:
                     raise InvalidArgument(f"{name} must be an entity name, not {target!r}.")
+                if "://" in target:  # sb://host/orders, as the official clients give it
+                    target = urllib.parse.urlsplit(target).path.strip("/")
+                    if not target:
+                        raise InvalidArgument(f"{name} is a URI without an entity name.")
+                    self._set_field(name, target)
                 if target.lower() == self._field("name").lower():
                     raise InvalidArgument(f"{name} names the entity itself ({target!r}).")
 

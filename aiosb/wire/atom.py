@@ -32,9 +32,19 @@ from ..entities import (
 )
 from ..errors import InvalidArgument
 
-__all__ = ["Entry", "entry_xml", "feed_xml", "parse_entry", "parse_feed", "request_xml"]
+__all__ = [
+    "Entry",
+    "entry_xml",
+    "feed_xml",
+    "namespace_info_xml",
+    "parse_entry",
+    "parse_feed",
+    "request_xml",
+]
 
 ATOM = "http://www.w3.org/2005/Atom"
+#: The management protocol's version, as the official clients send it.
+API_VERSION = "2021-05"
 SB = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
 COUNTS_NS = "http://schemas.microsoft.com/netservices/2011/06/servicebus"
 XSI = "http://www.w3.org/2001/XMLSchema-instance"
@@ -299,15 +309,18 @@ def entry_xml(kind: str, props: Any, counts: RuntimeProperties | None, url: str,
 
 
 def feed_xml(
-    items: Sequence[tuple[str, Any, RuntimeProperties | None, str, str]], url: str, title: str
+    items: Sequence[tuple[str, Any, RuntimeProperties | None, str, str]], url: str, title: str,
+    following: str | None = None,
 ) -> bytes:
-    """An Atom feed of entries ``(kind, props, counts, url, title)`` (what lists answer)."""
+    """An Atom feed of entries ``(kind, props, counts, url, title)`` (what lists answer),
+    with a ``next`` link to ``following`` when the listing goes on."""
     now = _format_value("datetime", _dt.datetime.now(_dt.UTC))
     entries = "".join(_entry(*item, now) for item in items)
+    more = "" if following is None else f'<link rel="next" href="{escape(following)}"/>'
     return (
         f'<?xml version="1.0" encoding="utf-8"?><feed xmlns="{ATOM}">'
         f'<title type="text">{escape(title)}</title><id>{escape(url)}</id>'
-        f'<updated>{now}</updated><link rel="self" href="{escape(url)}"/>{entries}</feed>'
+        f'<updated>{now}</updated><link rel="self" href="{escape(url)}"/>{more}{entries}</feed>'
     ).encode()
 
 
@@ -461,3 +474,23 @@ def runtime_properties(name: str, entry: Entry) -> RuntimeProperties:
         accessed_at_utc=entry.fields.get("accessed_at_utc"),
         **counts,
     )
+
+
+_STARTED = _dt.datetime.now(_dt.UTC)
+
+
+def namespace_info_xml(name: str, tier: str, url: str) -> bytes:
+    """The ``$namespaceinfo`` entry (what ``get_namespace_properties`` reads)."""
+    now = _format_value("datetime", _dt.datetime.now(_dt.UTC))
+    created = _format_value("datetime", _STARTED)
+    units = "<MessagingUnits>1</MessagingUnits>" if tier == "premium" else ""
+    return (
+        f'<?xml version="1.0" encoding="utf-8"?><entry xmlns="{ATOM}">'
+        f'<id>{escape(url)}</id><title type="text">{escape(name)}</title>'
+        f"<updated>{now}</updated><author><name>{escape(name)}</name></author>"
+        f'<link rel="self" href="{escape(url)}"/><content type="application/xml">'
+        f'<NamespaceInfo xmlns="{SB}" xmlns:i="{XSI}"><CreatedTime>{created}</CreatedTime>'
+        f"<MessagingSKU>{tier.capitalize()}</MessagingSKU>{units}"
+        f"<ModifiedTime>{created}</ModifiedTime><Name>{escape(name)}</Name>"
+        "<NamespaceType>Messaging</NamespaceType></NamespaceInfo></content></entry>"
+    ).encode()

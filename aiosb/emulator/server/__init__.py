@@ -107,6 +107,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,6 +233,8 @@ async def serve(
     keys: Mapping[str, tuple[str, Iterable[str]]] | None = None,
     log_requests: bool = False,
     metrics: bool = False,
+    ssl_context: ssl.SSLContext | None = None,
+    root: str | None = None,
 ) -> AsyncIterator[ServedEmulator]:
     """Serve the emulator over HTTP on the running loop, for the ``async with`` block.
 
@@ -251,6 +254,12 @@ async def serve(
         metrics: Serve Prometheus metrics at ``GET /metrics`` (needs
             ``prometheus-client``: ``pip install aiosb[metrics]``); a namespace called
             ``metrics`` is then out of reach over HTTP.
+        ssl_context: Serve HTTPS with it (the official administration clients insist
+            on HTTPS).
+        root: Serve this namespace at the root, as a namespace's own host does
+            (``/orders`` is its queue ``orders``), instead of naming the namespace in
+            each path's first segment (what the official clients need: they address
+            entities, not namespaces).
 
     Yields:
         A :class:`ServedEmulator` with the bound URL and the credential.
@@ -266,7 +275,7 @@ async def serve(
             await journal.aclose()
             raise
     server = EmulatorServer(key_name=key_name, key=key, journal=journal, keys=keys,
-                            log_requests=log_requests, metrics=metrics)
+                            log_requests=log_requests, metrics=metrics, root=root)
     # handler_cancellation: a client that hangs up (its own timeout) cancels the
     # operation it asked for, so that a long poll does not lock messages for nobody.
     runner = web.AppRunner(
@@ -275,11 +284,12 @@ async def serve(
     await runner.setup()
     server.open_connections = lambda: len(runner.server.connections) if runner.server else 0
     try:
-        site = _CappedSite(runner, host, port, reuse_address=True)
+        site = _CappedSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
         await site.start()
         bound = runner.addresses[0][1]  # (host, port, ...) of the listening socket
         shown = f"[{host}]" if ":" in host else host
-        served = ServedEmulator(f"http://{shown}:{bound}", key_name, key, journal)
+        scheme = "https" if ssl_context is not None else "http"
+        served = ServedEmulator(f"{scheme}://{shown}:{bound}", key_name, key, journal)
         if ready is not None:
             ready(served)
         yield served

@@ -63,11 +63,15 @@ class EmulatorServer:
         keys: Mapping[str, tuple[str, Iterable[str]]] | None = None,
         log_requests: bool = False,
         metrics: bool = False,
+        root: str | None = None,
     ) -> None:
         table = key_table(key_name, key, keys)
         self._auth = SasChecker(table)
         self._journal = journal
         self._namespaces: dict[str, EmulatorNamespace] = {}
+        #: The namespace served at the root (paths name entities, not namespaces), as a
+        #: namespace's own host serves it; None: the first segment names the namespace.
+        self.root = root
         #: How many client connections are open (the serving code sets it).
         self.open_connections: Callable[[], int] = lambda: 0
         self._observer = None
@@ -117,7 +121,7 @@ class EmulatorServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         try:
-            route = split(request.raw_path)
+            route = split(request.raw_path, self.root)
             headers = request.headers
             self._auth.check(
                 headers.get("Authorization") or headers.get("ServiceBusAuthorization"),
@@ -165,8 +169,8 @@ class EmulatorServer:
         ns = await self._namespace(route.namespace)
         if not segs:
             raise InvalidArgument(
-                f"nothing to do at /{route.namespace}: address an entity, e.g. "
-                f"/{route.namespace}/orders/messages."
+                f"nothing to do at {route.base or '/'}: address an entity, e.g. "
+                f"{route.base}/orders/messages."
             )
         if "$aiosb" in segs:
             at = segs.index("$aiosb")

@@ -39,17 +39,25 @@ _MAX_SEGMENT = 512
 class Route:
     namespace: str
     segments: tuple[str, ...]  # decoded, below the namespace
+    #: The namespace is the server's default, served at the root (as a namespace's own
+    #: host serves it), not named by the path's first segment.
+    root: bool = False
     path: str = field(init=False)  # what a signature's scope covers
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "path", "/" + "/".join((self.namespace, *self.segments)).lower()
-        )
+        named = self.segments if self.root else (self.namespace, *self.segments)
+        object.__setattr__(self, "path", "/" + "/".join(named).lower())
+
+    @property
+    def base(self) -> str:
+        """The URL path of the namespace: ``""`` at the root, else ``/NAME``."""
+        return "" if self.root else "/" + urllib.parse.quote(self.namespace)
 
 
 @functools.lru_cache(maxsize=1024)  # clients use the same few paths over and over
-def split(raw_path: str) -> Route:
-    """Decode the request path into namespace and segments, refusing path tricks."""
+def split(raw_path: str, root: str | None = None) -> Route:
+    """Decode the request path into namespace and segments, refusing path tricks: the
+    first segment names the namespace, unless the server serves ``root`` at the root."""
     path = raw_path.split("?", 1)[0]
     if not path.startswith("/"):
         raise InvalidArgument("the request path must start with '/'.")
@@ -73,6 +81,8 @@ def split(raw_path: str) -> Route:
                 "backslashes or control characters."
             )
         segments.append(text)
+    if root is not None:
+        return Route(root, tuple(segments), root=True)
     if not segments:
         raise InvalidArgument(
             "no namespace in the path: use /{namespace}/{entity}/messages and the like."
@@ -158,12 +168,12 @@ def as_seconds(name: str, value: Any, high: float) -> float:
 def page_of(request: web.Request) -> slice:
     """The page of a listing that ``$skip`` and ``$top`` ask for: as Service Bus, at
     most :data:`PAGE` entries unless ``$top`` says otherwise."""
-    skip = _querywhole(request, "$skip", 0, 0, 2**31 - 1)
-    top = _querywhole(request, "$top", PAGE, 1, MAX_PAGE)
+    skip = _query_int(request, "$skip", 0, 0, 2**31 - 1)
+    top = _query_int(request, "$top", PAGE, 1, MAX_PAGE)
     return slice(skip, skip + top)
 
 
-def _querywhole(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+def _query_int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
     raw = request.query.get(name)
     if raw is None:
         return default

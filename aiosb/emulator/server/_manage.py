@@ -17,6 +17,7 @@ from ...errors import (
 from ...protocol import EntityKind, ManageAction, ManagementRequest, entity_kind
 from ...rules import split_rule_path
 from ...wire import atom as _atom
+from ...wire.atom import API_VERSION, namespace_info_xml
 from ...wire.atom_rules import default_rule_of, parse_rule, rule_entry_xml, rules_feed_xml
 from .. import EmulatorNamespace
 from ._http import (
@@ -30,24 +31,28 @@ async def manage(
 ) -> web.StreamResponse:
     segs = route.segments
     method = request.method
-    url = f"{request.scheme}://{request.host}/{route.namespace}"
+    url = f"{request.scheme}://{request.host}{route.base}"
     if segs[0] == "$Resources":
         if method != "GET" or len(segs) != 2 or segs[1].lower() not in ("queues", "topics"):
             raise InvalidArgument("use GET /{namespace}/$Resources/queues (or topics).")
         kind = entity_kind(segs[1].lower()[:-1])
-        page = page_of(request)
+        page = page_of(request)  # a bad $skip is a 400 whatever the listing
         items = await ns.manage(ManagementRequest("list", kind))
-        return _feed(kind, items[page], f"{url}/$Resources/{segs[1]}",
-                          segs[1].capitalize(), url)
+        return await _feed(ns, kind, items, page, f"{url}/$Resources/{segs[1]}",
+                           segs[1].capitalize(), url)
     path = "/".join(segs)
+    if [s.lower() for s in segs] == ["$namespaceinfo"]:
+        if method != "GET":
+            raise InvalidOperation("GET $namespaceinfo reads the namespace's properties.")
+        return _atom_response(namespace_info_xml(ns.name, ns.tier, f"{url}/$namespaceinfo"))
     if _is_rules(segs):
         return await _rules(request, ns, path, url)
-    if method == "GET" and segs[-1] == "subscriptions" and len(segs) > 1:
+    if method == "GET" and segs[-1].lower() == "subscriptions" and len(segs) > 1:
         topic = "/".join(segs[:-1])
         page = page_of(request)
         items = await ns.manage(ManagementRequest("list", "subscription", topic))
-        return _feed("subscription", items[page], f"{url}/{path}",
-                          "Subscriptions", url)
+        return await _feed(ns, "subscription", items, page, f"{url}/{path}",
+                           "Subscriptions", url)
     parsed = parse_entity_path(path)
     if parsed.sub_queue is not None:
         raise InvalidOperation(
@@ -127,15 +132,23 @@ def _entry(kind: str, props: Any, counts: Any, url: str, title: str, *, status: 
     )
 
 
-def _feed(kind: str, items: list[Any], url: str, title: str, base: str) -> web.Response:
+async def _feed(ns: EmulatorNamespace, kind: str, items: list[Any], page: slice, url: str,
+                title: str, base: str) -> web.Response:
+    """A page of a listing, each entry with its counts (as Service Bus lists them), and
+    a ``next`` link while more remain (what the official clients follow)."""
     entries = []
-    for props in items:
+    for props in items[page]:
         path = props.name if kind != "subscription" else (
             f"{props.topic_name}/subscriptions/{props.name}"
         )
-        entries.append((kind, props, None, f"{base}/{path}", props.name))
+        counts = await ns.manage(ManagementRequest("runtime", None, path))
+        entries.append((kind, props, counts, f"{base}/{path}", props.name))
+    following = None
+    if page.stop < len(items):
+        top = page.stop - page.start
+        following = f"{url}?$skip={page.stop}&$top={top}&api-version={API_VERSION}"
     return web.Response(
-        body=_atom.feed_xml(entries, url, title),
+        body=_atom.feed_xml(entries, url, title, following),
         content_type="application/atom+xml",
         charset="utf-8",
     )

@@ -155,7 +155,7 @@ async def receive_head(
         await ns.settle(parsed.path, settle)
         raise
     if lock:
-        base = f"{request.scheme}://{request.host}/{urllib.parse.quote(route.namespace)}"
+        base = f"{request.scheme}://{request.host}{route.base}"
         where = urllib.parse.quote(path, safe="/$")
         headers["Location"] = f"{base}/{where}/messages/{msg.sequence_number}/{token}"
     else:

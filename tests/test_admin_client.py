@@ -1,0 +1,103 @@
+"""Issue 15: the official administration client (azure-servicebus, unmodified) against
+aiosb serve over HTTPS, with the default namespace at the root: entities, rules, counts,
+pages past 100, namespace properties; and ``aiosb serve --tls`` from the command line."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+import aiosb
+from aiosb import Message
+from aiosb.auth import DEV_KEY, DEV_KEY_NAME
+from aiosb.emulator import _tls
+from aiosb.emulator.process import ServerProcess
+from aiosb.emulator.server import serve
+
+pytest.importorskip("cryptography")
+management = pytest.importorskip("azure.servicebus.aio.management")
+_names = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return _tls.self_signed(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture
+async def admin(certificate) -> AsyncIterator[tuple[object, str]]:
+    cert, key = certificate
+    name = f"adminns{next(_names)}"
+    async with serve(ssl_context=_tls.context(cert, key), root=name) as server:
+        port = server.url.rsplit(":", 1)[1]
+        connection = (f"Endpoint=sb://localhost:{port};SharedAccessKeyName={DEV_KEY_NAME};"
+                      f"SharedAccessKey={DEV_KEY}")
+        client = management.ServiceBusAdministrationClient.from_connection_string(
+            connection, connection_verify=str(cert)
+        )
+        async with client:
+            yield client, name
+
+
+async def test_entities_and_rules_round_trip(admin):
+    client, _ = admin
+    queue = await client.create_queue("orders", max_delivery_count=3)
+    assert (queue.name, queue.max_delivery_count) == ("orders", 3)
+    queue.max_delivery_count = 5
+    await client.update_queue(queue)
+    assert (await client.get_queue("orders")).max_delivery_count == 5
+    await client.create_topic("events")
+    await client.create_subscription("events", "audit", max_delivery_count=2)
+    assert [s.name async for s in client.list_subscriptions("events")] == ["audit"]
+    from azure.servicebus.management import SqlRuleFilter
+
+    await client.create_rule("events", "audit", "eu", filter=SqlRuleFilter("region = @r",
+                                                                          {"@r": "eu"}))
+    rules = [r.name async for r in client.list_rules("events", "audit")]
+    assert rules == ["$Default", "eu"]
+    got = await client.get_rule("events", "audit", "eu")
+    assert got.filter.sql_expression == "region = @r" and got.filter.parameters == {"@r": "eu"}
+    await client.delete_rule("events", "audit", "eu")
+    await client.delete_subscription("events", "audit")
+    await client.delete_topic("events")
+    await client.delete_queue("orders")
+    assert [q.name async for q in client.list_queues()] == []
+
+
+async def test_counts_pages_and_namespace_properties(admin):
+    client, name = admin
+    await asyncio.gather(*(client.create_queue(f"q{i:03d}") for i in range(105)))
+    assert len([q async for q in client.list_queues()]) == 105  # past a page of 100
+    async with aiosb.connect(f"memory://{name}") as ns, ns.sender("q007") as sender:
+        await sender.send([Message(b"a"), Message(b"b")])
+    counts = await client.get_queue_runtime_properties("q007")
+    assert (counts.active_message_count, counts.total_message_count) == (2, 2)
+    listed = {r.name: r async for r in client.list_queues_runtime_properties()}
+    assert len(listed) == 105 and listed["q007"].active_message_count == 2
+    info = await client.get_namespace_properties()
+    assert info.name == name and info.messaging_sku == "Standard"
+    made = await client.create_queue("forwarder", forward_to="q001")  # sent as sb://...
+    assert made.forward_to.rstrip("/").endswith("q001")
+
+
+def test_aiosb_serve_tls_makes_a_certificate_the_admin_client_trusts(tmp_path):
+    with ServerProcess(args=["--tls", "--tls-dir", str(tmp_path), "--namespace", "clins"]) \
+            as server:
+        assert server.url.startswith("https://")
+        port = server.url.rsplit(":", 1)[1]
+        connection = (f"Endpoint=sb://localhost:{port};SharedAccessKeyName={DEV_KEY_NAME};"
+                      f"SharedAccessKey={DEV_KEY}")
+
+        async def run() -> str:
+            client = management.ServiceBusAdministrationClient.from_connection_string(
+                connection, connection_verify=str(tmp_path / "aiosb-cert.pem")
+            )
+            async with client:
+                await client.create_queue("orders")
+                return (await client.get_namespace_properties()).name
+
+        assert asyncio.run(run()) == "clins"
