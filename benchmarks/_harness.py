@@ -1,8 +1,16 @@
-"""A small harness: run a coroutine on a chosen loop, time it, print a table, write JSON."""
+"""A small harness: run a coroutine on a chosen loop, time it, print a table, write JSON.
+
+Each target is checked on the *worst* of several runs (#16): a target counts as met only
+when every run meets it, so an "at least" target is checked on the minimum and an "at
+most" target on the maximum. :func:`check` gives min, median, max, the target and
+PASS/MISS; :func:`report` prints those and writes them to ``results/NAME.json`` under
+``"checks"``, so a script can read them.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import time
@@ -29,6 +37,33 @@ def run(main: Callable[[], Coroutine[Any, Any, Any]], loop: str = "asyncio") -> 
     return aiosb.cli.run(main(), loop)
 
 
+MIN_RUNS = 3
+
+
+def check(sid: str, case: str, values: list[float], target: float, *, at_most: bool = False,
+          unit: str = "") -> dict[str, Any]:
+    """One S-id's verdict over ``values`` (one per run, at least :data:`MIN_RUNS`):
+    min, median, max, the target (``>= target``, or ``<= target`` when ``at_most``) and
+    ``pass``, judged on the worst run (the minimum, or the maximum when ``at_most``)."""
+    if len(values) < MIN_RUNS:
+        raise ValueError(f"{sid} {case}: {len(values)} runs; at least {MIN_RUNS} are needed")
+    worst = max(values) if at_most else min(values)
+    return {
+        "id": sid,
+        "case": case,
+        "runs": len(values),
+        "min": min(values),
+        "median": statistics.median(values),
+        "max": max(values),
+        "target": f"{'<=' if at_most else '>='} {_fmt(float(target))}",
+        "target_value": target,
+        "at_most": at_most,
+        "judged_on": "max" if at_most else "min",
+        "pass": worst <= target if at_most else worst >= target,
+        "unit": unit,
+    }
+
+
 def best_rate(count: int, timings: list[float]) -> dict[str, float]:
     """Rates from repeated timings of ``count`` operations: best and median."""
     return {
@@ -48,28 +83,47 @@ class Stopwatch:
         self.seconds = time.perf_counter() - self._start
 
 
-def report(name: str, title: str, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-    """Print ``rows`` as a table and write them with ``summary`` to results/NAME.json."""
+def report(name: str, title: str, rows: list[dict[str, Any]], summary: dict[str, Any],
+           checks: list[dict[str, Any]] | None = None) -> None:
+    """Print ``rows`` as a table, then ``checks`` (from :func:`check`) with PASS/MISS,
+    and write them with ``summary`` to results/NAME.json."""
     print(f"\n{title}")
-    if rows:
-        columns = list(dict.fromkeys(c for row in rows for c in row))  # a row may lack some
-        widths = [max(len(c), *(len(_fmt(r.get(c, ""))) for r in rows)) for c in columns]
-        print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
-        for row in rows:
-            print("  ".join(
-                _fmt(row.get(c, "")).ljust(w) for c, w in zip(columns, widths, strict=True)
-            ))
+    _table(rows)
     for key, value in summary.items():
         print(f"{key}: {_fmt(value)}")
+    if checks:
+        print()
+        _table([
+            {"id": c["id"], "case": c["case"], "runs": c["runs"], "min": c["min"],
+             "median": c["median"], "max": c["max"], "unit": c["unit"], "target": c["target"],
+             "verdict": f"{'PASS' if c['pass'] else 'MISS'} (on the {c['judged_on']})"}
+            for c in checks
+        ])
     RESULTS.mkdir(exist_ok=True)
     payload = {
         "benchmark": name,
         "python": platform.python_version(),
         "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "date": time.strftime("%Y-%m-%d"),
         "rows": rows,
         "summary": summary,
+        "checks": checks or [],
     }
     (RESULTS / f"{name}.json").write_text(json.dumps(payload, indent=2, default=str))
+
+
+def _table(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    columns = list(dict.fromkeys(c for row in rows for c in row))  # a row may lack some
+    widths = [max(len(c), *(len(_fmt(r.get(c, ""))) for r in rows)) for c in columns]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+    for row in rows:
+        print("  ".join(
+            _fmt(row.get(c, "")).ljust(w) for c, w in zip(columns, widths, strict=True)
+        ))
 
 
 def _fmt(value: Any) -> str:

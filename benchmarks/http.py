@@ -39,7 +39,16 @@ import aiosb
 from aiosb import Message, emulator
 from aiosb.emulator.server import serve
 
-from ._harness import Stopwatch, best_rate, loops, report, round_trips, run
+from ._harness import (
+    MIN_RUNS,
+    Stopwatch,
+    best_rate,
+    check,
+    loops,
+    report,
+    round_trips,
+    run,
+)
 
 BATCH = 100
 BODY = b"x" * 64
@@ -205,10 +214,10 @@ def served_elsewhere() -> Iterator[_Served]:
 
 
 def _elsewhere(served: _Served, name: str, rounds: int, runs: list[Any], loop: str
-               ) -> dict[str, float]:
+               ) -> tuple[dict[str, float], list[float]]:
     """Run each of ``runs`` (``run(url)`` -> coroutine) against ``served`` and give the
     best and median rates, with the CPU milliseconds per batch of the server process and
-    of this one (the client) in the fastest run."""
+    of this one (the client) in the fastest run; and the rate of each run."""
     timings, cpu = [], []
     for i, one in enumerate(runs):
         server0, client0 = _cpu_seconds(served.pid), _cpu_seconds()
@@ -220,7 +229,7 @@ def _elsewhere(served: _Served, name: str, rounds: int, runs: list[Any], loop: s
     if fastest is not None:
         out["server_ms_per_batch"] = 1000 * fastest[0] / rounds
         out["client_ms_per_batch"] = 1000 * fastest[1] / rounds
-    return out
+    return out, [rounds * BATCH / t for t in timings]
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -232,36 +241,47 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                         help="S-4 streaming: producers, and as many consumers")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
+    args.repeat = max(args.repeat, MIN_RUNS)
     rounds = args.messages // BATCH
+    count = rounds * BATCH
     rows = []
     summary: dict[str, float] = {}
+    checks = []
     for loop in loops():
         emulator.reset()
-        bare = best_rate(args.sends, [
-            run(lambda: bare_aiohttp(args.sends, args.concurrency), loop)
-            for _ in range(args.repeat)
-        ])
-        single = best_rate(args.sends, [
-            run(lambda: aiosb_single_sends(args.sends, args.concurrency), loop)
-            for _ in range(args.repeat)
-        ])
+        # S-3: bare and aiosb interleaved, one ratio per round, so load that comes and
+        # goes on a shared machine falls on both sides of each ratio.
+        bare_t, single_t = [], []
+        for _ in range(args.repeat):
+            bare_t.append(run(lambda: bare_aiohttp(args.sends, args.concurrency), loop))
+            single_t.append(run(lambda: aiosb_single_sends(args.sends, args.concurrency), loop))
+        bare, single = best_rate(args.sends, bare_t), best_rate(args.sends, single_t)
+        checks.append(check("S-3", f"HTTP single sends / bare aiohttp [{loop}]",
+                            [b / s for b, s in zip(bare_t, single_t, strict=True)], 0.6,
+                            unit="ratio"))
         emulator.reset()
-        batches = best_rate(rounds * BATCH, [
-            run(lambda: aiosb_batches(rounds), loop) for _ in range(args.repeat)
-        ])
-        streaming = best_rate(rounds * BATCH, [
+        batches_t = [run(lambda: aiosb_batches(rounds), loop) for _ in range(args.repeat)]
+        streaming_t = [
             run(lambda: aiosb_streaming(rounds, args.in_flight), loop)
             for _ in range(args.repeat)
-        ])
+        ]
+        batches, streaming = best_rate(count, batches_t), best_rate(count, streaming_t)
         emulator.reset()
         with served_elsewhere() as served:
-            elsewhere = _elsewhere(served, "rt", rounds, [
+            elsewhere, elsewhere_rates = _elsewhere(served, "rt", rounds, [
                 lambda url: aiosb_batches_at(url, rounds) for _ in range(args.repeat)
             ], loop)
-            streaming_elsewhere = _elsewhere(served, "st", rounds, [
+            streaming_elsewhere, streaming_elsewhere_rates = _elsewhere(served, "st", rounds, [
                 lambda url: aiosb_streaming_at(url, rounds, args.in_flight)
                 for _ in range(args.repeat)
             ], loop)
+        for case, rates in (
+            ("round trips, in process", [count / t for t in batches_t]),
+            ("round trips, aiosb serve process", elsewhere_rates),
+            (f"streaming x{args.in_flight}, in process", [count / t for t in streaming_t]),
+            (f"streaming x{args.in_flight}, aiosb serve process", streaming_elsewhere_rates),
+        ):
+            checks.append(check("S-4", f"{case} [{loop}]", rates, 50_000, unit="msgs/s"))
         rows.append({"case": "S-3 bare aiohttp POST", "loop": loop, **bare})
         rows.append({"case": "S-3 aiosb HTTP single sends", "loop": loop, **single})
         rows.append({"case": "S-4 aiosb HTTP batches of 100 (send+receive+complete)",
@@ -296,6 +316,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         f"{rounds * BATCH:,} messages in batches of {BATCH}",
         rows,
         summary,
+        checks,
     )
     return summary
 
