@@ -29,7 +29,7 @@ from ._namespace import Namespace
 from ._partitions import FRAGMENT_SHIFT, by_fragment, gather_order
 from ._record import DEFERRED, _Record
 from ._sessions import held
-from ._store import _Store
+from ._store import _Store, _wake_one
 
 __all__ = ["receive", "settle"]
 
@@ -48,6 +48,7 @@ async def receive(ns: Namespace, path: str, request: ReceiveRequest) -> list[Rec
         deadline = loop.time() + max_wait
     lock = request.mode == "peek_lock"
     faults = ns.faults
+    woken = False
     while True:
         if faults.active:
             await faults.check("receive", path)
@@ -111,11 +112,14 @@ async def receive(ns: Namespace, path: str, request: ReceiveRequest) -> list[Rec
             stores = live
         if found:
             return found
-        waited = await _wait(ns, stores, session, now, deadline)
+        # Woken, but another receive took the message first: wait again at the head of
+        # the line, with the same deadline (#16).
+        waited = await _wait(ns, stores, session, now, deadline, front=woken)
         if waited is None:
             return found
         if not waited:
             return []
+        woken = True
 
 
 async def _wait(
@@ -124,11 +128,17 @@ async def _wait(
     session: _Session | None,
     now: float,
     deadline: float | None,
+    front: bool = False,
 ) -> bool | None:
     """Wait for a message in ``stores`` (a long poll) until ``deadline`` (loop time), or
     until the session's lock ends. Returns whether to look again: ``True`` when woken
     or the session lock ended first, ``False`` when the deadline came while waiting,
-    ``None`` when it had come already."""
+    ``None`` when it had come already.
+
+    A new message wakes one waiter (#16), the longest waiting; ``front`` puts this one
+    back at the head of the line (it was woken, and found nothing). A waiter woken that
+    will not look again (cancelled, or its deadline came at the same moment) passes its
+    wake-up on, so that no message is left while a receive sleeps."""
     loop = asyncio.get_running_loop()
     if deadline is None:
         remaining = None
@@ -141,18 +151,25 @@ async def _wait(
         remaining = lock_left if remaining is None else min(remaining, lock_left)
     fut = loop.create_future()
     for store in stores:
-        store.waiters.append(fut)
+        if front:
+            store.waiters.insert(0, fut)
+        else:
+            store.waiters.append(fut)
+    looks = False  # whether the receive looks again once this returns
     try:
         async with asyncio.timeout(remaining):
             await fut
+            looks = True
     except TimeoutError:
         if session is not None and (deadline is None or loop.time() < deadline):
             # The session lock ended first: say so on the next pass, with the clock at
             # that instant whatever the float rounding of the timer.
             ns.clock.advance_to(session.locked_until)
+            looks = True
             return True
         return False
     finally:
+        woken = fut.done() and not fut.cancelled()
         if not fut.done():
             fut.cancel()
         for store in stores:  # a timed-out or cancelled wait leaves nothing behind
@@ -160,7 +177,16 @@ async def _wait(
                 store.waiters.remove(fut)
             except ValueError:
                 pass
+        if woken and not looks:
+            _pass_on(stores)
     return True
+
+
+def _pass_on(stores: list[_Store]) -> None:
+    """A woken receive will not look: wake another for each store that has a message."""
+    for store in stores:
+        if store.waiters and store.has_available():
+            _wake_one(store.waiters)
 
 
 def _take_deferred(

@@ -159,6 +159,17 @@ def _wake(waiters: list[asyncio.Future[None]]) -> None:
                 fut.set_result(None)
 
 
+def _wake_one(waiters: list[asyncio.Future[None]]) -> None:
+    """Wake the longest-waiting future in ``waiters`` that is still waiting (one message
+    became available: one receive is enough to take it, #16). Futures already woken
+    (through another fragment of the same receive) are dropped on the way."""
+    while waiters:
+        fut = waiters.pop(0)
+        if not fut.done():
+            fut.set_result(None)
+            return
+
+
 class _Store:
     """The messages of one fragment of a queue, subscription, dead-letter queue or topic
     schedule, or of one session."""
@@ -274,8 +285,10 @@ class _Store:
             ready.append(rec)
         if rec.expires is not None and not self.is_dlq:
             self._push(rec.expires, _EXPIRE, rec)
-        if self.waiters or self.session:
+        if self.session is not None:
             self.wake()
+        elif self.waiters:
+            _wake_one(self.waiters)
         if self.ns.journal is not None:
             self.ns.journal.record(self, rec)
 
@@ -316,12 +329,17 @@ class _Store:
             return
         rec.state = AVAILABLE
         heappush(self.returned, (rec.seq, rec))
-        if self.waiters or self.session:
+        if self.session is not None:
             self.wake()
+        elif self.waiters:
+            _wake_one(self.waiters)
 
     def wake(self) -> None:
         """Wake every long-poll receive waiting on this store (and, for a session's
-        store, every receiver waiting for the next available session)."""
+        store, every receiver waiting for the next available session). A message that
+        becomes available in a store without a session wakes one receive instead
+        (:func:`_wake_one`); this is for what every waiter must see (the entity is gone,
+        a fault came or went) and for sessions."""
         _wake(self.waiters)
         if self.session is not None:
             _wake(self.entity.session_waiters)
