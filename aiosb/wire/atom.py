@@ -241,7 +241,8 @@ def _parse_value(name: str, kind: str, text: str) -> Any:
 # -- writing --------------------------------------------------------------------------
 
 
-def description_xml(kind: str, props: Any, counts: RuntimeProperties | None = None) -> str:
+def description_xml(kind: str, props: Any, counts: RuntimeProperties | None = None,
+                    *, answer: bool = False) -> str:
     """The ``<QueueDescription>`` (or topic, subscription) element, in Service Bus order.
 
     Args:
@@ -269,6 +270,9 @@ def description_xml(kind: str, props: Any, counts: RuntimeProperties | None = No
                     f"<SubscriptionCount>{counts.subscription_count}</SubscriptionCount>"
                 )
             continue
+        if element == "EntityAvailabilityStatus" and answer:  # clients read it
+            parts.append("<EntityAvailabilityStatus>Available</EntityAvailabilityStatus>")
+            continue
         if field is None:
             continue
         value = getattr(props, field, None)
@@ -294,8 +298,8 @@ def _entry(kind: str, props: Any, counts: RuntimeProperties | None, url: str, ti
         f"<entry><id>{escape(url)}</id><title type=\"text\">{escape(title)}</title>"
         f"<published>{now}</published><updated>{now}</updated>"
         f'<link rel="self" href="{escape(url)}"/>'
-        f'<content type="application/xml">{description_xml(kind, props, counts)}</content>'
-        "</entry>"
+        f'<content type="application/xml">{description_xml(kind, props, counts, answer=True)}'
+        "</content></entry>"
     )
 
 

@@ -68,7 +68,7 @@ async def manage(
     if method == "GET":
         props = await ns.manage(ManagementRequest("get", kind, parsed.path))
         counts = await ns.manage(ManagementRequest("runtime", None, parsed.path))
-        return _entry(kind, props, counts, f"{url}/{parsed.path}", parsed.path,
+        return _entry(kind, props, counts, f"{url}/{_shown(parsed.path)}", parsed.path,
                            status=200)
     if method == "DELETE":
         await ns.manage(ManagementRequest("delete", kind, parsed.path))
@@ -118,7 +118,7 @@ async def _put(request: web.Request, ns: EmulatorNamespace, parsed: Any, url: st
     # A subscription made with <DefaultRuleDescription> has that rule, not $Default.
     first = default_rule_of(body) if kind == "subscription" and not update else None
     result = await ns.manage(ManagementRequest(action, kind, parsed.path, props, first))
-    return _entry(kind, result, None, f"{url}/{parsed.path}", parsed.path,
+    return _entry(kind, result, None, f"{url}/{_shown(parsed.path)}", parsed.path,
                        status=200 if update else 201)
 
 
@@ -142,7 +142,7 @@ async def _feed(ns: EmulatorNamespace, kind: str, items: list[Any], page: slice,
             f"{props.topic_name}/subscriptions/{props.name}"
         )
         counts = await ns.manage(ManagementRequest("runtime", None, path))
-        entries.append((kind, props, counts, f"{base}/{path}", props.name))
+        entries.append((kind, props, counts, f"{base}/{_shown(path)}", props.name))
     following = None
     if page.stop < len(items):
         top = page.stop - page.start
@@ -174,10 +174,10 @@ async def _rules(
             raise InvalidOperation(f"{method} is not allowed on a subscription's rules: GET "
                                    "lists them.")
         rules = await ns.manage(ManagementRequest("list", "rule", path))
-        return _atom_response(rules_feed_xml(rules[page_of(request)], f"{url}/{path}"))
+        return _atom_response(rules_feed_xml(rules[page_of(request)], f"{url}/{_shown(path)}"))
     if method == "GET":
         found = await ns.manage(ManagementRequest("get", "rule", path))
-        return _atom_response(rule_entry_xml(found, f"{url}/{path}"))
+        return _atom_response(rule_entry_xml(found, f"{url}/{_shown(path)}"))
     if method == "DELETE":
         await ns.manage(ManagementRequest("delete", "rule", path))
         return web.Response(status=200)
@@ -190,10 +190,24 @@ async def _rules(
         raise InvalidArgument("If-Match must be '*' to update a rule.")
     action: ManageAction = "update" if update else "create"
     made = await ns.manage(ManagementRequest(action, "rule", path, rule))
-    return _atom_response(rule_entry_xml(made, f"{url}/{path}"), 200 if update else 201)
+    return _atom_response(rule_entry_xml(made, f"{url}/{_shown(path)}"),
+                          200 if update else 201)
 
 
 def _atom_response(body: bytes, status: int = 200) -> web.Response:
     return web.Response(
         status=status, body=body, content_type="application/atom+xml", charset="utf-8"
     )
+
+
+def _shown(path: str) -> str:
+    """An entity path as Service Bus writes it in an entry's id and links:
+    ``topic/Subscriptions/sub/Rules/rule`` (the JavaScript client reads names from there,
+    in that capitalisation)."""
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        if i and part.lower() == "subscriptions" and i + 1 < len(parts):
+            parts[i] = "Subscriptions"
+        elif i > 2 and part.lower() == "rules" and parts[i - 2] == "Subscriptions":
+            parts[i] = "Rules"
+    return "/".join(parts)
