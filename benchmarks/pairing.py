@@ -22,6 +22,7 @@ from typing import Any
 
 import aiosb
 from aiosb import Message, PairedNamespaceOptions, emulator
+from aiosb.emulator.server import serve
 from aiosb.pairing import Health
 
 from ._harness import MIN_RUNS, check, loops, report, run
@@ -29,10 +30,12 @@ from ._harness import MIN_RUNS, check, loops, report, run
 _names = iter(range(1_000_000))
 
 
-async def _pair(options: PairedNamespaceOptions):
+async def _pair(options: PairedNamespaceOptions, base: str = "memory://"):
+    """Two namespaces at ``base`` (``memory://``, or an ``aiosb serve`` URL and ``/``),
+    paired, and the primary's broker (to inject faults into)."""
     n = next(_names)
-    primary = aiosb.connect(f"memory://bench-p{n}", operation_timeout=5)
-    secondary = aiosb.connect(f"memory://bench-s{n}", operation_timeout=5)
+    primary = aiosb.connect(f"{base}bench-p{n}", operation_timeout=5)
+    secondary = aiosb.connect(f"{base}bench-s{n}", operation_timeout=5)
     await primary.open()
     await secondary.open()
     await primary.create_queue("orders")
@@ -121,15 +124,23 @@ async def s5_s6(interval: float, ping: float, phase: float) -> dict[str, float]:
     }
 
 
-async def s7(messages: int) -> dict[str, float]:
-    """Fill the backlog during an outage, then time the syphon draining it home."""
+async def s7(messages: int, http: bool = False) -> dict[str, float]:
+    """Fill the backlog during an outage, then time the syphon draining it home; over
+    HTTP to an ``aiosb serve`` in this process when ``http``."""
+    if http:
+        async with serve() as server:
+            return await _s7(messages, server.url + "/")
+    return await _s7(messages, "memory://")
+
+
+async def _s7(messages: int, base: str) -> dict[str, float]:
     options = PairedNamespaceOptions(
         backlog_queue_count=4,
         failover_interval=timedelta(0),
         ping_primary_interval=timedelta(seconds=1),
         enable_syphon=True,
     )
-    primary, secondary, paired, broker = await _pair(options)
+    primary, secondary, paired, broker = await _pair(options, base)
     batch = [Message(b"x" * 64) for _ in range(100)]
 
     start = time.perf_counter()
@@ -168,6 +179,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeat", type=int, default=5, help="S-2 rounds within a run")
     parser.add_argument("--runs", type=int, default=MIN_RUNS, help="S-2 and S-7 runs")
     parser.add_argument("--drain", type=int, default=50_000)
+    parser.add_argument("--drain-http", type=int, default=20_000)
     parser.add_argument("--phases", type=int, default=5, help="S-5/S-6 runs, random heal phases")
     args = parser.parse_args(argv)
     runs_n = max(args.runs, MIN_RUNS)
@@ -211,19 +223,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     checks.append(check("S-6", "recovery latency over the ping interval [asyncio]",
                         [r["recovery_over_ping_ms"] for r in runs], 250, at_most=True,
                         unit="ms"))
-    r7s = []
-    for _ in range(runs_n):
-        emulator.reset()
-        r7s.append(run(lambda: s7(args.drain), "asyncio"))
-    for r7 in r7s:
-        rows.append({"case": "S-7 plain send", "loop": "asyncio",
-                     "value": r7["plain_send_msgs_per_s"], "unit": "msgs/s"})
-        rows.append({"case": "S-7 syphon drain", "loop": "asyncio",
-                     "value": r7["syphon_drain_msgs_per_s"], "unit": "msgs/s"})
-    drains = [r["drain_to_send_ratio"] for r in r7s]
-    summary["s7_drain_to_send_ratio"] = statistics.median(drains)
-    checks.append(check("S-7", "syphon drain / plain send [asyncio, embedded]", drains, 0.5,
-                        unit="ratio"))
+    for transport, http, drain in (("embedded", False, args.drain),
+                                   ("HTTP", True, args.drain_http)):
+        r7s = []
+        for _ in range(runs_n):
+            emulator.reset()
+            r7s.append(run(lambda http=http, drain=drain: s7(drain, http), "asyncio"))
+        for r7 in r7s:
+            rows.append({"case": f"S-7 plain send, {transport}", "loop": "asyncio",
+                         "value": r7["plain_send_msgs_per_s"], "unit": "msgs/s"})
+            rows.append({"case": f"S-7 syphon drain, {transport}", "loop": "asyncio",
+                         "value": r7["syphon_drain_msgs_per_s"], "unit": "msgs/s"})
+        drains = [r["drain_to_send_ratio"] for r in r7s]
+        key = "s7_drain_to_send_ratio" + ("_http" if http else "")
+        summary[key] = statistics.median(drains)
+        checks.append(check("S-7", f"syphon drain / plain send [asyncio, {transport}]", drains,
+                            0.5, unit="ratio"))
     summary["targets"] = "S-2 <= 1.05, S-5 <= 250 ms, S-6 <= 250 ms, S-7 >= 0.5"
     report("pairing", "Pairing: S-2, S-5, S-6, S-7 (embedded emulator, real time)", rows, summary,
            checks)
