@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from . import http, pairing, rules, s1_emulator, spark
+from . import http, pairing, rules, s1_emulator, scaling, spark
 
 BENCHMARKS = {
     "s1": s1_emulator.main,
     "pairing": pairing.main,
     "http": http.main,
     "rules": rules.main,
+    "scaling": scaling.main,
     "spark": spark.main,
 }
 

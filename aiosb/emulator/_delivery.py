@@ -12,6 +12,7 @@ Imports: :mod:`._record`, :mod:`._store`, :mod:`._entity`, :mod:`._partitions`,
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Sequence
 
 from ..errors import (
@@ -238,7 +239,10 @@ def _peek(
         raise PartitionUnavailable(
             f"Every fragment of {stores[0].path!r} is unavailable; nothing to browse."
         )
-    candidates = [rec for store in live for rec in store.records.values() if rec.seq >= from_seq]
+    # Up to ``count`` from each store, each read from its index from ``from_seq`` on.
+    candidates = [
+        rec for store in live for rec in itertools.islice(store.from_sequence(from_seq), count)
+    ]
     if not candidates:
         return []
     fragment = min(rec.seq for rec in candidates) >> FRAGMENT_SHIFT
