@@ -95,6 +95,7 @@ async def serve_forever(
                 host, amqp_port, namespace=namespace, keys=table, journal=served.journal
             ))
         stopped = _Stopped()  # before the banner: a signal may follow it at once
+        _tune_gc()
         _say(f"aiosb emulator server listening on {served.url}")
         if tls is not None:
             _say(f"  HTTPS, certificate {tls[0]}; namespace {namespace} at the root, for the "
@@ -124,6 +125,25 @@ async def serve_forever(
     _say("bye")
     if got == "SIGINT":
         raise KeyboardInterrupt  # exits 130, as Ctrl-C does
+
+
+#: The youngest generation's threshold while serving: a batch of 100 messages makes a few
+#: thousand objects, and at Python's default (700) the collector ran several times per
+#: batch, a third of the time of a send in profiles; messages hold no reference cycles,
+#: so collecting less often costs little memory.
+GC_YOUNG_THRESHOLD = 20_000
+
+
+def _tune_gc() -> None:
+    """The server's garbage collection, chosen for it (never in a library user's
+    process): what start-up made (modules, the app) is frozen out of every collection,
+    and the young generation is collected every :data:`GC_YOUNG_THRESHOLD` objects."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
 
 
 def _log_to_stdout() -> None:

@@ -26,9 +26,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -37,6 +34,7 @@ from aiohttp import web
 
 import aiosb
 from aiosb import Message, emulator
+from aiosb.emulator.process import ServerProcess
 from aiosb.emulator.server import serve
 
 from ._harness import (
@@ -197,20 +195,10 @@ class _Served(NamedTuple):
 
 @contextlib.contextmanager
 def served_elsewhere() -> Iterator[_Served]:
-    """An ``aiosb serve`` process on a free port."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aiosb.cli", "serve", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    try:
-        line = proc.stdout.readline()  # type: ignore[union-attr]
-        url = line.rsplit(" ", 1)[-1].strip()
-        if not url.startswith("http://"):
-            raise RuntimeError(f"aiosb serve did not start: {line!r}")
-        yield _Served(url, proc.pid)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(10)
+    """An ``aiosb serve`` process on a free port (quiet: a line per request would cost
+    the server CPU; HTTP only), stopped with SIGTERM."""
+    with ServerProcess(args=["--no-amqp"]) as server:
+        yield _Served(server.url, server.pid)
 
 
 def _elsewhere(served: _Served, name: str, rounds: int, runs: list[Any], loop: str
