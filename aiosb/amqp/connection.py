@@ -10,19 +10,19 @@ Flow control:
 - Session: we advertise an incoming window of :data:`WINDOW` transfers and renew it with
   a session flow when half is used; we send only while the client's window lasts.
 - Links the client sends on: :data:`CREDIT` link credit, topped up when half is used.
-- Links we send on (the ``$cbs`` replies): we send while the client's credit lasts and
-  queue the rest until its next flow.
+- Links we send on (the ``$cbs`` and ``$management`` replies): we send while the
+  client's credit lasts and queue the rest until its next flow.
+
+Receiver links, dispositions and session receivers are :mod:`._pump`'s; the ``$cbs``
+node is :mod:`._cbs`'s, the ``$management`` nodes :mod:`._management`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import struct
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..auth import SasChecker
@@ -30,14 +30,15 @@ from ..emulator import EmulatorNamespace, Journal
 from ..errors import (
     EntityNotFound,
     InvalidArgument,
-    InvalidOperation,
     ServiceBusError,
     Unauthorized,
 )
-from ..protocol import ManagementRequest, ReceiveMode, ReceiveRequest
+from ..protocol import ManagementRequest
 from . import performatives as p
 from ._cbs import Tokens, entity_of, put_token_reply
-from ._receiving import delivery_payload, delivery_tag, settlement_of
+from ._links import CREDIT, LONG_POLL, MAX_FRAME, WINDOW, Link, ProtocolViolation, Session
+from ._management import Management
+from ._pump import SESSION_FILTER, ReceiverLinks
 from .codec import (
     AMQP_HEADER,
     SASL_HEADER,
@@ -54,76 +55,20 @@ from .codec import (
 )
 from .messages import messages_of, reply_payload, sections_of
 
-__all__ = ["CREDIT", "MAX_FRAME", "WINDOW", "Connection"]
+__all__ = ["CREDIT", "LONG_POLL", "MAX_FRAME", "WINDOW", "Connection", "ProtocolViolation"]
 
 log = logging.getLogger("aiosb.amqp")
 
-#: The largest frame we take (a whole standard-tier batch fits in one).
-MAX_FRAME = 1024 * 1024
-#: Session incoming window, in transfers.
-WINDOW = 5000
-#: Link credit given to a client's sender link.
-CREDIT = 1000
-#: How long one broker receive waits before the receiver link asks again (seconds).
-LONG_POLL = 30.0
 #: The SASL mechanisms offered: the Python SDK uses ANONYMOUS, .NET and Rust MSSBCBS.
 MECHANISMS = ("MSSBCBS", "ANONYMOUS", "PLAIN", "EXTERNAL")
+_MANAGEMENT = "/$management"
 
 _HEADER = struct.Struct(">IBBH")
 _ACCEPTED = p.performative(p.ACCEPTED)
 _EMPTY_FRAME = _HEADER.pack(8, 2, 0, 0)
 
 
-class ProtocolViolation(Exception):
-    """The peer broke the protocol: close the connection with ``condition``."""
-
-    def __init__(self, condition: str, description: str) -> None:
-        super().__init__(description)
-        self.condition = condition
-        self.description = description
-
-
-@dataclass(slots=True)
-class Link:
-    """One attached link, as the server sees it."""
-
-    name: str
-    handle: int  # the client's handle
-    our_handle: int
-    receiving: bool  # the client sends, we receive
-    address: str
-    kind: str  # "cbs" or "entity"
-    path: str = ""
-    credit: int = 0  # receiving: credit left; sending: the client's credit left
-    delivery_count: int = 0
-    outbox: deque[bytes] = field(default_factory=deque)
-    partial: bytearray | None = None
-    partial_id: int | None = None
-    partial_format: int = 0
-    partial_settled: bool = False
-    partial_over: bool = False
-    mode: ReceiveMode = "peek_lock"  # what the client receives
-    sub_queue: str | None = None
-    drain: bool = False
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    pump: asyncio.Task[None] | None = None
-
-
-@dataclass(slots=True)
-class Session:
-    """One begun session; our channel number is the client's."""
-
-    channel: int
-    next_incoming_id: int
-    incoming_window: int = WINDOW
-    next_outgoing_id: int = 0
-    remote_incoming_window: int = 0
-    links: dict[int, Link] = field(default_factory=dict)
-    unsettled: dict[int, tuple[Link, str]] = field(default_factory=dict)
-    handles: itertools.count[int] = field(default_factory=itertools.count)
-
-
-class Connection:
+class Connection(ReceiverLinks):
     """Serves one client connection on ``ns``.
 
     Args:
@@ -147,6 +92,9 @@ class Connection:
         self.remote_max_frame = 512
         self._heartbeat: asyncio.Task[None] | None = None
         self._closed = False
+        self.held: dict[tuple[str, str], str] = {}
+        self._releases: set[asyncio.Task[None]] = set()
+        self.management = Management(ns, self.tokens, self.held, journal)
 
     # -- the socket ---------------------------------------------------------------------
 
@@ -164,8 +112,7 @@ class Connection:
                 self._heartbeat.cancel()
             for session in self.sessions.values():
                 for link in session.links.values():
-                    if link.pump is not None:
-                        link.pump.cancel()
+                    self._unlink(link)
             self.writer.close()
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
@@ -288,52 +235,72 @@ class Connection:
         receiving = not role  # role False: the client is the sender
         terminus = fields[6] if receiving else fields[5]
         where = p.address(terminus) or ""
-        kind = "cbs" if where.strip("/") == "$cbs" else "entity"
-        link = Link(name, handle, next(session.handles), receiving, where, kind)
-        if kind == "entity":
+        link = Link(name, handle, next(session.handles), receiving, where, "entity")
+        if where.strip("/") == "$cbs":
+            link.kind = "cbs"
+        else:
             link.path, link.sub_queue = entity_of(where)
+            if link.path.lower().endswith(_MANAGEMENT):
+                link.kind = "management"
+                link.path, link.sub_queue = entity_of(link.path[: -len(_MANAGEMENT)])
         session.links[handle] = link
         source_fields = fields[5].value if isinstance(fields[5], Described) else []
         filters = source_fields[7] if len(source_fields) > 7 else None
-        refusal = await self._refusal(link, filters if isinstance(filters, dict) else None)
-        properties = None
-        if receiving and kind == "entity":
+        filters = filters if isinstance(filters, dict) else {}
+        refusal = await self._refusal(link)
+        if refusal is None and not receiving and link.kind == "entity":
+            link.mode = "receive_and_delete" if fields[3] == 1 else "peek_lock"
+            if SESSION_FILTER in filters:
+                sid = filters[SESSION_FILTER]
+                link.pump = asyncio.create_task(self._open_session(
+                    session, link, fields, sid if isinstance(sid, str) else None))
+                return
+            link.pump = asyncio.create_task(self._pump_receive(session, link))
+        if refusal is not None:
+            del session.links[handle]
+        self._attach_reply(session, link, fields, refusal)
+
+    def _attach_reply(self, session: Session, link: Link, fields: list[Any],
+                      refusal: ServiceBusError | None, source: Any = None,
+                      properties: dict[Any, Any] | None = None) -> None:
+        """Answer ``link``'s attach; with ``refusal``, detach it at once with the error."""
+        receiving = link.receiving
+        if receiving and link.kind == "entity":
             properties = {Symbol("com.microsoft:max-message-batch-size"):
                           ULong(self.ns.max_message_size)}
-        source, target = fields[5], fields[6]
-        if refusal is not None:  # the spec's refusal: no terminus on our side, then detach
-            source, target = (source, None) if receiving else (None, target)
+        source = fields[5] if source is None else source
+        target = fields[6]
+        if refusal is not None and receiving:  # the spec's refusal: no terminus of ours
+            target = None
         self._send(session.channel, p.performative(
-            p.ATTACH, name, UInt(link.our_handle), not role, UByte(fields[3] or 0),
+            p.ATTACH, link.name, UInt(link.our_handle), not receiving, UByte(fields[3] or 0),
             UByte(0 if receiving else fields[4] or 0), source, target, None, None,
             None if receiving else UInt(0),
             ULong(self.ns.max_message_size), None, None, properties,
         ))
-        if refusal is None and not receiving and kind == "entity":
-            link.mode = "receive_and_delete" if fields[3] == 1 else "peek_lock"
-            link.pump = asyncio.create_task(self._pump_receive(session, link))
         if refusal is not None:
             self._send(session.channel, p.performative(
                 p.DETACH, UInt(link.our_handle), True,
                 p.amqp_error(p.condition(refusal), refusal.message),
             ))
-            del session.links[handle]
             return
         if receiving:
             link.delivery_count = int(fields[9] or 0)
             link.credit = CREDIT
             self._flow(session, link)
 
-    async def _refusal(self, link: Link, filters: Any) -> ServiceBusError | None:
+    async def _refusal(self, link: Link) -> ServiceBusError | None:
         """Why ``link`` may not attach, or ``None``."""
         if link.kind == "cbs":
             return None
         if not link.path:
             return InvalidArgument(f"the link address {link.address!r} names no entity.")
-        if filters and Symbol("com.microsoft:session-filter") in filters:
-            return InvalidOperation("session receivers are not served over AMQP yet (#15).")
         try:
-            self.tokens.check(link.address, "Send" if link.receiving else "Listen")
+            if link.kind == "management":  # each operation checks the right it needs
+                if not _any_right(self.tokens, link.address):
+                    self.tokens.check(link.address, "Listen")  # raises, saying why
+            else:
+                self.tokens.check(link.address, "Send" if link.receiving else "Listen")
             await self.ns.manage(ManagementRequest("runtime", None, link.path))
         except (Unauthorized, EntityNotFound) as exc:
             return exc
@@ -352,6 +319,10 @@ class Connection:
     def _unlink(self, link: Link) -> None:
         if link.pump is not None:
             link.pump.cancel()
+        if link.session_lock is not None:
+            task = asyncio.get_running_loop().create_task(self._release(link))
+            self._releases.add(task)
+            task.add_done_callback(self._releases.discard)
 
     def _flow(self, session: Session, link: Link | None = None, drain: bool = False) -> None:
         """A flow frame: the session's window and, with ``link``, its credit."""
@@ -421,6 +392,10 @@ class Connection:
             self._flow(session, link)
         if link.kind == "cbs":
             outcome = self._on_cbs(session, payload)
+        elif link.kind == "management":
+            reply = await self.management.reply(link.path, link.sub_queue, payload)
+            self._answer(session, link, reply)
+            outcome = _ACCEPTED
         elif over:
             outcome = p.rejected("amqp:link:message-size-exceeded",
                                  f"the message is over {self.ns.max_message_size} bytes.")
@@ -463,6 +438,16 @@ class Connection:
                 break
         return _ACCEPTED
 
+    def _answer(self, session: Session, request_link: Link, reply: bytes) -> None:
+        """Send a management reply on the client's receiver link of the same node."""
+        for link in session.links.values():
+            if (link.kind == "management" and not link.receiving
+                    and link.path == request_link.path
+                    and link.sub_queue == request_link.sub_queue):
+                link.outbox.append(reply)
+                self._pump(session, link)
+                return
+
     def _pump(self, session: Session, link: Link) -> None:
         """Send what ``link`` has queued while the client's credit and window last."""
         while link.outbox and link.credit > 0 and session.remote_incoming_window > 0:
@@ -493,73 +478,13 @@ class Connection:
         ), payload[start:])
         return delivery_id
 
-    # -- receiver links -----------------------------------------------------------------
 
-    async def _pump_receive(self, session: Session, link: Link) -> None:
-        """Deliver the broker's messages on ``link`` while the client gives credit."""
-        while True:
-            await link.wake.wait()
-            if link.credit <= 0 or session.remote_incoming_window <= 0:
-                link.wake.clear()
-                continue
-            drain = link.drain
-            request = ReceiveRequest(
-                link.mode, max_messages=min(link.credit, session.remote_incoming_window, 1000),
-                max_wait=0 if drain else LONG_POLL, sub_queue=link.sub_queue,
-            )
-            try:
-                messages = await self.ns.receive(link.path, request)
-                if messages and self.journal is not None:
-                    await self.journal.commit()
-            except ServiceBusError as exc:
-                session.links.pop(link.handle, None)
-                self._send(session.channel, p.performative(
-                    p.DETACH, UInt(link.our_handle), True,
-                    p.amqp_error(p.condition(exc), exc.message),
-                ))
-                return
-            settled = link.mode == "receive_and_delete"
-            for message in messages:
-                delivery_id = self._transfer(session, link, delivery_payload(message),
-                                             delivery_tag(message), settled)
-                if not settled and message.lock_token is not None:
-                    session.unsettled[delivery_id] = (link, message.lock_token)
-            if drain and link.credit > 0:
-                link.delivery_count += link.credit
-                link.credit = 0
-                link.drain = False
-                self._flow(session, link, drain=True)
-            await self.writer.drain()
-
-    async def _on_disposition(self, session: Session, fields: list[Any]) -> None:
-        """Settle what a receiver's disposition says, and echo the outcome."""
-        if not fields[0]:
-            return  # a sender's disposition: only the $cbs replies, sent settled
-        first = int(fields[1])
-        last = int(fields[2]) if fields[2] is not None else first
-        replies: list[tuple[int, Any]] = []
-        for delivery_id in range(first, min(last, first + 10_000) + 1):
-            entry = session.unsettled.pop(delivery_id, None)
-            if entry is None:
-                continue
-            link, token = entry
-            settlement, outcome = settlement_of(fields[4], token, link.sub_queue)
-            if settlement is None:
-                session.unsettled[delivery_id] = entry
-                continue
-            try:
-                await self.ns.settle(link.path, settlement)
-            except ServiceBusError as exc:
-                outcome = p.rejected(p.condition(exc), exc.message)
-            replies.append((delivery_id, outcome))
-        if replies and self.journal is not None:
-            await self.journal.commit()
-        if fields[3]:
-            return  # the client settled already: it waits for nothing
-        if replies and all(outcome == replies[0][1] for _id, outcome in replies):
-            self._send(session.channel, p.performative(
-                p.DISPOSITION, False, UInt(first), UInt(last), True, replies[0][1]))
-            return
-        for delivery_id, outcome in replies:
-            self._send(session.channel, p.performative(
-                p.DISPOSITION, False, UInt(delivery_id), None, True, outcome))
+def _any_right(tokens: Tokens, address: str) -> bool:
+    """Whether a token put on the connection covers ``address`` for some right."""
+    for right in ("Listen", "Send", "Manage"):
+        try:
+            tokens.check(address, right)
+            return True
+        except Unauthorized:
+            continue
+    return False

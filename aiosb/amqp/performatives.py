@@ -110,7 +110,7 @@ _VENDOR = "com.microsoft:"
 _CONDITIONS: tuple[tuple[type[errors.ServiceBusError], str], ...] = (
     (errors.ServerBusy, _VENDOR + "server-busy"),
     (errors.OperationTimeout, _VENDOR + "timeout"),
-    (errors.TransientError, "amqp:internal-error"),
+    (errors.TransientError, _VENDOR + "server-busy"),  # the SDKs retry it
     (errors.EntityNotFound, "amqp:not-found"),
     (errors.EntityAlreadyExists, _VENDOR + "entity-already-exists"),
     (errors.EntityUnavailable, _VENDOR + "entity-disabled"),

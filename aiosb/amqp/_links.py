@@ -1,0 +1,79 @@
+"""The state of one connection's sessions and links, and the flow-control constants
+(see :mod:`.connection`)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+
+from ..protocol import ReceiveMode
+
+__all__ = ["CREDIT", "LONG_POLL", "MAX_FRAME", "WINDOW", "Link", "ProtocolViolation", "Session"]
+
+#: The largest frame we take (a whole standard-tier batch fits in one).
+MAX_FRAME = 1024 * 1024
+#: Session incoming window, in transfers.
+WINDOW = 5000
+#: Link credit given to a client's sender link.
+CREDIT = 1000
+#: How long one broker receive waits before the receiver link asks again (seconds).
+LONG_POLL = 30.0
+
+
+class ProtocolViolation(Exception):
+    """The peer broke the protocol: close the connection with ``condition``."""
+
+    def __init__(self, condition: str, description: str) -> None:
+        super().__init__(description)
+        self.condition = condition
+        self.description = description
+
+
+@dataclass(slots=True)
+class Link:
+    """One attached link, as the server sees it.
+
+    ``kind`` is ``cbs`` (the ``$cbs`` node), ``management`` (an entity's
+    ``$management`` node: requests in on one link, replies out on its pair) or
+    ``entity`` (messages).
+    """
+
+    name: str
+    handle: int  # the client's handle
+    our_handle: int
+    receiving: bool  # the client sends, we receive
+    address: str
+    kind: str
+    path: str = ""
+    credit: int = 0  # receiving: credit left; sending: the client's credit left
+    delivery_count: int = 0
+    outbox: deque[bytes] = field(default_factory=deque)
+    partial: bytearray | None = None
+    partial_id: int | None = None
+    partial_format: int = 0
+    partial_settled: bool = False
+    partial_over: bool = False
+    mode: ReceiveMode = "peek_lock"  # what the client receives
+    sub_queue: str | None = None
+    drain: bool = False
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    pump: asyncio.Task[None] | None = None
+    #: A session receiver: the session it holds and the broker's lock on it.
+    session_id: str | None = None
+    session_lock: str | None = None
+
+
+@dataclass(slots=True)
+class Session:
+    """One begun session; our channel number is the client's."""
+
+    channel: int
+    next_incoming_id: int
+    incoming_window: int = WINDOW
+    next_outgoing_id: int = 0
+    remote_incoming_window: int = 0
+    links: dict[int, Link] = field(default_factory=dict)
+    unsettled: dict[int, tuple[Link, str]] = field(default_factory=dict)
+    handles: itertools.count[int] = field(default_factory=itertools.count)

@@ -1,0 +1,189 @@
+"""Receiver links of a connection (a mixin of :class:`~.connection.Connection`): the pump
+that delivers the broker's messages while the client gives credit, the dispositions that
+settle them, and session receivers.
+
+A session receiver attaches with the ``com.microsoft:session-filter`` source filter: a
+session id, or null for the next available session. The server accepts the session from
+the broker before it answers the attach (in a task of its own, so that waiting for the
+next session holds up no other link), echoes the session id in the filter and gives
+the lock's expiry as ``com.microsoft:locked-until-utc`` (.NET ticks). A session that
+cannot be locked, or none available within the link's ``com.microsoft:timeout``, is
+answered with an attach and a detach carrying the error. The lock is released when the
+link detaches or the connection ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ServiceBusError
+from ..protocol import ReceiveRequest, SessionRequest
+from . import performatives as p
+from ._links import LONG_POLL, Link, Session
+from ._receiving import delivery_payload, delivery_tag, settlement_of
+from .codec import Described, Symbol, UInt, ULong
+
+if TYPE_CHECKING:
+    from ..emulator import EmulatorNamespace, Journal
+
+__all__ = ["SESSION_FILTER", "ReceiverLinks", "ticks"]
+
+SESSION_FILTER = Symbol("com.microsoft:session-filter")
+LOCKED_UNTIL = Symbol("com.microsoft:locked-until-utc")
+TIMEOUT = Symbol("com.microsoft:timeout")
+#: .NET ticks (100 ns) from 0001-01-01 to the Unix epoch.
+_EPOCH_TICKS = 621355968000000000
+#: How long a next-available session receiver waits without a com.microsoft:timeout (s).
+SESSION_WAIT = 60.0
+
+
+def ticks(seconds: float) -> int:
+    """A UTC epoch time in .NET ticks, as ``com.microsoft:locked-until-utc`` says it."""
+    return _EPOCH_TICKS + round(seconds * 10_000_000)
+
+
+class ReceiverLinks:
+    """The receiver-link half of a connection."""
+
+    ns: EmulatorNamespace
+    journal: Journal | None
+    writer: asyncio.StreamWriter
+    #: The sessions this connection holds: (entity path, lower case; session id) -> lock.
+    held: dict[tuple[str, str], str]
+
+    if TYPE_CHECKING:
+        def _send(self, channel: int, body: Any, payload: bytes = b"", kind: int = 0) -> None:
+            ...
+
+        def _transfer(self, session: Session, link: Link, payload: bytes, tag: bytes,
+                      settled: bool = True) -> int:
+            ...
+
+        def _flow(self, session: Session, link: Link | None = None,
+                  drain: bool = False) -> None:
+            ...
+
+        def _attach_reply(self, session: Session, link: Link, fields: list[Any],
+                          refusal: ServiceBusError | None, source: Any = None,
+                          properties: dict[Any, Any] | None = None) -> None:
+            ...
+
+    async def _open_session(self, session: Session, link: Link, fields: list[Any],
+                            session_id: str | None) -> None:
+        """Accept the session a receiver link asks for, answer its attach, then pump."""
+        wait = SESSION_WAIT
+        props = fields[13] if isinstance(fields[13], dict) else {}
+        if isinstance(props.get(TIMEOUT), int):
+            wait = props[TIMEOUT] / 1000
+        source = fields[5]
+        try:
+            info = await self.ns.session(link.path, SessionRequest(
+                "accept", session_id, max_wait=wait, mode=link.mode))
+        except ServiceBusError as exc:
+            session.links.pop(link.handle, None)
+            self._attach_reply(session, link, fields, exc, source=source)
+            return
+        link.session_id, link.session_lock = info.session_id, info.lock
+        assert info.lock is not None
+        self.held[(link.path.lower(), info.session_id)] = info.lock
+        terminus = list(source.value) if isinstance(source, Described) else [link.address]
+        terminus += [None] * (11 - len(terminus))
+        filters = dict(terminus[7]) if isinstance(terminus[7], dict) else {}
+        filters[SESSION_FILTER] = info.session_id
+        terminus[7] = filters
+        until = info.locked_until if info.locked_until is not None else self.ns.now()
+        self._attach_reply(session, link, fields, None,
+                           source=Described(ULong(p.SOURCE), terminus),
+                           properties={LOCKED_UNTIL: ticks(until)})
+        await self._pump_receive(session, link)
+
+    async def _release(self, link: Link) -> None:
+        """Give back the session a receiver link held."""
+        if link.session_id is None or link.session_lock is None:
+            return
+        key = (link.path.lower(), link.session_id)
+        if self.held.get(key) == link.session_lock:
+            del self.held[key]
+        try:
+            await self.ns.session(link.path, SessionRequest(
+                "release", link.session_id, link.session_lock))
+        except ServiceBusError:
+            pass  # gone with its entity, or lost already: nothing to give back
+
+    async def _pump_receive(self, session: Session, link: Link) -> None:
+        """Deliver the broker's messages on ``link`` while the client gives credit."""
+        while True:
+            await link.wake.wait()
+            if link.credit <= 0 or session.remote_incoming_window <= 0:
+                link.wake.clear()
+                continue
+            drain = link.drain
+            request = ReceiveRequest(
+                link.mode, max_messages=min(link.credit, session.remote_incoming_window, 1000),
+                max_wait=0 if drain else LONG_POLL, sub_queue=link.sub_queue,
+                session_id=link.session_id, session_lock=link.session_lock,
+            )
+            try:
+                messages = await self.ns.receive(link.path, request)
+                if messages and self.journal is not None:
+                    await self.journal.commit()
+            except ServiceBusError as exc:
+                session.links.pop(link.handle, None)
+                self._send(session.channel, p.performative(
+                    p.DETACH, UInt(link.our_handle), True,
+                    p.amqp_error(p.condition(exc), exc.message),
+                ))
+                return
+            settled = link.mode == "receive_and_delete"
+            for message in messages:
+                delivery_id = self._transfer(session, link, delivery_payload(message),
+                                             delivery_tag(message), settled)
+                if not settled and message.lock_token is not None:
+                    session.unsettled[delivery_id] = (link, message.lock_token)
+            if drain and link.credit > 0:
+                link.delivery_count += link.credit
+                link.credit = 0
+                link.drain = False
+                self._flow(session, link, drain=True)
+            await self.writer.drain()
+
+    async def _on_disposition(self, session: Session, fields: list[Any]) -> None:
+        """Settle what a receiver's disposition says, and echo the outcome."""
+        if not fields[0]:
+            return  # a sender's disposition: only the $cbs replies, sent settled
+        first = int(fields[1])
+        last = int(fields[2]) if fields[2] is not None else first
+        replies: list[tuple[int, Any]] = []
+        for delivery_id in range(first, min(last, first + 10_000) + 1):
+            entry = session.unsettled.pop(delivery_id, None)
+            if entry is None:
+                continue
+            link, token = entry
+            settlement, outcome = settlement_of(fields[4], token, link.sub_queue)
+            if settlement is None:
+                session.unsettled[delivery_id] = entry
+                continue
+            settlement.session_id, settlement.session_lock = link.session_id, link.session_lock
+            try:
+                await self.ns.settle(link.path, settlement)
+            except ServiceBusError as exc:
+                outcome = p.rejected(p.condition(exc), exc.message)
+            replies.append((delivery_id, outcome))
+        if replies and self.journal is not None:
+            await self.journal.commit()
+        if fields[3]:
+            return  # the client settled already: it waits for nothing
+        if replies and all(outcome == replies[0][1] for _id, outcome in replies):
+            self._send(session.channel, p.performative(
+                p.DISPOSITION, False, UInt(first), UInt(last), True, replies[0][1]))
+            return
+        for delivery_id, outcome in replies:
+            self._send(session.channel, p.performative(
+                p.DISPOSITION, False, UInt(delivery_id), None, True, outcome))
+
+
+def instant(seconds: float) -> _dt.datetime:
+    """A UTC epoch time as an aware datetime (an AMQP timestamp)."""
+    return _dt.datetime.fromtimestamp(seconds, _dt.UTC)
