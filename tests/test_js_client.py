@@ -79,3 +79,22 @@ async def test_the_javascript_admin_client_manages_entities_over_https(js_client
         "maxDeliveryCount": 4, "queues": ["jsorders"], "rules": ["$Default", "eu"],
         "active": 0, "namespace": "jsadmin",
     }
+
+
+async def test_the_javascript_client_settles_in_peek_lock_mode(js_client: Path):
+    """Complete and abandon from @azure/service-bus: the abandoned message comes back
+    with its delivery count raised; the completed ones are gone."""
+    async with serve_amqp(namespace="jspeeklock") as server:
+        async with aiosb.connect("memory://jspeeklock") as ns:
+            await ns.create_queue("orders")
+            node = await asyncio.create_subprocess_exec(
+                "node", str(js_client / "peeklock.mjs"), server.connection_string(), "orders",
+                cwd=js_client, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )
+            out, err = await asyncio.wait_for(node.communicate(), 90)
+            left = (await ns.runtime_properties("orders")).active_message_count
+    assert node.returncode == 0, err.decode()[-3000:]
+    got = json.loads(out.decode().strip().splitlines()[-1])
+    assert sorted(got["first"]) == [f"p{i}" for i in range(5)]
+    assert got["again"] == [["p2", 2]]
+    assert left == 0
