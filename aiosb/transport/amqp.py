@@ -86,9 +86,13 @@ class _Link:
         factory: Makes a new SDK handler (no I/O; the SDK opens it on first use).
     """
 
-    def __init__(self, name: str, factory: Callable[[], Any]) -> None:
+    def __init__(self, name: str, factory: Callable[[], Any], open_first: bool = False) -> None:
         self.name = name
         self._factory = factory
+        #: Open the SDK handler before its first operation: a receiver otherwise opens
+        #: inside its first receive, whose short wait (0 s asks for 0.25) the opening
+        #: (about half a second) uses up, so that receive never gets a message.
+        self._open_first = open_first
         self.handler: Any = None
         self.lock = asyncio.Lock()
         self.reopened = 0
@@ -105,6 +109,8 @@ class _Link:
                     self.handler = self._factory()
                 handler = self.handler
                 try:
+                    if self._open_first and getattr(handler, "_running", True) is False:
+                        await handler.__aenter__()
                     return await operation(handler)
                 except ServiceBusError:
                     raise
@@ -316,7 +322,8 @@ class AmqpTransport(AdminOperations):
             def factory() -> Any:
                 return client.get_subscription_receiver(path.entity, path.subscription, **options)
 
-        return _Link(f"{self.namespace}/{path}", factory)
+        return _Link(f"{self.namespace}/{path}", factory,
+                     open_first="session_id" not in options)
 
     # -- sessions --------------------------------------------------------------------
 
