@@ -134,9 +134,6 @@ class Rules:
         self.everything = False
         self.add(first or RuleProperties(DEFAULT_RULE, TrueRuleFilter()), now)
 
-    def __len__(self) -> int:
-        return len(self._rules)
-
     def add(self, rule: RuleProperties, now: float) -> RuleProperties:
         """Compile and add ``rule``.
 

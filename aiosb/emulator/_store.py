@@ -287,9 +287,13 @@ class _Store:
     def add(self, rec: _Record, now: float) -> None:
         """Store ``rec`` as available (it has its sequence number and times set)."""
         rec.state = AVAILABLE
-        if rec.seq not in self.records:
-            self._indexed(rec.seq)
-        self.records[rec.seq] = rec
+        records, seq = self.records, rec.seq
+        if seq not in records:  # inline, as this runs for every message sent
+            index = self._index
+            if index and seq < index[-1]:
+                self._index_sorted = False
+            index.append(seq)
+        records[seq] = rec
         self.size += rec.size
         self.entity.bytes += rec.size
         ready = self.ready
