@@ -87,7 +87,7 @@ async def serve_forever(
     async with serve(
         host, port, key_name=key_name, key=key or DEV_KEY, data_dir=data_dir, keys=keys,
         log_requests=not quiet, metrics=metrics, ssl_context=ssl_context,
-        root=namespace if tls is not None else None,
+        root=namespace,
     ) as served, contextlib.AsyncExitStack() as stack:
         amqp = None
         if amqp_port is not None:
@@ -104,7 +104,10 @@ async def serve_forever(
                  f"SharedAccessKeyName={key_name};SharedAccessKey={key or DEV_KEY} "
                  f"(connection_verify={tls[0]!r})")
         _say(f"  event loop: {type(asyncio.get_running_loop()).__module__.split('.')[0]}")
-        _say(f"  namespaces exist on first use: {served.url}/NAME (e.g. {served.url}/contoso)")
+        _say(f"  namespace {namespace} at the root ({served.url}/orders/messages is its queue "
+             "orders);")
+        _say(f"  other namespaces exist on first use: {served.url}/NAME (e.g. "
+             f"{served.url}/contoso)")
         if key is None:
             _say(f"  signed with the well-known development key {key_name} / {DEV_KEY}")
             _say("  (for local use only; pass --key to choose your own)")
@@ -229,10 +232,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "free one)")
     serve_cmd.add_argument("--no-amqp", action="store_true", help="serve HTTP only")
     serve_cmd.add_argument("--namespace", default="sbemulatorns",
-                           help="the namespace AMQP connections use")
+                           help="the default namespace: AMQP connections use it, and HTTP "
+                           "serves it at the root beside /NAME/... prefixes")
     serve_cmd.add_argument("--tls-cert", default=None,
-                           help="serve HTTPS with this certificate (PEM), the default namespace "
-                           "at the root: what the official administration clients need")
+                           help="serve HTTPS with this certificate (PEM): what the official "
+                           "administration clients need")
     serve_cmd.add_argument("--tls-key", default=None, help="the certificate's private key (PEM)")
     serve_cmd.add_argument("--tls", action="store_true",
                            help="serve HTTPS with a self-signed certificate for localhost, made "

@@ -115,7 +115,7 @@ def test_serve_prints_how_to_connect_and_serves_until_stopped():
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        lines = [proc.stdout.readline() for _ in range(6)]
+        lines = [proc.stdout.readline() for _ in range(8)]
         url = lines[0].rsplit(" ", 1)[-1].strip()
         assert url.startswith("http://127.0.0.1:")
         assert DEV_KEY in "".join(lines)

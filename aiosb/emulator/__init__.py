@@ -30,6 +30,7 @@ __all__ = [
     "Fault",
     "Faults",
     "Journal",
+    "exists",
     "namespace",
     "namespaces",
     "reset",
@@ -76,6 +77,11 @@ def _reopen(name: str, tier: str) -> EmulatorNamespace:
 
 
 _durable.open_namespace = _reopen
+
+
+def exists(name: str) -> bool:
+    """Whether this process has the emulator namespace ``name`` (case-insensitive)."""
+    return name.lower() in _registry
 
 
 def namespaces() -> list[EmulatorNamespace]:

@@ -60,7 +60,7 @@ from ._store import Due, _wake
 
 __all__ = ["EmulatorNamespace"]
 
-_NAMESPACE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,49}")
+NAMESPACE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,49}")
 
 
 class EmulatorNamespace:
@@ -78,7 +78,7 @@ class EmulatorNamespace:
     """
 
     def __init__(self, name: str, tier: str = "standard") -> None:
-        if not isinstance(name, str) or not _NAMESPACE_NAME.fullmatch(name):
+        if not isinstance(name, str) or not NAMESPACE_NAME.fullmatch(name):
             raise InvalidArgument(
                 f"namespace name {name!r} is not valid: use 1 to 50 letters, digits and "
                 "hyphens, starting with a letter."
@@ -253,6 +253,15 @@ class EmulatorNamespace:
         return self.faults.fragment_faults(operation, path) or None
 
     # -- lookup --------------------------------------------------------------------
+
+    def has_entity_under(self, first: str) -> bool:
+        """Whether an entity's path starts with the segment ``first`` (``orders`` for
+        ``orders`` or ``orders/eu``; case-insensitive)."""
+        key = first.lower()
+        if key in self._entities:
+            return True
+        below = key + "/"
+        return any(path.startswith(below) for path in self._entities)
 
     def _resolve(self, path: str, sub_queue: str | None = None) -> tuple[_Entity, bool]:
         """The entity for ``path`` and whether its dead-letter queue is meant."""

@@ -41,6 +41,8 @@ class ServerProcess:
         self.url = ""
         #: The connection string the official SDKs take (AMQP), from the banner.
         self.amqp_connection_string = ""
+        #: What the server printed on start-up, up to the banner's last line.
+        self.banner = ""
         self.pid = 0
 
     def __enter__(self) -> Self:
@@ -71,6 +73,7 @@ class ServerProcess:
         if not self.url:
             proc.wait(10)
             raise ServiceBusError(f"aiosb serve did not start: {''.join(seen)[-2000:]}")
+        self.banner = "".join(seen)
         self.pid = proc.pid
         # Keep reading what it prints, so a full pipe never blocks the server.
         threading.Thread(target=proc.stdout.read, daemon=True).start()

@@ -22,7 +22,7 @@ from ...errors import (
     ServiceBusError,
 )
 from ...wire import status as _status
-from .. import EmulatorNamespace, namespace
+from .. import EmulatorNamespace, exists, namespace
 from .._durable import Journal
 from . import _extensions, _fault_api, _manage, _rest_plane
 from ._http import (
@@ -31,7 +31,9 @@ from ._http import (
     as_seconds,
     bounded,
     error_response,
+    reads_at_root,
     right_needed,
+    segments_of,
     split,
 )
 from ._metrics import Observer
@@ -98,6 +100,19 @@ class EmulatorServer:
         for ns in namespaces.values():
             ns.detach()
 
+    def _split(self, raw_path: str) -> Route:
+        """The route of a request: at the root (the default namespace's) or under the
+        namespace its first segment names (:func:`reads_at_root` says which)."""
+        root = self.root
+        if root is None:
+            return split(raw_path)
+        if reads_at_root(segments_of(raw_path), exists, self._root_has):
+            return split(raw_path, root)
+        return split(raw_path)
+
+    def _root_has(self, first: str) -> bool:
+        return namespace(self.root or "").has_entity_under(first)
+
     async def _namespace(self, name: str) -> EmulatorNamespace:
         key = name.lower()
         ns = self._namespaces.get(key)
@@ -121,7 +136,7 @@ class EmulatorServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         try:
-            route = split(request.raw_path, self.root)
+            route = self._split(request.raw_path)
             headers = request.headers
             self._auth.check(
                 headers.get("Authorization") or headers.get("ServiceBusAuthorization"),

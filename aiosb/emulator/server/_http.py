@@ -11,7 +11,7 @@ import functools
 import json
 import math
 import urllib.parse
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from xml.sax.saxutils import escape
@@ -27,6 +27,7 @@ from ...protocol import (
     MAX_RECEIVE_WAIT,
 )
 from ...wire import status as _status
+from .._broker import NAMESPACE_NAME
 
 #: The longest a receive may wait, in seconds.
 MAX_WAIT = MAX_RECEIVE_WAIT
@@ -55,9 +56,8 @@ class Route:
 
 
 @functools.lru_cache(maxsize=1024)  # clients use the same few paths over and over
-def split(raw_path: str, root: str | None = None) -> Route:
-    """Decode the request path into namespace and segments, refusing path tricks: the
-    first segment names the namespace, unless the server serves ``root`` at the root."""
+def segments_of(raw_path: str) -> tuple[str, ...]:
+    """The request path's decoded segments, refusing path tricks."""
     path = raw_path.split("?", 1)[0]
     if not path.startswith("/"):
         raise InvalidArgument("the request path must start with '/'.")
@@ -81,13 +81,45 @@ def split(raw_path: str, root: str | None = None) -> Route:
                 "backslashes or control characters."
             )
         segments.append(text)
+    return tuple(segments)
+
+
+@functools.lru_cache(maxsize=1024)
+def split(raw_path: str, root: str | None = None) -> Route:
+    """Decode the request path into namespace and segments: the first segment names the
+    namespace, or, given ``root``, the path is that namespace's, read at the root (see
+    :func:`reads_at_root` for which reading a server with a default namespace takes)."""
+    segments = segments_of(raw_path)
     if root is not None:
-        return Route(root, tuple(segments), root=True)
+        return Route(root, segments, root=True)
     if not segments:
         raise InvalidArgument(
             "no namespace in the path: use /{namespace}/{entity}/messages and the like."
         )
-    return Route(segments[0], tuple(segments[1:]))
+    return Route(segments[0], segments[1:])
+
+
+def reads_at_root(
+    segments: tuple[str, ...],
+    namespace_exists: Callable[[str], bool],
+    root_has: Callable[[str], bool],
+) -> bool:
+    """Whether a server with a default namespace reads a path of ``segments`` at the
+    root, as the default namespace's, rather than as ``/{namespace}/...``.
+
+    The first segment names a namespace when it is one the server has, or when it could
+    be one and is not an entity of the default namespace; the path is the default
+    namespace's when it is empty, starts with a ``$`` name (``$Resources``,
+    ``$namespaceinfo``, ``$faults``), has one segment (``PUT /orders``), names an entity
+    of the default namespace first, or starts with what no namespace is called. A
+    namespace is named on its first use only when none of these holds.
+    """
+    if not segments or segments[0].startswith("$"):
+        return True
+    first = segments[0]
+    if namespace_exists(first):
+        return False
+    return len(segments) == 1 or root_has(first) or not NAMESPACE_NAME.fullmatch(first)
 
 
 def right_needed(method: str, segs: tuple[str, ...]) -> str:
