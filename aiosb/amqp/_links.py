@@ -59,7 +59,10 @@ class Link:
     sub_queue: str | None = None
     drain: bool = False
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Sending: the task that sends what the link has; receiving: the task serving its
+    #: transfers in order (``inbox``: payload, delivery id, format, settled, over-size).
     pump: asyncio.Task[None] | None = None
+    inbox: deque[tuple[bytes, int | None, int, bool, bool]] = field(default_factory=deque)
     #: A session receiver: the session it holds and the broker's lock on it.
     session_id: str | None = None
     session_lock: str | None = None

@@ -387,24 +387,51 @@ class Connection(ReceiverLinks):
             return
         link.delivery_count += 1
         link.credit -= 1
-        if link.credit < CREDIT // 2:
-            link.credit = CREDIT
-            self._flow(session, link)
         if link.kind == "cbs":
-            outcome = self._on_cbs(session, payload)
-        elif link.kind == "management":
-            reply = await self.management.reply(link.path, link.sub_queue, payload)
-            self._answer(session, link, reply)
-            outcome = _ACCEPTED
-        elif over:
-            outcome = p.rejected("amqp:link:message-size-exceeded",
-                                 f"the message is over {self.ns.max_message_size} bytes.")
-        else:
-            outcome = await self._deliver(link, payload, fmt)
+            self._settle(session, link, delivery_id, settled, self._on_cbs(session, payload))
+            return
+        link.inbox.append((payload, delivery_id, fmt, settled, over))
+        if link.pump is None or link.pump.done():
+            link.pump = asyncio.get_running_loop().create_task(self._work(session, link))
+
+    async def _work(self, session: Session, link: Link) -> None:
+        """Serve ``link``'s transfers in order, away from the frame reader: an operation
+        that hangs (an injected timeout) holds up its own link only, and a detach cancels
+        what the link has not done yet, as a client hanging up cancels its HTTP request.
+        The link's credit is given back as transfers are served, so a client cannot
+        queue more than ``CREDIT`` of them."""
+        inbox = link.inbox
+        while inbox:
+            payload, delivery_id, fmt, settled, over = inbox.popleft()
+            try:
+                if link.kind == "management":
+                    reply = await self.management.reply(link.path, link.sub_queue, payload)
+                    self._answer(session, link, reply)
+                    outcome = _ACCEPTED
+                elif over:
+                    outcome = p.rejected("amqp:link:message-size-exceeded",
+                                         f"the message is over {self.ns.max_message_size} bytes.")
+                else:
+                    outcome = await self._deliver(link, payload, fmt)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug: say so, answer, keep serving
+                log.exception("unexpected error serving a transfer on %s", link.address)
+                outcome = p.rejected("amqp:internal-error", "internal error in the emulator.")
+            self._settle(session, link, delivery_id, settled, outcome)
+
+    def _settle(self, session: Session, link: Link, delivery_id: int | None, settled: bool,
+                outcome: Described) -> None:
+        """Settle a served transfer with ``outcome`` and give back the link's credit."""
         if not settled and delivery_id is not None:
             self._send(session.channel, p.performative(
                 p.DISPOSITION, True, UInt(delivery_id), None, True, outcome,
             ))
+        waiting = len(link.inbox)
+        if link.credit < CREDIT // 2 and waiting < CREDIT // 2 \
+                and session.links.get(link.handle) is link:
+            link.credit = CREDIT - waiting  # what is queued counts against the credit
+            self._flow(session, link)
 
     async def _deliver(self, link: Link, payload: bytes, fmt: int) -> Described:
         """Hand the messages of one transfer to the broker; the outcome to settle with."""

@@ -76,6 +76,13 @@ LOCK_GRACE = _dt.timedelta(minutes=1)
 DEFAULT_MAX_MESSAGE_SIZE = 256 * 1024
 
 _MODES = {"peek_lock": "peeklock", "receive_and_delete": "receiveanddelete"}
+#: Links being closed after their operation was given up on (kept until closed).
+_closing: set[asyncio.Future[None]] = set()
+
+
+async def _close_quietly(handler: Any) -> None:
+    with contextlib.suppress(Exception):
+        await handler.close()
 
 
 class _Link:
@@ -112,6 +119,15 @@ class _Link:
                     if self._open_first and getattr(handler, "_running", True) is False:
                         await handler.__aenter__()
                     return await operation(handler)
+                except asyncio.CancelledError:
+                    # Given up on (aiosb's operation timeout): close the link, so that a
+                    # transfer still in flight is dropped by the broker rather than done
+                    # after its sender was told it failed.
+                    if self.handler is handler:
+                        self.handler = None
+                    _closing.add(task := asyncio.ensure_future(_close_quietly(handler)))
+                    task.add_done_callback(_closing.discard)
+                    raise
                 except ServiceBusError:
                     raise
                 except Exception as exc:
