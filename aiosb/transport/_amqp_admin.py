@@ -55,7 +55,7 @@ class AdminOperations:
             (path.entity, path.subscription) if kind == "subscription" else ("", path.entity)
         )
         if action == "create":
-            props = request.properties.normalised("premium")
+            props = _normalised(request.properties)
             kwargs = entity_kwargs(kind, props)
             if kind == "subscription":
                 created = await admin.create_subscription(topic, props.name, **kwargs)
@@ -65,7 +65,7 @@ class AdminOperations:
         if action == "get":
             return entity_from_sdk(kind, await self._get(kind, topic, name), topic=topic)
         if action == "update":
-            props = request.properties.normalised("premium")
+            props = _normalised(request.properties)
             current = await self._get(kind, topic, name)
             fixed = entity_from_sdk(kind, current, topic=topic).changed_fixed(props)
             if fixed:
@@ -129,3 +129,14 @@ class AdminOperations:
         except ResourceNotFoundError:
             got = await admin.get_topic_runtime_properties(path.entity)
         return runtime_from_sdk(path.path, got)
+
+
+def _normalised(props: Any) -> Any:
+    """``props`` checked against the widest sizes (the namespace's tier is the service's
+    to judge), with partitioning as the caller chose it: normalising for premium turns it
+    on (PT-4), which would make every entity created on a standard namespace partitioned
+    (PT-3: for ever)."""
+    out = props.normalised("premium")
+    if hasattr(props, "enable_partitioning"):  # queues and topics
+        out.enable_partitioning = props.enable_partitioning
+    return out
