@@ -34,7 +34,7 @@ __all__ = [
 
 ReceiveMode = Literal["peek_lock", "receive_and_delete"]
 SettleAction = Literal["complete", "abandon", "dead_letter", "defer", "renew"]
-ManageAction = Literal["create", "get", "update", "delete", "list", "runtime"]
+ManageAction = Literal["create", "get", "update", "delete", "list", "runtime", "sessions"]
 SessionAction = Literal["accept", "renew", "get_state", "set_state", "release"]
 EntityKind = Literal["queue", "topic", "subscription", "rule"]
 _ENTITY_KINDS: dict[str, EntityKind] = {"queue": "queue", "topic": "topic",
@@ -187,15 +187,20 @@ class ManagementRequest:
     """A management operation on one entity (or a listing).
 
     Attributes:
-        action: ``create``, ``get``, ``update``, ``delete``, ``list`` or ``runtime``.
-        kind: ``queue``, ``topic``, ``subscription`` or ``rule`` (``runtime`` takes
-            any path).
+        action: ``create``, ``get``, ``update``, ``delete``, ``list``, ``runtime`` or
+            ``sessions`` (the ids of the sessions of a session-enabled queue or
+            subscription, in id order: those holding messages other than scheduled ones
+            or a state, or, when ``properties`` is a UTC epoch time in seconds, those
+            whose state was set after it).
+        kind: ``queue``, ``topic``, ``subscription`` or ``rule`` (``runtime`` and
+            ``sessions`` take any path, and ``None``).
         path: The entity path (``topic/subscriptions/name`` for subscriptions; for a
             ``list`` of subscriptions, the topic; ``topic/subscriptions/sub/rules/name``
             for a rule, ``.../rules`` for the list of a subscription's rules:
             :func:`aiosb.rules.rule_path`).
         properties: The description, for ``create`` and ``update`` (a
-            :class:`~aiosb.rules.RuleProperties` for a rule).
+            :class:`~aiosb.rules.RuleProperties` for a rule); for ``sessions``, ``None``
+            or the time the state must have been set after.
         rule: The first rule of a subscription being created (``None``: ``$Default``,
             which takes every message).
     """
@@ -246,7 +251,8 @@ class Transport(Protocol):
         """Accept, renew or release a session, or read or write its state."""
 
     async def manage(self, request: ManagementRequest) -> Any:
-        """Create, read, update, delete or list entities, or read their counts."""
+        """Create, read, update, delete or list entities, read their counts, or list the
+        sessions of one."""
 
     async def aclose(self) -> None:
         """Release everything the transport holds; idempotent."""

@@ -13,6 +13,7 @@ import aiosb
 from aiosb import Message, errors
 from aiosb.emulator.server import serve
 from aiosb.pairing.runtime import is_outage
+from aiosb.protocol import ManagementRequest
 from aiosb.transport.http import HttpTransport
 from aiosb.wire import atom as _atom
 from aiosb.wire import status as _status
@@ -121,6 +122,8 @@ async def test_sessions_are_refused_over_the_extensions_too():
         with pytest.raises(errors.InvalidOperation, match="Sessions are not part"):
             await receiver.receive(max_wait=0)
         await receiver.aclose()
+        with pytest.raises(errors.InvalidOperation, match="Sessions are not part"):
+            await ns.transport.manage(ManagementRequest("sessions", None, "q"))
 
 
 def test_urls_and_credentials():

@@ -98,3 +98,47 @@ async def test_the_javascript_client_settles_in_peek_lock_mode(js_client: Path):
     assert sorted(got["first"]) == [f"p{i}" for i in range(5)]
     assert got["again"] == [["p2", 2]]
     assert left == 0
+
+
+async def test_the_javascript_rule_manager_adds_lists_and_removes_rules_that_route(
+        js_client: Path):
+    """createRuleManager of @azure/service-bus over serve_amqp's $management (add-rule,
+    enumerate-rules, remove-rule): the rules it adds route the topic's messages as rules
+    made any other way do, its errors are the service's (#15)."""
+    from aiosb import emulator
+    from aiosb.protocol import ReceiveRequest
+
+    async with serve_amqp(namespace="jsrules") as server:
+        async with aiosb.connect("memory://jsrules") as ns:
+            await ns.create_topic("orders")
+            await ns.create_subscription("orders", "eu")
+            await ns.create_subscription("orders", "rush")
+            node = await asyncio.create_subprocess_exec(
+                "node", str(js_client / "rules.mjs"), server.connection_string(), "orders",
+                cwd=js_client, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )
+            out, err = await asyncio.wait_for(node.communicate(), 90)
+            assert node.returncode == 0, err.decode()[-3000:]
+            broker = emulator.namespace("jsrules")
+            took = {
+                sub: await broker.receive(f"orders/subscriptions/{sub}", ReceiveRequest(
+                    "receive_and_delete", max_messages=10, max_wait=0))
+                for sub in ("eu", "rush")
+            }
+            rules = [r.name for r in await ns.list_rules("orders", "eu")]
+    got = json.loads(out.decode().strip().splitlines()[-1])
+    assert got["before"] == [["$Default", "1=1", None],
+                             ["eu", "region = 'eu'", "SET tagged = 'yes'"]]
+    assert got["listed"] == [["rush", "urgent", {"kind": "rush"}]]
+    assert got["after"] == []
+    errors = {what: text.split(":")[0] for what, text in got["errors"].items()}
+    # com.microsoft:entity-already-exists, amqp:not-found with the service's sentence, and
+    # com.microsoft:argument-error, which the SDK has no code of its own for.
+    assert errors == {"duplicate": "MessagingEntityAlreadyExists", "badSql": "GeneralError",
+                      "missing": "MessagingEntityNotFound"}
+    assert "the SQL filter has a problem" in got["errors"]["badSql"]
+    # A JS string body travels as an amqp-value, which aiosb reads as its JSON text.
+    assert [(json.loads(m.body), m.application_properties.get("tagged"))
+            for m in took["eu"]] == [("m-eu", "yes")]
+    assert [json.loads(m.body) for m in took["rush"]] == ["m-rush"]
+    assert rules == ["eu"]

@@ -55,8 +55,17 @@ def _dec_char(buf: bytes, pos: int) -> tuple[Any, int]:
     return chr(_I.unpack_from(buf, pos)[0]), pos + 4
 
 
+#: The range of a ``datetime``, in AMQP timestamp milliseconds.
+_FIRST_MS = (_dt.datetime.min.replace(tzinfo=_dt.UTC) - _EPOCH) // _dt.timedelta(milliseconds=1)
+_LAST_MS = (_dt.datetime.max.replace(tzinfo=_dt.UTC) - _EPOCH) // _dt.timedelta(milliseconds=1)
+
+
 def _dec_timestamp(buf: bytes, pos: int) -> tuple[Any, int]:
-    return _EPOCH + _dt.timedelta(milliseconds=_q.unpack_from(buf, pos)[0]), pos + 8
+    # A time beyond datetime's range is clamped to its end, as .NET clamps to
+    # DateTime.MaxValue: the SDKs send .NET's MaxValue (253402300800000 ms, the first
+    # instant of year 10000) to mean "no time" (get-message-sessions).
+    ms = min(max(_q.unpack_from(buf, pos)[0], _FIRST_MS), _LAST_MS)
+    return _EPOCH + _dt.timedelta(milliseconds=ms), pos + 8
 
 
 def _dec_uuid(buf: bytes, pos: int) -> tuple[Any, int]:

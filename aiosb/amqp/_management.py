@@ -11,22 +11,26 @@ node: ``correlation-id`` = the request's message-id, application properties
 turns into its own exception), and an amqp-value map body.
 
 Map keys and values as the SDKs write them (``lock-tokens`` are UUIDs, times AMQP
-timestamps); see ``../shared/notes/amqp-wire.md`` for the table.
+timestamps); see ``../shared/notes/amqp-wire.md`` for the table, and :mod:`._rules` for
+the rule descriptions.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..errors import InvalidArgument, ServiceBusError
-from ..protocol import ReceiveMode, ReceiveRequest, SessionRequest, Settlement
+from ..protocol import ManagementRequest, ReceiveMode, ReceiveRequest, SessionRequest, Settlement
+from ..rules import rule_path
 from . import performatives as p
 from ._cbs import Tokens
 from ._pump import instant
 from ._receiving import delivery_payload
+from ._rules import describe, rule_of
 from .codec import Array, DecodeError, Described, Int, Symbol, ULong, encode
 from .messages import APP_PROPERTIES, PROPERTIES, VALUE, sections_of, to_message
 
@@ -43,6 +47,7 @@ _STATUS: tuple[tuple[type[ServiceBusError], int], ...] = (
     (errors.ServerBusy, 503),
     (errors.OperationTimeout, 408),
     (errors.EntityNotFound, 404),
+    (errors.EntityAlreadyExists, 409),
     (errors.MessageNotFound, 404),
     (errors.Unauthorized, 401),
     (errors.MessageLockLost, 410),
@@ -53,6 +58,10 @@ _STATUS: tuple[tuple[type[ServiceBusError], int], ...] = (
     (errors.MessageSizeExceeded, 413),
     (errors.QuotaExceeded, 403),
 )
+#: The .NET DateTime.MaxValue the SDKs send as get-message-sessions' last-updated-time to
+#: mean "no time" (list the sessions with messages or state); the codec clamps it to the
+#: end of datetime's range.
+_NO_TIME = _dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=_dt.UTC)
 Handler = Callable[["Management", "_Request"], Awaitable["tuple[int, dict[str, Any] | None]"]]
 
 
@@ -124,7 +133,14 @@ class Management:
         except (DecodeError, ValueError, TypeError) as exc:
             return _reply(message_id, 400, f"a malformed {operation} request: {exc}",
                           _VENDOR + "argument-error")
-        return _reply(message_id, status, "OK" if status == 200 else "No Content", None, result)
+        return _reply(message_id, status, "OK" if status == 200 else "No Content",
+                      _NOTHING.get(str(operation).removeprefix(_VENDOR)) if status == 204
+                      else None, result)
+
+    def _check(self, request: _Request, needs: str) -> None:
+        """The right ``needs`` on the node: a token for the entity covers its
+        ``$management`` node; @azure/service-bus puts one for the node itself."""
+        self.tokens.check(f"{request.path}/$management", needs)
 
     def _lock(self, request: _Request) -> tuple[str | None, str | None]:
         """The session a request names and this connection's lock on it."""
@@ -136,13 +152,13 @@ class Management:
     # -- operations ------------------------------------------------------------------
 
     async def _renew_lock(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
-        self.tokens.check(request.path, "Listen")
+        self._check(request, "Listen")
         until = await self.ns.settle(request.path, Settlement(
             "renew", request.tokens(), request.sub_queue))
         return 200, {"expirations": Array(type(instant(0)), [instant(t) for t in until or []])}
 
     async def _update_disposition(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
-        self.tokens.check(request.path, "Listen")
+        self._check(request, "Listen")
         status = request.get("disposition-status")
         action = _DISPOSITIONS.get(str(status))
         if action is None:
@@ -158,7 +174,7 @@ class Management:
         return 200, None
 
     async def _peek(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
-        self.tokens.check(request.path, "Listen")
+        self._check(request, "Listen")
         sid, lock = self._lock(request)
         found = await self.ns.receive(request.path, ReceiveRequest(
             max_messages=max(1, int(request.get("message-count", 1))), sub_queue=request.sub_queue,
@@ -170,7 +186,7 @@ class Management:
         return 200, {"messages": [{"message": delivery_payload(m)} for m in found]}
 
     async def _receive_deferred(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
-        self.tokens.check(request.path, "Listen")
+        self._check(request, "Listen")
         sid, lock = self._lock(request)
         mode: ReceiveMode = (
             "receive_and_delete" if request.get("receiver-settle-mode") == 0 else "peek_lock"
@@ -190,7 +206,7 @@ class Management:
         return 200, {"messages": out}
 
     async def _schedule(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
-        self.tokens.check(request.path, "Send")
+        self._check(request, "Send")
         entries = request.get("messages")
         if not isinstance(entries, list):
             raise InvalidArgument("schedule-message needs messages.")
@@ -199,24 +215,24 @@ class Management:
         return 200, {"sequence-numbers": Array(int, list(numbers))}
 
     async def _cancel(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
-        self.tokens.check(request.path, "Send")
+        self._check(request, "Send")
         await self.ns.cancel_scheduled(request.path, request.numbers())
         return 200, None
 
     async def _renew_session(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
-        self.tokens.check(request.path, "Listen")
+        self._check(request, "Listen")
         sid, lock = self._session(request)
         info = await self.ns.session(request.path, SessionRequest("renew", sid, lock))
         return 200, {"expiration": instant(info.locked_until or self.ns.now())}
 
     async def _get_state(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
-        self.tokens.check(request.path, "Listen")
+        self._check(request, "Listen")
         sid, lock = self._session(request)
         info = await self.ns.session(request.path, SessionRequest("get_state", sid, lock))
         return 200, {"session-state": info.state}
 
     async def _set_state(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
-        self.tokens.check(request.path, "Listen")
+        self._check(request, "Listen")
         sid, lock = self._session(request)
         state = request.get("session-state")
         if state is not None and not isinstance(state, bytes):
@@ -225,9 +241,67 @@ class Management:
         return 200, None
 
     async def _sessions(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
-        raise errors.InvalidOperation(
-            "get-message-sessions is not served by aiosb's AMQP front end yet (#15)."
-        )
+        """A page of the entity's sessions: ``skip`` and ``top`` over the ids in order; a
+        ``last-updated-time`` other than "no time" lists those whose state was set
+        after it. The reply's ``skip`` is where the next page starts; 204 when the page
+        is empty."""
+        self._check(request, "Listen")
+        skip, top = int(request.get("skip", 0)), int(request.get("top", 2**31 - 1))
+        if skip < 0 or top < 1:
+            raise InvalidArgument(f"skip is {skip} and top {top}; skip >= 0 and top >= 1.")
+        since = request.get("last-updated-time")
+        if since is not None and not isinstance(since, _dt.datetime):
+            raise InvalidArgument("last-updated-time must be a timestamp.")
+        after = None if since is None or since >= _NO_TIME else since.timestamp()
+        ids = await self.ns.manage(ManagementRequest("sessions", None, request.path, after))
+        page = ids[skip:skip + top]
+        if not page:
+            return 204, None
+        return 200, {"skip": Int(skip + len(page)), "sessions-ids": Array(str, page)}
+
+    async def _add_rule(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
+        self._check(request, "Manage")
+        rule = rule_of(request.get("rule-name"), request.get("rule-description"))
+        await self._rule(ManagementRequest("create", "rule", self._rule_path(request, rule.name),
+                                           rule))
+        return 200, None
+
+    async def _remove_rule(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
+        self._check(request, "Manage")
+        name = request.get("rule-name")
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument("remove-rule needs the rule-name.")
+        await self._rule(ManagementRequest("delete", "rule", self._rule_path(request, name)))
+        return 200, None
+
+    async def _enumerate_rules(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
+        self._check(request, "Manage")
+        skip, top = int(request.get("skip", 0)), int(request.get("top", 2**31 - 1))
+        if skip < 0 or top < 1:
+            raise InvalidArgument(f"skip is {skip} and top {top}; skip >= 0 and top >= 1.")
+        rules = await self._rule(ManagementRequest("list", "rule", self._rule_path(request)))
+        page = rules[skip:skip + top]
+        if not page:
+            return 204, None
+        return 200, {"rules": [{"rule-description": describe(r)} for r in page]}
+
+    def _rule_path(self, request: _Request, name: str | None = None) -> str:
+        path = request.path.split("/")
+        if request.sub_queue is not None or len(path) < 3 or path[-2].lower() != "subscriptions":
+            raise errors.InvalidOperation(
+                f"{request.path!r} is not a subscription: rules belong to subscriptions."
+            )
+        return rule_path("/".join(path[:-2]), path[-1], name)
+
+    async def _rule(self, request: ManagementRequest) -> Any:
+        try:
+            return await self.ns.manage(request)
+        except errors.EntityNotFound as exc:
+            # The service's sentence, which the JS SDK reads as MessagingEntityNotFound
+            # (it maps amqp:not-found alone to a retried communication error).
+            raise errors.EntityNotFound(
+                f"The messaging entity {request.path!r} could not be found. {exc.message}"
+            ) from exc
 
     def _session(self, request: _Request) -> tuple[str, str | None]:
         sid, lock = self._lock(request)
@@ -252,7 +326,13 @@ _HANDLERS: dict[str, Handler] = {
     "get-session-state": Management._get_state,
     "set-session-state": Management._set_state,
     "get-message-sessions": Management._sessions,
+    "add-rule": Management._add_rule,
+    "remove-rule": Management._remove_rule,
+    "enumerate-rules": Management._enumerate_rules,
 }
+#: The condition of a 204 where the service gives one (azure-servicebus's
+#: ``list_sessions_op`` notes it).
+_NOTHING = {"get-message-sessions": _VENDOR + "session-not-found"}
 
 
 def _reply(correlation_id: Any, status: int, description: str, condition: str | None,

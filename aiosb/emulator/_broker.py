@@ -145,7 +145,10 @@ class EmulatorNamespace:
         return await _sessions.session(self, path, request)
 
     async def manage(self, request: ManagementRequest) -> Any:
-        """Create, get, update, delete or list entities, or read their counts."""
+        """Create, get, update, delete or list entities, read their counts, or list the
+        sessions of one."""
+        if request.action == "sessions":
+            return await _sessions.listing(self, request.path, request.properties)
         return await _manage.manage(self, request)
 
     # -- lifetime and time ----------------------------------------------------------

@@ -80,7 +80,7 @@ class _Session:
     """One session of a session-enabled queue or subscription: its messages (a store in
     the fragment its id hashes to), its state, and its lock."""
 
-    __slots__ = ("entity", "id", "lock", "locked_until", "state", "store")
+    __slots__ = ("entity", "id", "lock", "locked_until", "state", "state_set", "store")
 
     def __init__(self, entity: _Entity, session_id: str) -> None:
         self.entity = entity
@@ -88,6 +88,8 @@ class _Session:
         fragment = home(session_id, entity.nfrag)  # PT-6
         self.store = _Store(entity.ns, entity, False, fragment, self)
         self.state: bytes | None = None
+        #: When the state was last set (UTC seconds; 0: never, or before a restart).
+        self.state_set = 0.0
         self.lock: str | None = None
         self.locked_until = 0.0
 

@@ -1,6 +1,7 @@
 """Session operations: accept (a named session, or the next available one), renew,
-release, get and set state (:func:`session`), and the check that a receive or
-settlement holds its session's lock (:func:`held`).
+release, get and set state (:func:`session`), the listing of an entity's sessions
+(:func:`listing`), and the check that a receive or settlement holds its session's lock
+(:func:`held`).
 
 The session itself (its store, state, lock) is :class:`~._entity._Session`. A receiver
 accepting sessions is a listener of its entity, which lets session expiry happen
@@ -25,7 +26,7 @@ from ._entity import _Entity, _Session
 from ._namespace import Namespace
 from ._partitions import home
 
-__all__ = ["held", "session"]
+__all__ = ["held", "listing", "session"]
 
 
 def session_entity(ns: Namespace, path: str) -> _Entity:
@@ -109,9 +110,36 @@ async def session(ns: Namespace, path: str, request: SessionRequest) -> SessionI
         return SessionInfo(sid, mine.lock, until)
     if action == "set_state":
         mine.state = None if request.state is None else bytes(request.state)
+        mine.state_set = now
         if ns.journal is not None:
             ns.journal.session(mine)
     return SessionInfo(sid, mine.lock, mine.locked_until, mine.state)
+
+
+async def listing(ns: Namespace, path: str, state_set_after: object) -> list[str]:
+    """The ids of the sessions of ``path`` in id order: those holding a message (other
+    than a scheduled one) or a state; with ``state_set_after`` (UTC seconds), those whose
+    state was set after it, as Service Bus's get-message-sessions has it."""
+    if state_set_after is not None and (
+        isinstance(state_set_after, bool) or not isinstance(state_set_after, int | float)
+    ):
+        raise InvalidArgument(
+            f"list sessions takes None or a time in UTC seconds, not {state_set_after!r:.40}."
+        )
+    if ns.faults.active:
+        await ns.faults.check("receive", path)
+    now = ns.now()
+    entity = session_entity(ns, path)
+    entity.touch(now)
+    found = []
+    for sid, held_session in entity.sessions.items():
+        if state_set_after is None:
+            active, deferred, _ = held_session.store.counts()
+            if active or deferred or held_session.state is not None:
+                found.append(sid)
+        elif held_session.state_set > state_set_after:
+            found.append(sid)
+    return sorted(found)
 
 
 async def accept_next(ns: Namespace, path: str, max_wait: float | None) -> SessionInfo:

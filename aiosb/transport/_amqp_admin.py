@@ -1,9 +1,11 @@
 """Management over the official SDK's administration client: entities, rules and
 runtime counts, for :class:`~aiosb.transport.amqp.AmqpTransport` (a mixin: it provides
-``_admin``, the SDK's ``ServiceBusAdministrationClient``, and ``manage``)."""
+``_admin``, the SDK's ``ServiceBusAdministrationClient``, ``_client``, its
+``ServiceBusClient``, which lists sessions, and ``manage``)."""
 
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Any
 
 from ..entities import parse_entity_path
@@ -27,6 +29,7 @@ class AdminOperations:
     """The management operations of the AMQP transport."""
 
     _admin: Any
+    _client: Any
 
     async def manage(self, request: ManagementRequest) -> Any:
         raise NotImplementedError
@@ -35,6 +38,8 @@ class AdminOperations:
         admin, action, kind = self._admin, request.action, request.kind
         if action == "runtime":
             return await self._runtime(request.path)
+        if action == "sessions":
+            return await self._list_sessions(request)
         if kind == "rule":
             return await self._rule(request)
         if action == "create" and kind == "subscription" and request.rule is not None:
@@ -55,7 +60,7 @@ class AdminOperations:
             (path.entity, path.subscription) if kind == "subscription" else ("", path.entity)
         )
         if action == "create":
-            props = request.properties.normalised("premium")
+            props = _normalised(request.properties)
             kwargs = entity_kwargs(kind, props)
             if kind == "subscription":
                 created = await admin.create_subscription(topic, props.name, **kwargs)
@@ -65,7 +70,7 @@ class AdminOperations:
         if action == "get":
             return entity_from_sdk(kind, await self._get(kind, topic, name), topic=topic)
         if action == "update":
-            props = request.properties.normalised("premium")
+            props = _normalised(request.properties)
             current = await self._get(kind, topic, name)
             fixed = entity_from_sdk(kind, current, topic=topic).changed_fixed(props)
             if fixed:
@@ -83,6 +88,25 @@ class AdminOperations:
                 await getattr(admin, f"delete_{kind}")(name)
             return None
         raise InvalidArgument(f"unknown management action {action!r}.")
+
+    async def _list_sessions(self, request: ManagementRequest) -> list[str]:
+        """The sessions of a queue or subscription (get-message-sessions, every page)."""
+        client = self._client
+        if not hasattr(client, "list_queue_sessions"):
+            raise InvalidOperation(
+                "listing sessions needs azure-servicebus 7.15 or later: pip install -U "
+                "azure-servicebus."
+            )
+        after = request.properties
+        options = {} if after is None else {
+            "state_updated_after": _dt.datetime.fromtimestamp(after, _dt.UTC)
+        }
+        path = parse_entity_path(request.path)
+        if path.subscription is not None:
+            pager = client.list_subscription_sessions(path.entity, path.subscription, **options)
+        else:
+            pager = client.list_queue_sessions(path.entity, **options)
+        return sorted([sid async for sid in pager])
 
     async def _rule(self, request: ManagementRequest) -> Any:
         """A rule, through the SDK's administration client."""
@@ -129,3 +153,14 @@ class AdminOperations:
         except ResourceNotFoundError:
             got = await admin.get_topic_runtime_properties(path.entity)
         return runtime_from_sdk(path.path, got)
+
+
+def _normalised(props: Any) -> Any:
+    """``props`` checked against the widest sizes (the namespace's tier is the service's
+    to judge), with partitioning as the caller chose it: normalising for premium turns it
+    on (PT-4), which would make every entity created on a standard namespace partitioned
+    (PT-3: for ever)."""
+    out = props.normalised("premium")
+    if hasattr(props, "enable_partitioning"):  # queues and topics
+        out.enable_partitioning = props.enable_partitioning
+    return out

@@ -480,6 +480,8 @@ class HttpTransport:
 
     async def manage(self, request: ManagementRequest) -> Any:
         action, kind, path = request.action, request.kind, request.path
+        if action == "sessions":
+            raise InvalidOperation(_NO_SESSIONS)
         if kind == "rule":
             return await self._rule(request)
         if action == "list":

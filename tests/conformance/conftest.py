@@ -146,10 +146,6 @@ _NOT_OVER_AMQP_SERVE = {
     "test_partitions.py::test_receive_gathers_from_the_fragments_that_are_up":
         _FRAGMENT_FAULTS,
     "test_partitions.py::test_long_poll_wakes_for_a_message_on_any_fragment": _EXACT_TIME,
-    "test_partitions.py::test_peek_stops_at_the_response_size_limit": (
-        "the SDK's peek asks once and returns what one response holds; the emulator's response "
-        "size limit is not applied to $management peeks"
-    ),
     "test_partitions.py::test_runtime_counts_add_up_over_fragments_and_report_limited_availability":
         _FRAGMENT_FAULTS,
     "test_partitions.py::test_management_changes_fail_while_a_fragment_is_down": (
