@@ -94,11 +94,11 @@ FIELDS = (
 
 # The fields a message seldom sets, held in one tuple (``_Record._opt``), in this order;
 # a record with none of them set shares :data:`_NO_OPT` (#16: a resident message costs
-# one slot for all of them, not fourteen).
+# one slot for all of them, not twelve).
 _OPT = (
     "session_id", "partition_key", "scheduled", "content_type", "correlation_id",
-    "subject", "reply_to", "reply_to_session_id", "to", "props", "key", "dl_reason",
-    "dl_desc", "dl_source",
+    "subject", "reply_to", "reply_to_session_id", "to", "dl_reason", "dl_desc",
+    "dl_source",
 )
 _NO_OPT: tuple[Any, ...] = (None,) * len(_OPT)
 #: Where ``scheduled`` is in ``_opt`` (read inline on the send path).
@@ -168,8 +168,10 @@ class _Record:
         "enqueued",
         "expires",
         "frag",
+        "key",
         "lock_token",
         "locked_until",
+        "props",
         "seq",
         "size",
         "state",
@@ -187,12 +189,9 @@ class _Record:
     reply_to = _Opt[str | None](6)
     reply_to_session_id = _Opt[str | None](7)
     to = _Opt[str | None](8)
-    props = _Opt[dict[str, Any] | None](9)
-    #: The partition key chosen when the message was sent (PT-6 to PT-8, PT-19).
-    key = _Opt[str | None](10)
-    dl_reason = _Opt[str | None](11)
-    dl_desc = _Opt[str | None](12)
-    dl_source = _Opt[str | None](13)
+    dl_reason = _Opt[str | None](9)
+    dl_desc = _Opt[str | None](10)
+    dl_source = _Opt[str | None](11)
 
     def __init__(self, msg: Message, message_id: str | int, size: int) -> None:
         self.body = msg.body
@@ -208,9 +207,14 @@ class _Record:
         opt: tuple[Any, ...] = (
             msg.session_id, msg.partition_key, msg.scheduled_enqueue_time, msg.content_type,
             msg.correlation_id, msg.subject, msg.reply_to, msg.reply_to_session_id, msg.to,
-            dict(props) if props else None, None, None, None, None,
+            None, None, None,
         )
         self._opt = _NO_OPT if opt == _NO_OPT else opt
+        # Slots of their own: a tuple holding a dict is tracked by the garbage collector,
+        # and a key is set on every message of an entity with duplicate detection.
+        self.props = dict(props) if props else None
+        #: The partition key chosen when the message was sent (PT-6 to PT-8, PT-19).
+        self.key: str | None = None
         self.size = size
         self.seq = 0
         self.enqueued = 0.0
@@ -256,9 +260,8 @@ class _Record:
         new = _new(_Record)
         for name in _Record.__slots__:
             setattr(new, name, getattr(self, name))
-        props = self.props
-        if props:
-            new.props = dict(props)
+        if self.props:
+            new.props = dict(self.props)
         new.delivery_count = 0
         new.lock_token = None
         new.locked_until = None
@@ -275,11 +278,12 @@ class _Record:
         m.message_id = mid if mid.__class__ is str else _AUTO_ID % mid
         (
             m.session_id, m.partition_key, m.scheduled_enqueue_time, m.content_type,
-            m.correlation_id, m.subject, m.reply_to, m.reply_to_session_id, m.to, props, _,
+            m.correlation_id, m.subject, m.reply_to, m.reply_to_session_id, m.to,
             m.dead_letter_reason, m.dead_letter_error_description, m.dead_letter_source,
         ) = self._opt
         ttl = self.ttl
         m.time_to_live = None if ttl == INF else _delta(ttl)
+        props = self.props
         m.application_properties = dict(props) if props else {}
         m.sequence_number = self.seq
         m.enqueued_timestamp = self.enqueued

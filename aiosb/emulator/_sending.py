@@ -168,8 +168,7 @@ def build(
             key = msg.partition_key
             if key is None and by_message_id:
                 key = rec.message_id
-        if key is not None:
-            rec.key = key
+        rec.key = key
         out.append(rec)
     if transaction:
         check_transaction(entity.path, entity.nfrag, out)
