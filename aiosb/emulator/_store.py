@@ -177,6 +177,7 @@ class _Store:
 
     __slots__ = (
         "_compact_at",
+        "_groups",
         "_order",
         "deferred",
         "due",
@@ -226,6 +227,10 @@ class _Store:
         self.size = 0
         self._order = itertools.count()
         self._compact_at = 1024
+        #: The lock groups not yet due, by their instant: [records still locked, the
+        #: records]. A group whose records are all settled is emptied at once, so a
+        #: completed message is freed then, not when its lock would have ended (#16).
+        self._groups: dict[float, list[Any]] = {}
 
     # -- timeline ------------------------------------------------------------------
 
@@ -256,6 +261,9 @@ class _Store:
         while timeline and timeline[0][0] <= now:
             when, _, kind, item = heappop(timeline)
             if isinstance(item, list):  # _LOCKS
+                group = self._groups.get(when)
+                if group is not None and group[1] is item:
+                    del self._groups[when]
                 for rec in item:
                     if _holds(rec, when):
                         self.unlock(rec, now)
@@ -273,7 +281,29 @@ class _Store:
     def lock_until(self, until: float, recs: list[_Record]) -> None:
         """Put the end of the locks of ``recs`` (one receive or renew, locked until
         ``until``) on the timeline."""
-        self._push(until, _LOCKS, recs)
+        group = self._groups.get(until)
+        if group is None:
+            recs = list(recs)
+            self._groups[until] = [len(recs), recs]
+            self._push(until, _LOCKS, recs)
+        else:  # the same instant as another receive's: one entry for both
+            group[0] += len(recs)
+            group[1].extend(recs)
+
+    def _settled(self, until: float | None) -> None:
+        """A record locked until ``until`` is no longer: when none of its group is,
+        let go of the group's records."""
+        if until is None:
+            return
+        group = self._groups.get(until)
+        if group is None:
+            return
+        group[0] -= 1
+        if group[0] <= 0:
+            del self._groups[until]
+            recs = group[1]
+            if not any(_holds(rec, until) for rec in recs):  # a check: counts only help
+                recs.clear()
 
     # -- adding --------------------------------------------------------------------
 
@@ -367,7 +397,10 @@ class _Store:
         return self.records.from_sequence(seq)
 
     def remove(self, rec: _Record) -> None:
+        locked = rec.state == LOCKED
         rec.state = GONE
+        if locked:
+            self._settled(rec.locked_until)
         if self.records.pop(rec.seq, None) is not None:
             if rec.deferred:
                 self.deferred -= 1
@@ -397,8 +430,10 @@ class _Store:
         token = rec.lock_token
         if token is not None:
             self.locked.pop(token, None)
+        until = rec.locked_until
         rec.lock_token = None
         rec.locked_until = None
+        self._settled(until)
         if props:
             rec.props = {**(rec.props or {}), **props}
 
@@ -493,7 +528,7 @@ class _Store:
             locked[token] = rec
             out.append(rec.received(path))
         if recs:
-            self._push(until, _LOCKS, recs)
+            self.lock_until(until, recs)
             journal = self.ns.journal
             if journal is not None:
                 for rec in recs:
@@ -503,9 +538,10 @@ class _Store:
     def renew(self, until: float, recs: list[_Record]) -> None:
         """Extend the locks of ``recs`` (locked here) to ``until``."""
         for rec in recs:
-            rec.locked_until = until
+            before, rec.locked_until = rec.locked_until, until
+            self._settled(before)
         if recs:
-            self._push(until, _LOCKS, recs)
+            self.lock_until(until, recs)
             journal = self.ns.journal
             if journal is not None:
                 for rec in recs:
@@ -544,3 +580,4 @@ class _Store:
         """The entity is gone: wake waiters so they see it."""
         self.wake()
         self.timeline.clear()
+        self._groups.clear()
