@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from . import http, pairing, rules, s1_emulator, scaling, spark
+from . import http, memory, pairing, rules, s1_emulator, scaling, spark
 
 BENCHMARKS = {
     "s1": s1_emulator.main,
+    "memory": memory.main,
     "pairing": pairing.main,
     "http": http.main,
     "rules": rules.main,

@@ -36,7 +36,7 @@ from ..errors import TransientError
 from ._entity import _Entity, _Session
 from ._namespace import Namespace
 from ._partitions import FRAGMENT_SHIFT, fragment_of
-from ._record import AVAILABLE, DEFERRED, GONE, LOCKED, SCHEDULED, _Record
+from ._record import AVAILABLE, DEFERRED, FIELDS, GONE, LOCKED, SCHEDULED, _Record
 from ._rows import (
     decode_props,
     decode_record,
@@ -258,7 +258,7 @@ class Journal:
             upto = self._changes
             dirty, self._dirty = self._dirty, {}
             ops, self._ops = self._ops, []
-            slots = _Record.__slots__
+            slots = FIELDS
             shift = FRAGMENT_SHIFT
             deletes, puts = [], []
             highs: dict[tuple[str, str, int], int] = {}
@@ -389,7 +389,7 @@ def _rebuild(
     highs: dict[tuple[str, str, int], int] = {}
     for ns_name, key, fragment, high in sequences:
         highs[(ns_name, key, fragment)] = high
-    slots = _Record.__slots__
+    slots = FIELDS
     locked_at: dict[tuple[int, float], list[Any]] = {}
     orphans = 0
     for ns_name, key, seq, where, data in messages:
@@ -397,7 +397,7 @@ def _rebuild(
         if owner is None:
             orphans += 1
             continue
-        rec = _Record.__new__(_Record)
+        rec = _Record.blank()
         fields = decode_record(data)
         for name in slots:  # a field added since the row was written reads as None
             setattr(rec, name, fields.get(name))

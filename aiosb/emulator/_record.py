@@ -12,9 +12,12 @@ import datetime as _dt
 import itertools
 import math
 import os
+from typing import Any, Generic, TypeVar, overload
 
 from ..entities import NEVER
 from ..message import Message, ReceivedMessage
+
+T = TypeVar("T")
 
 __all__ = [
     "AVAILABLE",
@@ -79,57 +82,139 @@ class _Ids:
         return self._prefix % next(self._count)
 
 
+#: A record's fields as rows of the durable store name them (:meth:`_Record.blank` and
+#: the properties below give every one of them, whatever the record keeps in slots).
+FIELDS = (
+    "body", "content_type", "correlation_id", "deferred", "delivery_count", "dl_desc",
+    "dl_reason", "dl_source", "enqueued", "expires", "frag", "key", "lock_token",
+    "locked_until", "message_id", "partition_key", "props", "reply_to",
+    "reply_to_session_id", "scheduled", "seq", "session_id", "size", "state", "subject",
+    "to", "ttl", "ttl_td",
+)
+
+# The fields a message seldom sets, held in one tuple (``_Record._opt``), in this order;
+# a record with none of them set shares :data:`_NO_OPT` (#16: a resident message costs
+# one slot for all of them, not twelve).
+_OPT = (
+    "session_id", "partition_key", "scheduled", "content_type", "correlation_id",
+    "subject", "reply_to", "reply_to_session_id", "to", "dl_reason", "dl_desc",
+    "dl_source",
+)
+_NO_OPT: tuple[Any, ...] = (None,) * len(_OPT)
+#: Where ``scheduled`` is in ``_opt`` (read inline on the send path).
+AT = _OPT.index("scheduled")
+
+#: A broker-assigned MessageId is kept as its number (an int, not a 36-character
+#: string: #16) and spelled out when read. The prefix is random per process, the counter
+#: shared by every namespace of the process, so ids stay unique.
+_raw = os.urandom(10).hex()
+_AUTO_ID = f"{_raw[:8]}-{_raw[8:12]}-{_raw[12:16]}-{_raw[16:20]}-%012x"
+auto_ids = itertools.count(1).__next__
+
+#: Time-to-live timedeltas by their seconds, so that a record keeps a float and a
+#: receive does not build a timedelta per message (bounded: cleared when full).
+_DELTAS: dict[float, _dt.timedelta] = {}
+
+
+def _delta(ttl: float) -> _dt.timedelta:
+    delta = _DELTAS.get(ttl)
+    if delta is None:
+        if len(_DELTAS) >= 4096:
+            _DELTAS.clear()
+        delta = _DELTAS[ttl] = _dt.timedelta(seconds=ttl)
+    return delta
+
+
+class _Opt(Generic[T]):
+    """A field kept in a record's ``_opt`` tuple (read and written like a slot)."""
+
+    __slots__ = ("at",)
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    @overload
+    def __get__(self, rec: None, owner: type) -> _Opt[T]: ...
+    @overload
+    def __get__(self, rec: _Record, owner: type) -> T: ...
+    def __get__(self, rec: _Record | None, owner: type) -> T | _Opt[T]:
+        if rec is None:
+            return self
+        value: T = rec._opt[self.at]
+        return value
+
+    def __set__(self, rec: _Record, value: T) -> None:
+        opt = rec._opt
+        if opt[self.at] is value:
+            return
+        new: list[Any] = list(opt)
+        new[self.at] = value
+        rec._opt = _NO_OPT if new.count(None) == len(new) else tuple(new)
+
+
 class _Record:
-    """One message held by a store: the sent fields plus broker state."""
+    """One message held by a store: the sent fields plus broker state.
+
+    Kept small (#16): the fields a message seldom sets share one tuple (``_opt``, read
+    through the properties below), a broker-assigned MessageId is a number, and the
+    time to live is a float (its timedelta comes from a shared table)."""
 
     __slots__ = (
+        "_mid",
+        "_opt",
         "body",
-        "content_type",
-        "correlation_id",
         "deferred",
         "delivery_count",
-        "dl_desc",
-        "dl_reason",
-        "dl_source",
         "enqueued",
         "expires",
         "frag",
         "key",
         "lock_token",
         "locked_until",
-        "message_id",
-        "partition_key",
         "props",
-        "reply_to",
-        "reply_to_session_id",
-        "scheduled",
         "seq",
-        "session_id",
         "size",
         "state",
-        "subject",
-        "to",
         "ttl",
-        "ttl_td",
     )
+    _opt: tuple[Any, ...]
+    _mid: str | int
 
-    def __init__(self, msg: Message, message_id: str, size: int) -> None:
+    session_id = _Opt[str | None](0)
+    partition_key = _Opt[str | None](1)
+    scheduled = _Opt[_dt.datetime | None](2)
+    content_type = _Opt[str | None](3)
+    correlation_id = _Opt[str | None](4)
+    subject = _Opt[str | None](5)
+    reply_to = _Opt[str | None](6)
+    reply_to_session_id = _Opt[str | None](7)
+    to = _Opt[str | None](8)
+    dl_reason = _Opt[str | None](9)
+    dl_desc = _Opt[str | None](10)
+    dl_source = _Opt[str | None](11)
+
+    def __init__(self, msg: Message, message_id: str | int, size: int) -> None:
         self.body = msg.body
-        self.message_id = message_id
-        self.session_id = msg.session_id
-        self.partition_key = msg.partition_key
+        self._mid = message_id
         ttl = msg.time_to_live
-        self.ttl = INF if ttl is None else _seconds(ttl)
-        self.ttl_td = ttl
-        self.scheduled = msg.scheduled_enqueue_time
-        self.content_type = msg.content_type
-        self.correlation_id = msg.correlation_id
-        self.subject = msg.subject
-        self.reply_to = msg.reply_to
-        self.reply_to_session_id = msg.reply_to_session_id
-        self.to = msg.to
+        if ttl is None:
+            self.ttl = INF
+        else:
+            self.ttl = seconds = _seconds(ttl)
+            if seconds != INF:
+                _DELTAS.setdefault(seconds, ttl)
         props = msg.application_properties
+        opt: tuple[Any, ...] = (
+            msg.session_id, msg.partition_key, msg.scheduled_enqueue_time, msg.content_type,
+            msg.correlation_id, msg.subject, msg.reply_to, msg.reply_to_session_id, msg.to,
+            None, None, None,
+        )
+        self._opt = _NO_OPT if opt == _NO_OPT else opt
+        # Slots of their own: a tuple holding a dict is tracked by the garbage collector,
+        # and a key is set on every message of an entity with duplicate detection.
         self.props = dict(props) if props else None
+        #: The partition key chosen when the message was sent (PT-6 to PT-8, PT-19).
+        self.key: str | None = None
         self.size = size
         self.seq = 0
         self.enqueued = 0.0
@@ -139,15 +224,40 @@ class _Record:
         self.locked_until: float | None = None
         self.state = AVAILABLE
         self.deferred = False
-        self.dl_reason: str | None = None
-        self.dl_desc: str | None = None
-        self.dl_source: str | None = None
         self.frag = 0
-        self.key: str | None = None
+
+    @classmethod
+    def blank(cls) -> _Record:
+        """A record with every field ``None``, to be filled field by field (the durable
+        store reloading a row: :data:`FIELDS`)."""
+        rec = _new(cls)
+        for name in cls.__slots__:
+            setattr(rec, name, None)
+        rec._opt = _NO_OPT
+        return rec
+
+    @property
+    def message_id(self) -> str:
+        mid = self._mid
+        return mid if isinstance(mid, str) else _AUTO_ID % mid
+
+    @message_id.setter
+    def message_id(self, value: str) -> None:
+        self._mid = value
+
+    @property
+    def ttl_td(self) -> _dt.timedelta | None:
+        """The time to live as a timedelta (as rows of the durable store name it)."""
+        return self.ttl_delta()
+
+    @ttl_td.setter
+    def ttl_td(self, value: _dt.timedelta | None) -> None:
+        if value is not None and self.ttl is not None and self.ttl != INF:
+            _DELTAS.setdefault(self.ttl, value)
 
     def clone(self) -> _Record:
         """A fresh copy with the sent fields and times, and no delivery state."""
-        new = _Record.__new__(_Record)
+        new = _new(_Record)
         for name in _Record.__slots__:
             setattr(new, name, getattr(self, name))
         if self.props:
@@ -164,17 +274,15 @@ class _Record:
         hot path of every receive, and a keyword call costs four times as much)."""
         m = _new(ReceivedMessage)
         m.body = self.body
-        m.message_id = self.message_id
-        m.session_id = self.session_id
-        m.partition_key = self.partition_key
-        m.time_to_live = self.ttl_delta()
-        m.scheduled_enqueue_time = self.scheduled
-        m.content_type = self.content_type
-        m.correlation_id = self.correlation_id
-        m.subject = self.subject
-        m.reply_to = self.reply_to
-        m.reply_to_session_id = self.reply_to_session_id
-        m.to = self.to
+        mid = self._mid
+        m.message_id = mid if mid.__class__ is str else _AUTO_ID % mid
+        (
+            m.session_id, m.partition_key, m.scheduled_enqueue_time, m.content_type,
+            m.correlation_id, m.subject, m.reply_to, m.reply_to_session_id, m.to,
+            m.dead_letter_reason, m.dead_letter_error_description, m.dead_letter_source,
+        ) = self._opt
+        ttl = self.ttl
+        m.time_to_live = None if ttl == INF else _delta(ttl)
         props = self.props
         m.application_properties = dict(props) if props else {}
         m.sequence_number = self.seq
@@ -183,9 +291,6 @@ class _Record:
         m.delivery_count = self.delivery_count
         m.lock_token = self.lock_token
         m.locked_until_timestamp = self.locked_until
-        m.dead_letter_reason = self.dl_reason
-        m.dead_letter_error_description = self.dl_desc
-        m.dead_letter_source = self.dl_source
         m.state = "deferred" if self.deferred else _STATE_NAMES[self.state]
         m.entity_path = entity_path
         return m
@@ -202,12 +307,7 @@ class _Record:
 
     def ttl_delta(self) -> _dt.timedelta | None:
         ttl = self.ttl
-        if ttl == INF:
-            return None
-        cached = self.ttl_td
-        if cached is None or cached.total_seconds() != ttl:
-            cached = self.ttl_td = _dt.timedelta(seconds=ttl)
-        return cached
+        return None if ttl == INF or ttl is None else _delta(ttl)
 
 
 _new = object.__new__

@@ -25,7 +25,7 @@ from ..message import PING_CONTENT_TYPE, Message, check_partition_key
 from ._entity import _Entity
 from ._namespace import Namespace
 from ._partitions import by_fragment, check_transaction, route
-from ._record import INF, SCHEDULED, _Record
+from ._record import AT, INF, SCHEDULED, _Record, auto_ids
 
 __all__ = ["cancel_scheduled", "schedule", "send"]
 
@@ -40,7 +40,7 @@ async def send(
             continue
         if entity.dup_window and entity.is_duplicate(rec.message_id, now):
             continue
-        at = rec.scheduled
+        at = rec._opt[AT]  # rec.scheduled, read inline: this runs per message
         if at is not None and at.timestamp() > now:
             entity.schedule(rec, at.timestamp())
             continue
@@ -142,7 +142,6 @@ def build(
         entity.kind == "topic" and any(s.sessionful for s in entity.subscriptions.values())
     )
     by_message_id = entity.dup_window > 0
-    ids = ns._ids
     for msg in messages:
         if not isinstance(msg, Message):
             raise InvalidArgument(f"can only send Message objects, not {type(msg).__name__}.")
@@ -162,7 +161,7 @@ def build(
                 "set session_id on every message."
             )
         check_partition_key(msg.session_id, msg.partition_key)  # fields may change
-        rec = _Record(msg, msg.message_id or ids(), size)
+        rec = _Record(msg, msg.message_id or auto_ids(), size)
         # The partition key (PT-6 to PT-8), chosen here, inline: this runs per message.
         key = msg.session_id
         if key is None:

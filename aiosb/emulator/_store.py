@@ -1,24 +1,23 @@
 """The message store of one fragment of a queue, subscription, dead-letter queue or
 topic schedule, or of one session (:class:`_Store`).
 
-A store keeps its messages by sequence number. Available messages wait in sequence
-order (a deque for new ones, a heap for returned ones); locked ones are indexed by lock
-token. Every deadline (lock expiry, message expiry, scheduled activation) goes on the
-store's timeline, a heap with lazy deletion that is compacted as it grows; the store
-registers its earliest deadline with the namespace's timer, which calls
-:meth:`_Store.on_due`.
+A store keeps its messages by sequence number (:class:`~._held.Held`). Available
+messages wait in sequence order (a deque for new ones, a heap for returned ones); locked
+ones are indexed by lock token. Every deadline (lock expiry, message expiry, scheduled
+activation) goes on the store's timeline, a heap with lazy deletion that is compacted
+as it grows; the store registers its earliest deadline with the namespace's timer,
+which calls :meth:`_Store.on_due`.
 
 A store knows its surroundings only through the small protocols below: the namespace
 (:class:`StoreHost`: timer, lock-token ids, journal), its entity (:class:`StoreOwner`:
 where messages go next, its settings) and its session (:class:`StoreSession`).
 
-Imports: :mod:`._record` only (never the entity or the broker).
+Imports: :mod:`._record` and :mod:`._held` only (never the entity or the broker).
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +26,7 @@ from typing import Any, Protocol
 
 from ..errors import MessageNotFound
 from ..message import ReceivedMessage
+from ._held import Held
 from ._record import (
     AVAILABLE,
     DEFERRED,
@@ -177,8 +177,7 @@ class _Store:
 
     __slots__ = (
         "_compact_at",
-        "_index",
-        "_index_sorted",
+        "_groups",
         "_order",
         "deferred",
         "due",
@@ -214,7 +213,7 @@ class _Store:
         self.session = session
         self.seqs = entity.seqs[fragment]
         self.path = entity.path + ("/$DeadLetterQueue" if is_dlq else "")
-        self.records: dict[int, _Record] = {}
+        self.records = Held()
         self.ready: deque[_Record] = deque()
         self.returned: list[tuple[int, _Record]] = []
         self.locked: dict[str, _Record] = {}
@@ -228,11 +227,10 @@ class _Store:
         self.size = 0
         self._order = itertools.count()
         self._compact_at = 1024
-        #: Every sequence number held, in order (with the numbers of records gone since,
-        #: dropped now and then): what a peek from a sequence number bisects, instead of
-        #: looking at every message.
-        self._index: list[int] = []
-        self._index_sorted = True
+        #: The lock groups not yet due, by their instant: [records still locked, the
+        #: records]. A group whose records are all settled is emptied at once, so a
+        #: completed message is freed then, not when its lock would have ended (#16).
+        self._groups: dict[float, list[Any]] = {}
 
     # -- timeline ------------------------------------------------------------------
 
@@ -263,6 +261,9 @@ class _Store:
         while timeline and timeline[0][0] <= now:
             when, _, kind, item = heappop(timeline)
             if isinstance(item, list):  # _LOCKS
+                group = self._groups.get(when)
+                if group is not None and group[1] is item:
+                    del self._groups[when]
                 for rec in item:
                     if _holds(rec, when):
                         self.unlock(rec, now)
@@ -280,20 +281,36 @@ class _Store:
     def lock_until(self, until: float, recs: list[_Record]) -> None:
         """Put the end of the locks of ``recs`` (one receive or renew, locked until
         ``until``) on the timeline."""
-        self._push(until, _LOCKS, recs)
+        group = self._groups.get(until)
+        if group is None:
+            recs = list(recs)
+            self._groups[until] = [len(recs), recs]
+            self._push(until, _LOCKS, recs)
+        else:  # the same instant as another receive's: one entry for both
+            group[0] += len(recs)
+            group[1].extend(recs)
+
+    def _settled(self, until: float | None) -> None:
+        """A record locked until ``until`` is no longer: when none of its group is,
+        let go of the group's records."""
+        if until is None:
+            return
+        group = self._groups.get(until)
+        if group is None:
+            return
+        group[0] -= 1
+        if group[0] <= 0:
+            del self._groups[until]
+            recs = group[1]
+            if not any(_holds(rec, until) for rec in recs):  # a check: counts only help
+                recs.clear()
 
     # -- adding --------------------------------------------------------------------
 
     def add(self, rec: _Record, now: float) -> None:
         """Store ``rec`` as available (it has its sequence number and times set)."""
         rec.state = AVAILABLE
-        records, seq = self.records, rec.seq
-        if seq not in records:  # inline, as this runs for every message sent
-            index = self._index
-            if index and seq < index[-1]:
-                self._index_sorted = False
-            index.append(seq)
-        records[seq] = rec
+        self.records.add(rec)
         self.size += rec.size
         self.entity.bytes += rec.size
         ready = self.ready
@@ -313,9 +330,7 @@ class _Store:
     def add_scheduled(self, rec: _Record) -> None:
         """Hold ``rec`` until its enqueue time (EX-5)."""
         rec.state = SCHEDULED
-        if rec.seq not in self.records:
-            self._indexed(rec.seq)
-        self.records[rec.seq] = rec
+        self.records.add(rec)
         self.size += rec.size
         self.entity.bytes += rec.size
         self.scheduled += 1
@@ -326,11 +341,8 @@ class _Store:
     def add_held(self, rec: _Record) -> None:
         """Take back a locked or deferred ``rec`` as it was (the journal reloading it);
         its lock's end is put on the timeline by :meth:`lock_until`."""
-        if rec.seq not in self.records:
-            self._indexed(rec.seq)
-            if rec.deferred:
-                self.deferred += 1
-        self.records[rec.seq] = rec
+        if self.records.add(rec) and rec.deferred:
+            self.deferred += 1
         self.size += rec.size
         self.entity.bytes += rec.size
         if rec.expires is not None and not self.is_dlq:
@@ -379,27 +391,16 @@ class _Store:
 
     # -- removing ------------------------------------------------------------------
 
-    def _indexed(self, seq: int) -> None:
-        index = self._index
-        if index and seq < index[-1]:
-            self._index_sorted = False
-        index.append(seq)
-
     def from_sequence(self, seq: int) -> Iterator[_Record]:
         """The records held from sequence number ``seq`` on, in order: a bisection and
         then only what is read, however deep the store."""
-        records = self.records
-        index = self._index
-        if not self._index_sorted or len(index) > 2 * len(records) + 64:
-            index = self._index = sorted(records)  # drops the numbers of records gone
-            self._index_sorted = True
-        for at in range(bisect.bisect_left(index, seq), len(index)):
-            rec = records.get(index[at])
-            if rec is not None:
-                yield rec
+        return self.records.from_sequence(seq)
 
     def remove(self, rec: _Record) -> None:
+        locked = rec.state == LOCKED
         rec.state = GONE
+        if locked:
+            self._settled(rec.locked_until)
         if self.records.pop(rec.seq, None) is not None:
             if rec.deferred:
                 self.deferred -= 1
@@ -429,8 +430,10 @@ class _Store:
         token = rec.lock_token
         if token is not None:
             self.locked.pop(token, None)
+        until = rec.locked_until
         rec.lock_token = None
         rec.locked_until = None
+        self._settled(until)
         if props:
             rec.props = {**(rec.props or {}), **props}
 
@@ -525,7 +528,7 @@ class _Store:
             locked[token] = rec
             out.append(rec.received(path))
         if recs:
-            self._push(until, _LOCKS, recs)
+            self.lock_until(until, recs)
             journal = self.ns.journal
             if journal is not None:
                 for rec in recs:
@@ -535,9 +538,10 @@ class _Store:
     def renew(self, until: float, recs: list[_Record]) -> None:
         """Extend the locks of ``recs`` (locked here) to ``until``."""
         for rec in recs:
-            rec.locked_until = until
+            before, rec.locked_until = rec.locked_until, until
+            self._settled(before)
         if recs:
-            self._push(until, _LOCKS, recs)
+            self.lock_until(until, recs)
             journal = self.ns.journal
             if journal is not None:
                 for rec in recs:
@@ -576,3 +580,4 @@ class _Store:
         """The entity is gone: wake waiters so they see it."""
         self.wake()
         self.timeline.clear()
+        self._groups.clear()

@@ -20,7 +20,6 @@ from ..errors import ClientClosed, EntityNotFound, MessageSizeExceeded, ServiceB
 from ..message import Message, ReceivedMessage
 from ._common import (
     _PARK_LIMIT,
-    _SYPHON_BATCH,
     BACKLOG_QUEUE_PROPERTIES,
     _Entry,
     _quietly,
@@ -28,6 +27,7 @@ from ._common import (
     _wait_for,
     is_outage,
     log,
+    syphon_batch,
 )
 from .health import Health
 from .rewrite import restore
@@ -57,6 +57,7 @@ class _SyphonPump:
         self.wait = options.syphon_receive_wait.total_seconds()
         self.retry = options.syphon_retry_interval.total_seconds()
         self.lock: float = BACKLOG_QUEUE_PROPERTIES["lock_duration"].total_seconds()
+        self.batch = syphon_batch(hub.primary.url, hub.secondary.url)
 
     async def run(self) -> None:
         hub, counters = self.hub, self.hub.counters
@@ -94,7 +95,7 @@ class _SyphonPump:
             await _wait_for(wake.wait(), budget)
             return
         batch = await _race(
-            self.receiver.receive(max_messages=_SYPHON_BATCH, max_wait=budget), wake
+            self.receiver.receive(max_messages=self.batch, max_wait=budget), wake
         )
         if batch is None:  # an entity recovered: move what is parked
             return
@@ -190,7 +191,8 @@ class _SyphonPump:
             )
         primary = hub.primary
         # Groups are at most a syphon batch; one too large as a whole is split in two.
-        pending = [ready[i : i + _SYPHON_BATCH] for i in range(0, len(ready), _SYPHON_BATCH)]
+        size = self.batch
+        pending = [ready[i : i + size] for i in range(0, len(ready), size)]
         while pending:
             chunk = pending.pop(0)
             try:

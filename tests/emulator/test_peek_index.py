@@ -11,7 +11,8 @@ import pytest
 
 import aiosb
 from aiosb import Message, emulator
-from aiosb.emulator._store import _Store
+from aiosb.emulator._held import Held
+from aiosb.emulator._record import _Record
 
 pytestmark = pytest.mark.looptime
 
@@ -38,17 +39,26 @@ async def test_peeks_from_any_sequence_number_match_a_scan():
                 assert [m.sequence_number for m in peeked] == expected
 
 
-def test_the_index_skips_records_gone_and_is_compacted():
-    seen = list(range(1, 1001))
-
-    class Fake:  # the few attributes from_sequence reads
-        records: dict[int, object]
-
-    fake = Fake()
-    fake.records = {s: s for s in seen}
-    fake._index, fake._index_sorted = list(seen), True  # type: ignore[attr-defined]
-    for gone in [s for s in seen if s % 4]:  # three in four go
-        del fake.records[gone]
-    got = list(_Store.from_sequence(fake, 500))  # type: ignore[arg-type]
-    assert got == [s for s in range(500, 1001) if s % 4 == 0]
-    assert len(fake._index) == 250  # type: ignore[attr-defined]  # compacted: most were gone
+def test_held_records_match_a_dict_through_adds_removals_and_sparse_pages():
+    """The pages of :class:`Held` (a record alone, or a list) answer as a dict would:
+    runs of numbers, numbers spread out (a session's or dead-letter queue's), numbers
+    out of order (activated scheduled messages), removals anywhere."""
+    rng = random.Random(16)
+    held, model = Held(), {}
+    seqs = list(range(1, 2000)) + rng.sample(range(2000, 100_000), 300)
+    rng.shuffle(seqs[:200])
+    for seq in seqs:
+        rec = _Record(Message(b"x"), f"m{seq}", 1)
+        rec.seq = seq
+        assert held.add(rec)
+        model[seq] = rec
+    for seq in rng.sample(seqs, 1500):
+        assert held.pop(seq) is model.pop(seq)
+        assert held.pop(seq) is None
+    assert len(held) == len(model) and held == model
+    assert [r.seq for r in held.values()] == sorted(model)
+    for start in [0, 1, 63, 64, 65, 1999, 2000, 50_000, 100_001]:
+        assert [r.seq for r in held.from_sequence(start)] == sorted(s for s in model if s >= start)
+    for seq in rng.sample(range(100_000), 500):
+        assert held.get(seq) is model.get(seq)
+    assert len(held._keys) <= 2 * len(held._pages) + 64  # page numbers of pages gone go

@@ -12,7 +12,7 @@ import pytest
 
 import aiosb
 from aiosb import emulator, errors
-from aiosb.emulator._record import _Record
+from aiosb.emulator._record import FIELDS
 from aiosb.emulator._rows import FORMAT, decode_record, encode_record
 from aiosb.emulator.server import serve
 from aiosb.entities import QueueProperties
@@ -27,7 +27,7 @@ EVERY_KIND = {
 
 
 def test_a_record_round_trips_every_kind_of_value():
-    fields = {name: None for name in _Record.__slots__}
+    fields = {name: None for name in FIELDS}
     fields.update(body=b"\x00body", ttl=float("inf"), ttl_td=timedelta(hours=2),
                   scheduled=datetime(2030, 1, 1, tzinfo=UTC), props=EVERY_KIND, seq=7)
     data = encode_record(fields)
@@ -44,7 +44,7 @@ async def _make_legacy_store(path, crafted: bytes | None = None) -> None:
     props = QueueProperties(name="q", lock_duration=timedelta(seconds=45))
     db.execute("UPDATE entities SET props = ? WHERE key = 'q'",
                (pickle.dumps(props, pickle.HIGHEST_PROTOCOL),))
-    fields = {name: None for name in _Record.__slots__}
+    fields = {name: None for name in FIELDS}
     fields.update(body=b"from 0.1", message_id="m1", props=EVERY_KIND, size=8, seq=1,
                   enqueued=1_700_000_000.0, delivery_count=0, state=0, deferred=False,
                   ttl=float("inf"), frag=0, key=None)

@@ -13,7 +13,7 @@ import pytest
 import aiosb
 from aiosb import Message, errors
 from aiosb.auth import SasCredential
-from aiosb.emulator._record import _Record
+from aiosb.emulator._record import FIELDS
 from aiosb.emulator._rows import decode_record
 from aiosb.emulator.server import _right_needed, serve
 from aiosb.wire import aiosb_json as _json
@@ -60,7 +60,7 @@ async def test_a_prefetch_count_no_receive_can_take_is_refused_when_the_receiver
 
 
 def test_a_legacy_row_scheduled_in_a_named_zone_is_read_and_nothing_else_is_looked_up():
-    fields = {name: None for name in _Record.__slots__}
+    fields = {name: None for name in FIELDS}
     fields["scheduled"] = datetime(2030, 1, 1, tzinfo=zoneinfo.ZoneInfo("Europe/Amsterdam"))
     assert decode_record(pickle.dumps(fields))["scheduled"] == fields["scheduled"]
 

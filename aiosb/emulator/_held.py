@@ -1,0 +1,166 @@
+"""The records a store holds, by sequence number (:class:`Held`).
+
+A dict from sequence number to record costs about 50 bytes a message, and a sorted
+index beside it (for peeks from a sequence number) 8 more (#16). A store's numbers come
+mostly in runs (one counter per fragment), so :class:`Held` keeps them in pages of 64
+consecutive numbers: a page with one record holds the record itself, a page with more
+a list of them in sequence order. A full page costs about 10 bytes a message; a page of
+one (a session's or a dead-letter queue's numbers, spread among others) about what the
+dict cost. Peeks bisect the sorted page numbers, then read pages in order.
+
+Imports: :mod:`._record` only.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator, Mapping
+from operator import attrgetter
+from typing import Any
+
+from ._record import _Record
+
+__all__ = ["Held"]
+
+SHIFT = 6  # 64 sequence numbers a page
+_seq = attrgetter("seq")
+
+
+class Held:
+    """Records by sequence number (a mapping ``seq -> record``, in sequence order)."""
+
+    __slots__ = ("_keys", "_len", "_pages", "_sorted")
+
+    def __init__(self) -> None:
+        self._pages: dict[int, _Record | list[_Record]] = {}
+        #: Every page number in use (and some of pages gone since, dropped now and
+        #: then), sorted when ``_sorted``.
+        self._keys: list[int] = []
+        self._sorted = True
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
+
+    def __contains__(self, seq: object) -> bool:
+        return isinstance(seq, int) and self.get(seq) is not None
+
+    def __getitem__(self, seq: int) -> _Record:
+        rec = self.get(seq)
+        if rec is None:
+            raise KeyError(seq)
+        return rec
+
+    def __iter__(self) -> Iterator[int]:
+        return (rec.seq for rec in self.values())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Held):
+            other = dict(other.items())
+        return isinstance(other, Mapping) and dict(self.items()) == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Held({dict(self.items())!r})"
+
+    def get(self, seq: int) -> _Record | None:
+        page = self._pages.get(seq >> SHIFT)
+        if page is None:
+            return None
+        if page.__class__ is list:
+            at = bisect_left(page, seq, key=_seq)
+            if at < len(page) and page[at].seq == seq:
+                return page[at]
+            return None
+        return page if page.seq == seq else None  # type: ignore[union-attr, return-value]
+
+    def add(self, rec: _Record) -> bool:
+        """Hold ``rec`` (in place of one with its number); whether it is a new number."""
+        seq = rec.seq
+        key = seq >> SHIFT
+        pages = self._pages
+        page = pages.get(key)
+        if page is None:
+            pages[key] = rec
+            keys = self._keys
+            if not keys or key > keys[-1]:
+                keys.append(key)
+            elif key < keys[-1]:  # sorted again, without numbers repeated, when next read
+                keys.append(key)
+                self._sorted = False
+        elif page.__class__ is not list:
+            other: _Record = page  # type: ignore[assignment]
+            if other.seq == seq:
+                pages[key] = rec
+                return False
+            pages[key] = [other, rec] if other.seq < seq else [rec, other]
+        else:
+            recs: list[_Record] = page
+            if recs[-1].seq < seq:
+                recs.append(rec)
+            else:
+                at = bisect_left(recs, seq, key=_seq)
+                if recs[at].seq == seq:
+                    recs[at] = rec
+                    return False
+                recs.insert(at, rec)
+        self._len += 1
+        return True
+
+    def pop(self, seq: int, default: Any = None) -> Any:
+        """Drop the record numbered ``seq`` and return it (``default`` if none is)."""
+        key = seq >> SHIFT
+        pages = self._pages
+        page = pages.get(key)
+        if page is None:
+            return default
+        if page.__class__ is list:
+            recs: list[_Record] = page
+            at = 0 if recs[0].seq == seq else bisect_left(recs, seq, key=_seq)
+            if at == len(recs) or recs[at].seq != seq:
+                return default
+            rec = recs.pop(at)
+            if len(recs) == 1:
+                pages[key] = recs[0]
+        else:
+            rec = page  # type: ignore[assignment]
+            if rec.seq != seq:
+                return default
+            del pages[key]
+            if len(self._keys) > 2 * len(pages) + 64:
+                self._keys = sorted(pages)
+                self._sorted = True
+        self._len -= 1
+        return rec
+
+    def from_sequence(self, seq: int) -> Iterator[_Record]:
+        """The records from number ``seq`` on, in order: a bisection of the page
+        numbers, then only the pages read (pages are looked up as they are reached, so
+        records may come and go between items)."""
+        if not self._sorted:
+            self._keys = sorted(self._pages)
+            self._sorted = True
+        keys, pages = self._keys, self._pages
+        at = bisect_left(keys, seq >> SHIFT)
+        while at < len(keys):
+            page = pages.get(keys[at])
+            at += 1
+            if page is None:
+                continue
+            if page.__class__ is list:
+                for rec in page[:]:
+                    if rec.seq >= seq:
+                        yield rec
+            elif page.seq >= seq:  # type: ignore[union-attr]
+                yield page  # type: ignore[misc]
+
+    def values(self) -> list[_Record]:
+        """Every record held, in sequence order."""
+        return list(self.from_sequence(0))
+
+    def items(self) -> list[tuple[int, _Record]]:
+        return [(rec.seq, rec) for rec in self.values()]
