@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from . import http, memory, pairing, rules, s1_emulator, scaling, spark
+from . import amqp, http, memory, pairing, rules, s1_emulator, scaling, spark
 
 BENCHMARKS = {
     "s1": s1_emulator.main,
     "memory": memory.main,
     "pairing": pairing.main,
     "http": http.main,
+    "amqp": amqp.main,
     "rules": rules.main,
     "scaling": scaling.main,
     "spark": spark.main,
