@@ -8,8 +8,12 @@ Fidelity of application properties over the SDK (what a receiver gets back):
 - ``str``, ``bool``, ``float``, ``uuid.UUID`` and ``None`` come back as they were sent.
 - ``int`` comes back as ``int``; the SDK encodes ints as 32-bit, so larger ones are sent
   as AMQP longs here (the SDK alone fails to send them).
-- ``bytes`` come back as ``str`` when they are UTF-8 (the SDK sends them as strings, and
-  decodes every string as bytes on receipt: the two cannot be told apart).
+- ``bytes`` come back as ``bytes``. The SDK alone would not keep them: it sends bytes as
+  AMQP strings (decoding them as UTF-8, and failing on other bytes), and decodes strings
+  and binaries alike to ``bytes`` on receipt. Here they are sent explicitly typed as AMQP
+  binary, and :func:`sdk` makes the SDK's decoder mark what was binary on the wire
+  (:class:`AmqpBinary`, a ``bytes`` subclass the SDK handles as it does ``bytes``); an
+  unmarked ``bytes`` value was an AMQP string.
 - ``datetime`` is sent as an AMQP timestamp and comes back as ``int`` milliseconds since
   the epoch (the SDK's decoder drops the type).
 - ``timedelta`` is sent as Service Bus's ``com.microsoft:timespan`` (what .NET receivers
@@ -47,6 +51,7 @@ from ..rules import (
 )
 
 __all__ = [
+    "AmqpBinary",
     "apply_to_sdk",
     "condition_of",
     "entity_from_sdk",
@@ -77,7 +82,45 @@ def sdk() -> ModuleType:
             "Connection strings select the AMQP transport, which needs the azure-servicebus "
             f"package: {_INSTALL_HINT} (import failed: {exc})."
         ) from None
+    _mark_binaries()
     return azure.servicebus
+
+
+class AmqpBinary(bytes):
+    """A value that was AMQP ``binary`` on the wire (the SDK gives strings as ``bytes`` too)."""
+
+    __slots__ = ()
+
+
+def _mark_binaries() -> None:
+    """Make the SDK's AMQP decoder return binaries as :class:`AmqpBinary`.
+
+    Its decoder table maps the binary constructors (``vbin8`` 0xa0, ``vbin32`` 0xb0) and
+    the string ones to one function returning ``bytes``; only the binary entries are
+    wrapped, so strings stay plain ``bytes`` and every other value is untouched. Done once
+    per process; an SDK without this table leaves binaries unmarked (read as text).
+    """
+    try:
+        from azure.servicebus._pyamqp import _decode
+    except ImportError:  # pragma: no cover - a future SDK without pyamqp
+        return
+    table = getattr(_decode, "_DECODE_BY_CONSTRUCTOR", None)
+    if not isinstance(table, list) or len(table) < 0xB1:
+        return  # pragma: no cover
+    for constructor in (0xA0, 0xB0):
+        decode = table[constructor]
+        if decode is None or getattr(decode, "_aiosb_marks_binary", False):
+            continue
+        table[constructor] = _marking(decode)
+
+
+def _marking(decode: Callable[..., tuple[Any, bytes]]) -> Callable[..., tuple[Any, bytes]]:
+    def decode_binary(buffer: Any, *args: Any) -> tuple[Any, bytes]:
+        rest, value = decode(buffer, *args)
+        return rest, AmqpBinary(value)
+
+    decode_binary._aiosb_marks_binary = True  # type: ignore[attr-defined]
+    return decode_binary
 
 
 # -- messages ------------------------------------------------------------------------
@@ -102,6 +145,8 @@ def _property_to_sdk(value: Any) -> Any:
         return value
     if isinstance(value, int):
         return value if value in _INT32 else _amqp_typed("long", value)
+    if isinstance(value, (bytes, bytearray)):  # the SDK would send them as a string
+        return _amqp_typed("binary", bytes(value))
     if isinstance(value, _dt.timedelta):
         ticks = (value // _dt.timedelta(microseconds=1)) * 10
         return (_amqp_typed("symbol", _TIMESPAN_DESCRIPTOR), _amqp_typed("long", ticks))
@@ -154,6 +199,8 @@ def _property_from_sdk(value: Any) -> Any:
             value = float(value)
         elif isinstance(value, bytes):
             value = bytes(value)
+    if isinstance(value, AmqpBinary):
+        return bytes(value)
     return _text(value)
 
 

@@ -106,8 +106,6 @@ _NOT_OVER_AMQP_SERVE = {
         "AmqpTransport creates entities with premium-normalised properties (partitioned), and the"
         " standard emulator namespace refuses the 101st partitioned entity (PT-5)"
     ),
-    "test_messaging.py::test_send_receive_complete_round_trip_keeps_every_property":
-        _SDK_GAPS,
     "test_messaging.py::test_long_poll_wakes_the_moment_a_message_arrives": _EXACT_TIME,
     "test_messaging.py::test_long_poll_returns_empty_exactly_at_max_wait": _REAL_TIME,
     "test_messaging.py::test_abandon_redelivers_with_a_higher_delivery_count_in_sequence_order":
