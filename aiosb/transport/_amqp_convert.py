@@ -34,7 +34,6 @@ from .. import errors
 from ..entities import (
     NEVER,
     QueueProperties,
-    RuntimeProperties,
     SubscriptionProperties,
     TopicProperties,
 )
@@ -60,7 +59,7 @@ __all__ = [
     "map_error",
     "message_from_sdk",
     "message_to_sdk",
-    "runtime_from_sdk",
+    "properties_to_sdk",
     "sdk",
 ]
 
@@ -168,12 +167,16 @@ _AS_IS = tuple(
 )
 
 
+def properties_to_sdk(props: dict[str, Any]) -> dict[str, Any]:
+    """Application properties as the SDK's encoder must get them (see the module's doc)."""
+    return {k: _property_to_sdk(v) for k, v in props.items()}
+
+
 def message_to_sdk(message: Message) -> Any:
     """Build a ``ServiceBusMessage`` carrying every field of ``message``."""
-    props = message.application_properties
     return sdk().ServiceBusMessage(
         message.body,
-        application_properties={k: _property_to_sdk(v) for k, v in props.items()} or None,
+        application_properties=properties_to_sdk(message.application_properties) or None,
         **{sdk_name: getattr(message, name) for name, sdk_name in _SDK_NAMES.items()},
     )
 
@@ -497,18 +500,6 @@ def entity_from_sdk(kind: str, sdk_props: Any, *, topic: str = "") -> Any:
     if kind == "subscription":
         values["topic_name"] = topic
     return cls(**values)
-
-
-def runtime_from_sdk(path: str, sdk_runtime: Any) -> RuntimeProperties:
-    """An aiosb :class:`RuntimeProperties` from the SDK's ``*RuntimeProperties``."""
-    values = {}
-    for field in dataclasses.fields(RuntimeProperties):
-        if field.name in ("name", "fragment_count", "available_fragments"):
-            continue
-        value = getattr(sdk_runtime, field.name, None)
-        if value is not None:
-            values[field.name] = value
-    return RuntimeProperties(name=path, **values)
 
 
 def rule_to_sdk(rule: RuleProperties) -> tuple[Any, Any]:

@@ -108,16 +108,8 @@ _NOT_OVER_AMQP_SERVE = {
     ),
     "test_messaging.py::test_long_poll_wakes_the_moment_a_message_arrives": _EXACT_TIME,
     "test_messaging.py::test_long_poll_returns_empty_exactly_at_max_wait": _REAL_TIME,
-    "test_messaging.py::test_abandon_redelivers_with_a_higher_delivery_count_in_sequence_order":
-        _SDK_GAPS,
-    "test_messaging.py::test_defer_then_receive_deferred_by_sequence_number":
-        _SDK_GAPS,
-    "test_messaging.py::test_lock_expiry_returns_the_message":
-        _SDK_GAPS,
-    "test_messaging.py::test_renew_lock_extends_it_by_the_lock_duration":
-        _SDK_GAPS,
-    "test_messaging.py::test_settling_twice_or_with_a_foreign_message_fails_and_changes_nothing":
-        _SDK_GAPS,
+    "test_messaging.py::test_lock_expiry_returns_the_message": _EXACT_TIME,
+    "test_messaging.py::test_renew_lock_extends_it_by_the_lock_duration": _EXACT_TIME,
     "test_messaging.py::test_message_over_256_kb_is_refused_and_nothing_is_sent": (
         "the SDK refuses the message itself, with its own sentence, before it reaches the server"
     ),
@@ -125,10 +117,6 @@ _NOT_OVER_AMQP_SERVE = {
     "test_messaging.py::test_scheduled_message_appears_at_its_time_and_can_be_cancelled":
         _REAL_TIME,
     "test_messaging.py::test_a_message_with_a_scheduled_time_in_send_is_scheduled": _REAL_TIME,
-    "test_messaging.py::test_a_sequence_number_or_lock_given_twice_counts_once":
-        _SDK_GAPS,
-    "test_messaging.py::test_defer_is_not_a_failed_delivery":
-        _SDK_GAPS,
     "test_partitions.py::test_fragment_counts_by_tier": (
         "the AMQP transport cannot choose the namespace's tier; serve_amqp serves a standard "
         "namespace"
