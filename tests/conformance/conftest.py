@@ -152,16 +152,7 @@ _NOT_OVER_AMQP_SERVE = {
         "the administration client sends 'app/rules/t' percent-encoded, which the HTTP server "
         "refuses"
     ),
-    "test_sessions.py::test_session_entities_refuse_messages_and_receivers_without_a_session":
-        _SDK_GAPS,
-    "test_sessions.py::test_next_available_waits_for_a_session_then_times_out": (
-        "the SDK opens a session receiver before the server's com.microsoft:timeout detach "
-        "arrives, so the timeout is raised at the first receive, not at accept"
-    ),
-    "test_sessions.py::test_competing_receivers_for_one_session": (
-        "the SDK opens a session receiver before the session-cannot-be-locked detach arrives, so "
-        "the error is raised at the first receive, not at accept"
-    ),
+    "test_sessions.py::test_next_available_waits_for_a_session_then_times_out": _EXACT_TIME,
     "test_sessions.py::test_session_lock_expires_and_the_session_moves_on": (
         "needs looptime to expire the session lock; and the SDK reports no locked_until after the"
         " lock is lost"
