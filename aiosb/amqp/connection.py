@@ -289,7 +289,7 @@ class Connection(ReceiverLinks):
         if refusal is not None:
             self._send(session.channel, p.performative(
                 p.DETACH, UInt(link.our_handle), True,
-                p.amqp_error(p.condition(refusal), refusal.message),
+                p.error_of(refusal),
             ))
             return
         if receiving:
@@ -425,7 +425,7 @@ class Connection(ReceiverLinks):
         except DecodeError as exc:
             return p.rejected("amqp:decode-error", str(exc))
         except ServiceBusError as exc:
-            return p.rejected(p.condition(exc), exc.message)
+            return p.rejected_with(exc)
         return _ACCEPTED
 
     def _on_cbs(self, session: Session, payload: bytes) -> Described:

@@ -22,6 +22,7 @@ Fidelity of application properties over the SDK (what a receiver gets back):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import inspect
@@ -55,6 +56,7 @@ __all__ = [
     "condition_of",
     "entity_from_sdk",
     "entity_kwargs",
+    "named_error",
     "is_idle_detach",
     "map_error",
     "message_from_sdk",
@@ -407,6 +409,49 @@ def _from_http_status(text: str, exc: BaseException) -> errors.ServiceBusError:
     return errors.MessagingError(text)
 
 
+#: Where aiosb's servers name the exact class of a failure: the AMQP error's info
+#: (aiosb serve) and the HTTP response's header (its HTTPS endpoint, which the SDK's
+#: administration client talks to). Service Bus sends neither.
+ERROR_NAME = "x-aiosb-error"
+_ERROR_CLASSES = {
+    cls.__name__: cls for cls in vars(errors).values()
+    if isinstance(cls, type) and issubclass(cls, errors.ServiceBusError)
+}
+
+
+def named_error(exc: BaseException) -> type[errors.ServiceBusError] | None:
+    """The :mod:`aiosb.errors` class an aiosb server named for ``exc``, if it did.
+
+    The condition (or status) the server sends is the one the SDK knows, so the SDK
+    classifies and retries as against Service Bus; the name is what tells aiosb's
+    finer classes apart (a fragment that is down sends ``server-busy``, which the SDK
+    retries, and names :class:`~aiosb.errors.PartitionUnavailable`).
+    """
+    seen: set[int] = set()
+    queue: list[Any] = [exc]
+    while queue:
+        candidate = queue.pop(0)
+        if candidate is None or id(candidate) in seen:
+            continue
+        seen.add(id(candidate))
+        info = getattr(candidate, "info", None)
+        name = None
+        if isinstance(info, dict):
+            name = info.get(ERROR_NAME.encode(), info.get(ERROR_NAME))
+        headers = getattr(getattr(candidate, "response", None), "headers", None)
+        if name is None and headers is not None:
+            with contextlib.suppress(Exception):
+                name = headers.get(ERROR_NAME)
+        if isinstance(name, bytes):
+            name = name.decode(errors="replace")
+        cls = _ERROR_CLASSES.get(name) if isinstance(name, str) else None
+        if cls is not None:
+            return cls
+        queue += [getattr(candidate, "inner_exception", None), candidate.__cause__,
+                  getattr(candidate, "error", None)]
+    return None
+
+
 def map_error(exc: BaseException, what: str = "") -> errors.ServiceBusError:
     """The :mod:`aiosb.errors` instance for an SDK (or azure-core) exception.
 
@@ -423,6 +468,9 @@ def map_error(exc: BaseException, what: str = "") -> errors.ServiceBusError:
     if not _TABLE:
         _TABLE.extend(_rows())
     text = f"{what}: {exc}" if what else str(exc)
+    named = named_error(exc)
+    if named is not None:
+        return named(text)
     for cls, target in _TABLE:
         if isinstance(exc, cls):
             if isinstance(target, type):
