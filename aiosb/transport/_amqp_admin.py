@@ -28,6 +28,8 @@ class AdminOperations:
     """The management operations of the AMQP transport."""
 
     _admin: Any
+    #: The namespace's tier (``basic``, ``standard`` or ``premium``), read on first need.
+    _namespace_tier: str | None = None
 
     async def manage(self, request: ManagementRequest) -> Any:
         raise NotImplementedError
@@ -56,7 +58,7 @@ class AdminOperations:
             (path.entity, path.subscription) if kind == "subscription" else ("", path.entity)
         )
         if action == "create":
-            props = request.properties.normalised("premium")
+            props = request.properties.normalised(await self._tier())
             kwargs = entity_kwargs(kind, props)
             if kind == "subscription":
                 created = await admin.create_subscription(topic, props.name, **kwargs)
@@ -66,7 +68,7 @@ class AdminOperations:
         if action == "get":
             return entity_from_sdk(kind, await self._get(kind, topic, name), topic=topic)
         if action == "update":
-            props = request.properties.normalised("premium")
+            props = request.properties.normalised(await self._tier())
             current = await self._get(kind, topic, name)
             fixed = entity_from_sdk(kind, current, topic=topic).changed_fixed(props)
             if fixed:
@@ -111,6 +113,16 @@ class AdminOperations:
             await admin.update_rule(topic, sub, current)
             return rule_from_sdk(await admin.get_rule(topic, sub, name))
         raise InvalidArgument(f"unknown management action {action!r} for a rule.")
+
+    async def _tier(self) -> str:
+        """The namespace's tier, which decides what a description may hold (premium
+        partitions every entity, PT-4, and has its own sizes): asked once, of the
+        namespace itself, rather than assumed."""
+        if self._namespace_tier is None:
+            info = await self._admin.get_namespace_properties()
+            sku = str(getattr(info, "messaging_sku", None) or "standard")
+            self._namespace_tier = sku.lower()
+        return self._namespace_tier
 
     async def _get(self, kind: str, topic: str, name: str | None) -> Any:
         if kind == "subscription":

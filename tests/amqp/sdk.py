@@ -17,6 +17,7 @@ import inspect
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 from azure.servicebus import ServiceBusMessage, ServiceBusReceivedMessage
@@ -307,6 +308,8 @@ class FakeAdmin:
         self.failures: list[BaseException] = []
         #: Runtime counts by entity: (active, scheduled, dead-lettered).
         self.runtime: dict[str, tuple[int, int, int]] = {"orders": (3, 2, 1)}
+        self.sku = "Standard"
+        self.tier_asked = 0
         self.closed = False
 
     def _record(self, name: str, *args: Any, **kwargs: Any) -> None:
@@ -383,6 +386,12 @@ class FakeAdmin:
                     yield entity
 
         return pages()
+
+    async def get_namespace_properties(self) -> Any:
+        """The tier (kept out of ``calls``, which list what aiosb asks of entities)."""
+        inspect.signature(ServiceBusAdministrationClient.get_namespace_properties).bind(None)
+        self.tier_asked += 1
+        return SimpleNamespace(name="contoso", messaging_sku=self.sku)
 
     async def _get_entity_element(self, entity_name: str, **kwargs: Any) -> Any:
         """The raw entry, as a real namespace writes it (no aiosb count extensions, and

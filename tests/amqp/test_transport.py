@@ -385,6 +385,19 @@ async def test_management_errors_are_mapped(env):
     assert not await ns.queue_exists("orders")
 
 
+@pytest.mark.parametrize(("sku", "partitioned"), [("Standard", False), ("Premium", True)])
+async def test_create_sends_what_the_namespace_tier_allows(env, sku, partitioned):
+    """The tier is the namespace's, asked once: premium partitions every entity (PT-4),
+    standard keeps what the caller asked for."""
+    ns, _, made = env
+    made["admin"].sku = sku
+    await ns.create_queue("a")
+    await ns.create_queue("b")
+    creates = [kwargs for name, _, kwargs in made["admin"].calls if name == "create_queue"]
+    assert [c.get("enable_partitioning") for c in creates] == [partitioned] * 2
+    assert made["admin"].tier_asked == 1
+
+
 async def test_create_subscription_names_topic_and_subscription(env):
     ns, _, made = env
     sub = await ns.create_subscription("t", "s", max_delivery_count=3)

@@ -90,10 +90,6 @@ _NOT_OVER_AMQP_SERVE = {
     "test_faults_and_retries.py::test_healing_a_timeout_fault_lets_a_hanging_operation_finish":
         _EXACT_TIME,
     "test_faults_and_retries.py::test_delay_adds_latency_to_each_operation": _EXACT_TIME,
-    "test_listings.py::test_list_queues_and_topics_go_past_a_page_in_name_order": (
-        "AmqpTransport creates entities with premium-normalised properties (partitioned), and the"
-        " standard emulator namespace refuses the 101st partitioned entity (PT-5)"
-    ),
     "test_messaging.py::test_long_poll_wakes_the_moment_a_message_arrives": _EXACT_TIME,
     "test_messaging.py::test_long_poll_returns_empty_exactly_at_max_wait": _REAL_TIME,
     "test_messaging.py::test_lock_expiry_returns_the_message": _EXACT_TIME,
@@ -105,10 +101,6 @@ _NOT_OVER_AMQP_SERVE = {
     "test_messaging.py::test_scheduled_message_appears_at_its_time_and_can_be_cancelled":
         _REAL_TIME,
     "test_messaging.py::test_a_message_with_a_scheduled_time_in_send_is_scheduled": _REAL_TIME,
-    "test_partitions.py::test_fragment_counts_by_tier": (
-        "the AMQP transport cannot choose the namespace's tier; serve_amqp serves a standard "
-        "namespace"
-    ),
     "test_partitions.py::test_partitioning_cannot_be_changed_after_creation": (
         "the administration client's update error does not carry the emulator's sentence"
     ),
@@ -124,9 +116,6 @@ _NOT_OVER_AMQP_SERVE = {
         "the SDK settles a message whose disposition failed again over $management, whose "
         "error (aiosb/amqp/_management.py) does not name PartitionUnavailable, so it is ServerBusy"
     ),
-    "test_partitions.py::test_fail_fragment_rejects_bad_input": (
-        "needs the namespace's fragment count by tier (serve_amqp's namespace is standard)"
-    ),
     "test_partitions.py::test_a_timeout_fragment_fault_hangs_only_what_needs_that_fragment": (
         "the SDK's sender takes one operation at a time, so the keyless send waits behind the "
         "keyed one that hangs on the down fragment"
@@ -141,10 +130,6 @@ _NOT_OVER_AMQP_SERVE = {
         " lock is lost"
     ),
     "test_sessions.py::test_renewing_the_session_lock_keeps_session_and_messages": _EXACT_TIME,
-    "test_sessions.py::test_defer_dead_letter_and_abandon_inside_a_session": (
-        "AmqpTransport normalises the queue's properties for premium (16 GB), which the admin "
-        "client's create refuses"
-    ),
     "test_sessions.py::test_long_poll_in_a_session_wakes_for_that_session_only": _EXACT_TIME,
     "test_sessions.py::test_session_messages_expire_only_while_a_listener_is_there": _REAL_TIME,
     "test_sessions.py::test_a_session_on_a_down_fragment_cannot_be_accepted": (
