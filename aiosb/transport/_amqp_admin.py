@@ -68,9 +68,16 @@ class AdminOperations:
         if action == "get":
             return entity_from_sdk(kind, await self._get(kind, topic, name), topic=topic)
         if action == "update":
-            props = request.properties.normalised(await self._tier())
+            tier = await self._tier()
             current = await self._get(kind, topic, name)
-            fixed = entity_from_sdk(kind, current, topic=topic).changed_fixed(props)
+            before = entity_from_sdk(kind, current, topic=topic)
+            # What cannot change is checked before the values are validated, as the
+            # broker does: a partitioned entity reports its size in the 16x form, valid
+            # only while partitioned (PT-4). Premium partitions everything, so there the
+            # check waits for the normalised description.
+            fixed = [] if tier == "premium" else before.changed_fixed(request.properties)
+            props = request.properties if fixed else request.properties.normalised(tier)
+            fixed = fixed or before.changed_fixed(props)
             if fixed:
                 raise InvalidOperation(
                     f"{', '.join(fixed)} of {request.path!r} cannot change after creation (PT-3)."
@@ -127,7 +134,15 @@ class AdminOperations:
     async def _get(self, kind: str, topic: str, name: str | None) -> Any:
         if kind == "subscription":
             return await self._admin.get_subscription(topic, name)
-        return await getattr(self._admin, f"get_{kind}")(name)
+        try:
+            return await getattr(self._admin, f"get_{kind}")(name)
+        except AttributeError:
+            # Queues and topics share one path space: Service Bus answers the GET of a
+            # topic's name with the topic's entry, which the SDK's get_queue reads as a
+            # queue's and fails on (and the other way round).
+            raise EntityNotFound(
+                f"{name!r} is not a {kind}: the namespace has another kind of entity there."
+            ) from None
 
     async def _runtime(self, entity: str) -> Any:
         """Runtime counts, read from the entity's description as the service sent it.

@@ -76,12 +76,6 @@ _NOT_OVER_AMQP_SERVE = {
         "the HTTP server's message for a subscription name with a slash differs from the "
         "emulator's ('reserved segment', not 'not valid')"
     ),
-    "test_bad_input.py::test_partitioning_and_sessions_cannot_change_after_creation": (
-        "the administration client's update error does not carry the emulator's sentence"
-    ),
-    "test_bad_input.py::test_unknown_entities_in_management": (
-        "the SDK administration client fails with AttributeError on an unknown entity's empty entry"
-    ),
     "test_faults_and_retries.py::test_unavailable_entity_fails_fast_with_a_non_transient_error": (
         "EntityUnavailable arrives at once and is not retried, but the test asserts that no "
         "time passed (loop.time() == start), which needs looptime"
@@ -101,9 +95,6 @@ _NOT_OVER_AMQP_SERVE = {
     "test_messaging.py::test_scheduled_message_appears_at_its_time_and_can_be_cancelled":
         _REAL_TIME,
     "test_messaging.py::test_a_message_with_a_scheduled_time_in_send_is_scheduled": _REAL_TIME,
-    "test_partitions.py::test_partitioning_cannot_be_changed_after_creation": (
-        "the administration client's update error does not carry the emulator's sentence"
-    ),
     "test_partitions.py::test_keyed_send_to_a_down_fragment_fails_and_never_moves": _SECOND_CLIENT,
     "test_partitions.py::test_receive_gathers_from_the_fragments_that_are_up": _SECOND_CLIENT,
     "test_partitions.py::test_long_poll_wakes_for_a_message_on_any_fragment": _EXACT_TIME,
