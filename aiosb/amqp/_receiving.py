@@ -7,10 +7,12 @@ dispositions as settlements.
   ``x-opt-enqueued-time``, ``x-opt-locked-until``, ``x-opt-message-state``, ...) and the
   dead-letter reason and description as application properties.
 - Dispositions: ``accepted`` completes, ``modified`` abandons (or defers, when
-  undeliverable-here), ``rejected`` dead-letters (reason and description from the error's
-  info), ``released`` abandons. The server settles each with the outcome the client sent
-  (a rejection without its error: the SDK reads an error as a failed settlement), or
-  with ``rejected`` carrying the broker's error when the settlement failed.
+  undeliverable-here; its message annotations are properties to modify), ``rejected``
+  dead-letters (reason and description from the error's info, whose other entries are
+  properties to modify, as .NET sends them), ``released`` abandons. The server settles
+  each with the outcome the client sent (a rejection without its error: the SDK reads an
+  error as a failed settlement), or with ``rejected`` carrying the broker's error when
+  the settlement failed.
 """
 
 from __future__ import annotations
@@ -132,6 +134,9 @@ def settlement_of(state: Any, lock_token: str, sub_queue: str | None
             if isinstance(info, dict):
                 reason = info.get(_REASON)
                 description = info.get(_DESCRIPTION)
+                # The rest of the info are properties to modify (what .NET sends).
+                props = {str(k): v for k, v in info.items()
+                         if str(k) not in (_REASON, _DESCRIPTION)} or None
         echo = p.performative(p.REJECTED)
     else:
         return None, state

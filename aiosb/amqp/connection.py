@@ -263,15 +263,23 @@ class Connection(ReceiverLinks):
     def _attach_reply(self, session: Session, link: Link, fields: list[Any],
                       refusal: ServiceBusError | None, source: Any = None,
                       properties: dict[Any, Any] | None = None) -> None:
-        """Answer ``link``'s attach; with ``refusal``, detach it at once with the error."""
+        """Answer ``link``'s attach; with ``refusal``, detach it at once with the error.
+
+        A refused attach carries no terminus of ours (AMQP 2.6.3: no source when we are
+        the sender), as Service Bus sends it: the SDK then raises the detach's error from
+        its open, not from the first operation after it.
+        """
         receiving = link.receiving
         if receiving and link.kind == "entity":
             properties = {Symbol("com.microsoft:max-message-batch-size"):
                           ULong(self.ns.max_message_size)}
         source = fields[5] if source is None else source
         target = fields[6]
-        if refusal is not None and receiving:  # the spec's refusal: no terminus of ours
-            target = None
+        if refusal is not None:  # the spec's refusal (2.6.3): no terminus of ours
+            if receiving:
+                target = None
+            else:
+                source = None
         self._send(session.channel, p.performative(
             p.ATTACH, link.name, UInt(link.our_handle), not receiving, UByte(fields[3] or 0),
             UByte(0 if receiving else fields[4] or 0), source, target, None, None,
@@ -281,7 +289,7 @@ class Connection(ReceiverLinks):
         if refusal is not None:
             self._send(session.channel, p.performative(
                 p.DETACH, UInt(link.our_handle), True,
-                p.amqp_error(p.condition(refusal), refusal.message),
+                p.error_of(refusal),
             ))
             return
         if receiving:
@@ -444,7 +452,7 @@ class Connection(ReceiverLinks):
         except DecodeError as exc:
             return p.rejected("amqp:decode-error", str(exc))
         except ServiceBusError as exc:
-            return p.rejected(p.condition(exc), exc.message)
+            return p.rejected_with(exc)
         return _ACCEPTED
 
     def _on_cbs(self, session: Session, payload: bytes) -> Described:

@@ -93,15 +93,34 @@ def address(terminus: Any) -> str | None:
     return None
 
 
-def amqp_error(condition_: str, description: str | None = None) -> Described:
+def amqp_error(condition_: str, description: str | None = None,
+               info: dict[Any, Any] | None = None) -> Described:
     """An AMQP error: ``condition_`` (a symbol) and a ``description``, with all three
     fields on the wire (the Python SDK indexes the info field of a rejection)."""
-    return Described(ULong(ERROR), [Symbol(condition_), description, None])
+    return Described(ULong(ERROR), [Symbol(condition_), description, info])
+
+
+#: The error info entry naming the exact :mod:`aiosb.errors` class of a failure (an
+#: aiosb extension, the twin of the HTTP server's ``x-aiosb-error`` header). The
+#: condition stays the one the SDKs know, so that they classify and retry as they
+#: would against Service Bus; aiosb's AMQP transport reads the class back.
+ERROR_INFO = "x-aiosb-error"
+
+
+def error_of(exc: errors.ServiceBusError) -> Described:
+    """The AMQP error for an aiosb error: its condition, sentence and class."""
+    return amqp_error(condition(exc), exc.message,
+                      {Symbol(ERROR_INFO): type(exc).__name__})
 
 
 def rejected(condition_: str, description: str | None = None) -> Described:
     """The rejected outcome carrying an error."""
     return performative(REJECTED, amqp_error(condition_, description))
+
+
+def rejected_with(exc: errors.ServiceBusError) -> Described:
+    """The rejected outcome carrying an aiosb error (:func:`error_of`)."""
+    return performative(REJECTED, error_of(exc))
 
 
 _VENDOR = "com.microsoft:"

@@ -6,19 +6,20 @@ runtime counts, for :class:`~aiosb.transport.amqp.AmqpTransport` (a mixin: it pr
 from __future__ import annotations
 
 import datetime as _dt
+import xml.etree.ElementTree as ET
 from typing import Any
 
 from ..entities import parse_entity_path
-from ..errors import InvalidArgument, InvalidOperation
+from ..errors import EntityNotFound, InvalidArgument, InvalidOperation
 from ..protocol import ManagementRequest
 from ..rules import split_rule_path
+from ..wire.atom import read_runtime
 from ._amqp_convert import (
     apply_to_sdk,
     entity_from_sdk,
     entity_kwargs,
     rule_from_sdk,
     rule_to_sdk,
-    runtime_from_sdk,
 )
 from ._first_rule import create_with_rule
 
@@ -30,6 +31,8 @@ class AdminOperations:
 
     _admin: Any
     _client: Any
+    #: The namespace's tier (``basic``, ``standard`` or ``premium``), read on first need.
+    _namespace_tier: str | None = None
 
     async def manage(self, request: ManagementRequest) -> Any:
         raise NotImplementedError
@@ -60,7 +63,7 @@ class AdminOperations:
             (path.entity, path.subscription) if kind == "subscription" else ("", path.entity)
         )
         if action == "create":
-            props = _normalised(request.properties)
+            props = request.properties.normalised(await self._tier())
             kwargs = entity_kwargs(kind, props)
             if kind == "subscription":
                 created = await admin.create_subscription(topic, props.name, **kwargs)
@@ -70,9 +73,16 @@ class AdminOperations:
         if action == "get":
             return entity_from_sdk(kind, await self._get(kind, topic, name), topic=topic)
         if action == "update":
-            props = _normalised(request.properties)
+            tier = await self._tier()
             current = await self._get(kind, topic, name)
-            fixed = entity_from_sdk(kind, current, topic=topic).changed_fixed(props)
+            before = entity_from_sdk(kind, current, topic=topic)
+            # What cannot change is checked before the values are validated, as the
+            # broker does: a partitioned entity reports its size in the 16x form, valid
+            # only while partitioned (PT-4). Premium partitions everything, so there the
+            # check waits for the normalised description.
+            fixed = [] if tier == "premium" else before.changed_fixed(request.properties)
+            props = request.properties if fixed else request.properties.normalised(tier)
+            fixed = fixed or before.changed_fixed(props)
             if fixed:
                 raise InvalidOperation(
                     f"{', '.join(fixed)} of {request.path!r} cannot change after creation (PT-3)."
@@ -135,32 +145,43 @@ class AdminOperations:
             return rule_from_sdk(await admin.get_rule(topic, sub, name))
         raise InvalidArgument(f"unknown management action {action!r} for a rule.")
 
+    async def _tier(self) -> str:
+        """The namespace's tier, which decides what a description may hold (premium
+        partitions every entity, PT-4, and has its own sizes): asked once, of the
+        namespace itself, rather than assumed."""
+        if self._namespace_tier is None:
+            info = await self._admin.get_namespace_properties()
+            sku = str(getattr(info, "messaging_sku", None) or "standard")
+            self._namespace_tier = sku.lower()
+        return self._namespace_tier
+
     async def _get(self, kind: str, topic: str, name: str | None) -> Any:
         if kind == "subscription":
             return await self._admin.get_subscription(topic, name)
-        return await getattr(self._admin, f"get_{kind}")(name)
+        try:
+            return await getattr(self._admin, f"get_{kind}")(name)
+        except AttributeError:
+            # Queues and topics share one path space: Service Bus answers the GET of a
+            # topic's name with the topic's entry, which the SDK's get_queue reads as a
+            # queue's and fails on (and the other way round).
+            raise EntityNotFound(
+                f"{name!r} is not a {kind}: the namespace has another kind of entity there."
+            ) from None
 
     async def _runtime(self, entity: str) -> Any:
+        """Runtime counts, read from the entity's description as the service sent it.
+
+        The SDK's runtime models drop what its schema does not name; aiosb's HTTPS
+        endpoint reports deferred messages and fragment availability (PT-14) there too.
+        A queue or topic is one GET (its path names either).
+        """
         path = parse_entity_path(entity)
         admin = self._admin
         if path.subscription is not None:
-            got = await admin.get_subscription_runtime_properties(path.entity, path.subscription)
-            return runtime_from_sdk(path.path, got)
-        from azure.core.exceptions import ResourceNotFoundError
-
-        try:
-            got = await admin.get_queue_runtime_properties(path.entity)
-        except ResourceNotFoundError:
-            got = await admin.get_topic_runtime_properties(path.entity)
-        return runtime_from_sdk(path.path, got)
-
-
-def _normalised(props: Any) -> Any:
-    """``props`` checked against the widest sizes (the namespace's tier is the service's
-    to judge), with partitioning as the caller chose it: normalising for premium turns it
-    on (PT-4), which would make every entity created on a standard namespace partitioned
-    (PT-3: for ever)."""
-    out = props.normalised("premium")
-    if hasattr(props, "enable_partitioning"):  # queues and topics
-        out.enable_partitioning = props.enable_partitioning
-    return out
+            element = await admin._get_subscription_element(path.entity, path.subscription)
+        else:
+            element = await admin._get_entity_element(path.entity)
+        got = read_runtime(path.path, ET.tostring(element))
+        if got is None:
+            raise EntityNotFound(f"The messaging entity {path.path!r} could not be found.")
+        return got

@@ -8,8 +8,12 @@ Fidelity of application properties over the SDK (what a receiver gets back):
 - ``str``, ``bool``, ``float``, ``uuid.UUID`` and ``None`` come back as they were sent.
 - ``int`` comes back as ``int``; the SDK encodes ints as 32-bit, so larger ones are sent
   as AMQP longs here (the SDK alone fails to send them).
-- ``bytes`` come back as ``str`` when they are UTF-8 (the SDK sends them as strings, and
-  decodes every string as bytes on receipt: the two cannot be told apart).
+- ``bytes`` come back as ``bytes``. The SDK alone would not keep them: it sends bytes as
+  AMQP strings (decoding them as UTF-8, and failing on other bytes), and decodes strings
+  and binaries alike to ``bytes`` on receipt. Here they are sent explicitly typed as AMQP
+  binary, and :func:`sdk` makes the SDK's decoder mark what was binary on the wire
+  (:class:`AmqpBinary`, a ``bytes`` subclass the SDK handles as it does ``bytes``); an
+  unmarked ``bytes`` value was an AMQP string.
 - ``datetime`` is sent as an AMQP timestamp and comes back as ``int`` milliseconds since
   the epoch (the SDK's decoder drops the type).
 - ``timedelta`` is sent as Service Bus's ``com.microsoft:timespan`` (what .NET receivers
@@ -18,6 +22,7 @@ Fidelity of application properties over the SDK (what a receiver gets back):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import inspect
@@ -30,7 +35,6 @@ from .. import errors
 from ..entities import (
     NEVER,
     QueueProperties,
-    RuntimeProperties,
     SubscriptionProperties,
     TopicProperties,
 )
@@ -47,15 +51,17 @@ from ..rules import (
 )
 
 __all__ = [
+    "AmqpBinary",
     "apply_to_sdk",
     "condition_of",
     "entity_from_sdk",
     "entity_kwargs",
+    "named_error",
     "is_idle_detach",
     "map_error",
     "message_from_sdk",
     "message_to_sdk",
-    "runtime_from_sdk",
+    "properties_to_sdk",
     "sdk",
 ]
 
@@ -77,7 +83,45 @@ def sdk() -> ModuleType:
             "Connection strings select the AMQP transport, which needs the azure-servicebus "
             f"package: {_INSTALL_HINT} (import failed: {exc})."
         ) from None
+    _mark_binaries()
     return azure.servicebus
+
+
+class AmqpBinary(bytes):
+    """A value that was AMQP ``binary`` on the wire (the SDK gives strings as ``bytes`` too)."""
+
+    __slots__ = ()
+
+
+def _mark_binaries() -> None:
+    """Make the SDK's AMQP decoder return binaries as :class:`AmqpBinary`.
+
+    Its decoder table maps the binary constructors (``vbin8`` 0xa0, ``vbin32`` 0xb0) and
+    the string ones to one function returning ``bytes``; only the binary entries are
+    wrapped, so strings stay plain ``bytes`` and every other value is untouched. Done once
+    per process; an SDK without this table leaves binaries unmarked (read as text).
+    """
+    try:
+        from azure.servicebus._pyamqp import _decode
+    except ImportError:  # pragma: no cover - a future SDK without pyamqp
+        return
+    table = getattr(_decode, "_DECODE_BY_CONSTRUCTOR", None)
+    if not isinstance(table, list) or len(table) < 0xB1:
+        return  # pragma: no cover
+    for constructor in (0xA0, 0xB0):
+        decode = table[constructor]
+        if decode is None or getattr(decode, "_aiosb_marks_binary", False):
+            continue
+        table[constructor] = _marking(decode)
+
+
+def _marking(decode: Callable[..., tuple[Any, bytes]]) -> Callable[..., tuple[Any, bytes]]:
+    def decode_binary(buffer: Any, *args: Any) -> tuple[Any, bytes]:
+        rest, value = decode(buffer, *args)
+        return rest, AmqpBinary(value)
+
+    decode_binary._aiosb_marks_binary = True  # type: ignore[attr-defined]
+    return decode_binary
 
 
 # -- messages ------------------------------------------------------------------------
@@ -102,6 +146,8 @@ def _property_to_sdk(value: Any) -> Any:
         return value
     if isinstance(value, int):
         return value if value in _INT32 else _amqp_typed("long", value)
+    if isinstance(value, (bytes, bytearray)):  # the SDK would send them as a string
+        return _amqp_typed("binary", bytes(value))
     if isinstance(value, _dt.timedelta):
         ticks = (value // _dt.timedelta(microseconds=1)) * 10
         return (_amqp_typed("symbol", _TIMESPAN_DESCRIPTOR), _amqp_typed("long", ticks))
@@ -123,12 +169,16 @@ _AS_IS = tuple(
 )
 
 
+def properties_to_sdk(props: dict[str, Any]) -> dict[str, Any]:
+    """Application properties as the SDK's encoder must get them (see the module's doc)."""
+    return {k: _property_to_sdk(v) for k, v in props.items()}
+
+
 def message_to_sdk(message: Message) -> Any:
     """Build a ``ServiceBusMessage`` carrying every field of ``message``."""
-    props = message.application_properties
     return sdk().ServiceBusMessage(
         message.body,
-        application_properties={k: _property_to_sdk(v) for k, v in props.items()} or None,
+        application_properties=properties_to_sdk(message.application_properties) or None,
         **{sdk_name: getattr(message, name) for name, sdk_name in _SDK_NAMES.items()},
     )
 
@@ -154,6 +204,8 @@ def _property_from_sdk(value: Any) -> Any:
             value = float(value)
         elif isinstance(value, bytes):
             value = bytes(value)
+    if isinstance(value, AmqpBinary):
+        return bytes(value)
     return _text(value)
 
 
@@ -357,6 +409,49 @@ def _from_http_status(text: str, exc: BaseException) -> errors.ServiceBusError:
     return errors.MessagingError(text)
 
 
+#: Where aiosb's servers name the exact class of a failure: the AMQP error's info
+#: (aiosb serve) and the HTTP response's header (its HTTPS endpoint, which the SDK's
+#: administration client talks to). Service Bus sends neither.
+ERROR_NAME = "x-aiosb-error"
+_ERROR_CLASSES = {
+    cls.__name__: cls for cls in vars(errors).values()
+    if isinstance(cls, type) and issubclass(cls, errors.ServiceBusError)
+}
+
+
+def named_error(exc: BaseException) -> type[errors.ServiceBusError] | None:
+    """The :mod:`aiosb.errors` class an aiosb server named for ``exc``, if it did.
+
+    The condition (or status) the server sends is the one the SDK knows, so the SDK
+    classifies and retries as against Service Bus; the name is what tells aiosb's
+    finer classes apart (a fragment that is down sends ``server-busy``, which the SDK
+    retries, and names :class:`~aiosb.errors.PartitionUnavailable`).
+    """
+    seen: set[int] = set()
+    queue: list[Any] = [exc]
+    while queue:
+        candidate = queue.pop(0)
+        if candidate is None or id(candidate) in seen:
+            continue
+        seen.add(id(candidate))
+        info = getattr(candidate, "info", None)
+        name = None
+        if isinstance(info, dict):
+            name = info.get(ERROR_NAME.encode(), info.get(ERROR_NAME))
+        headers = getattr(getattr(candidate, "response", None), "headers", None)
+        if name is None and headers is not None:
+            with contextlib.suppress(Exception):
+                name = headers.get(ERROR_NAME)
+        if isinstance(name, bytes):
+            name = name.decode(errors="replace")
+        cls = _ERROR_CLASSES.get(name) if isinstance(name, str) else None
+        if cls is not None:
+            return cls
+        queue += [getattr(candidate, "inner_exception", None), candidate.__cause__,
+                  getattr(candidate, "error", None)]
+    return None
+
+
 def map_error(exc: BaseException, what: str = "") -> errors.ServiceBusError:
     """The :mod:`aiosb.errors` instance for an SDK (or azure-core) exception.
 
@@ -373,6 +468,9 @@ def map_error(exc: BaseException, what: str = "") -> errors.ServiceBusError:
     if not _TABLE:
         _TABLE.extend(_rows())
     text = f"{what}: {exc}" if what else str(exc)
+    named = named_error(exc)
+    if named is not None:
+        return named(text)
     for cls, target in _TABLE:
         if isinstance(exc, cls):
             if isinstance(target, type):
@@ -450,18 +548,6 @@ def entity_from_sdk(kind: str, sdk_props: Any, *, topic: str = "") -> Any:
     if kind == "subscription":
         values["topic_name"] = topic
     return cls(**values)
-
-
-def runtime_from_sdk(path: str, sdk_runtime: Any) -> RuntimeProperties:
-    """An aiosb :class:`RuntimeProperties` from the SDK's ``*RuntimeProperties``."""
-    values = {}
-    for field in dataclasses.fields(RuntimeProperties):
-        if field.name in ("name", "fragment_count", "available_fragments"):
-            continue
-        value = getattr(sdk_runtime, field.name, None)
-        if value is not None:
-            values[field.name] = value
-    return RuntimeProperties(name=path, **values)
 
 
 def rule_to_sdk(rule: RuleProperties) -> tuple[Any, Any]:

@@ -44,7 +44,6 @@ from ..entities import parse_entity_path
 from ..errors import (
     ClientClosed,
     InvalidArgument,
-    InvalidOperation,
     MessageLockLost,
     ServiceBusError,
     SessionLockLost,
@@ -57,6 +56,7 @@ from ._amqp_convert import (
     map_error,
     message_from_sdk,
     message_to_sdk,
+    properties_to_sdk,
     sdk,
 )
 
@@ -204,7 +204,10 @@ class AmqpTransport(AdminOperations):
         self._admin: Any = None
         self._links: dict[tuple[Any, ...], _Link] = {}
         self._sessions: dict[str, _Link] = {}
-        self._locks: collections.OrderedDict[str, tuple[_Link, Any]] = collections.OrderedDict()
+        #: Lock token -> (the link that received it, the SDK message, its entity path).
+        self._locks: collections.OrderedDict[str, tuple[_Link, Any, str]] = (
+            collections.OrderedDict()
+        )
         self._open = False
         self._closed = False
 
@@ -454,12 +457,12 @@ class AmqpTransport(AdminOperations):
         for sdk_message in got:
             message = message_from_sdk(sdk_message, path, locked=locked)
             if locked and message.lock_token:
-                self._remember(message.lock_token, link, sdk_message)
+                self._remember(message.lock_token, link, sdk_message, path)
             out.append(message)
         return out
 
-    def _remember(self, token: str, link: _Link, sdk_message: Any) -> None:
-        self._locks[token] = (link, sdk_message)
+    def _remember(self, token: str, link: _Link, sdk_message: Any, path: str) -> None:
+        self._locks[token] = (link, sdk_message, path.lower())
         self._locks.move_to_end(token)
         while len(self._locks) > MAX_TRACKED_LOCKS:
             self._locks.popitem(last=False)
@@ -475,20 +478,21 @@ class AmqpTransport(AdminOperations):
     async def settle(self, entity: str, settlement: Settlement) -> list[float] | None:
         self._check()
         action = settlement.action
-        if settlement.properties_to_modify:
-            raise InvalidOperation(
-                "properties_to_modify is not available over the AMQP transport: the "
-                "azure-servicebus SDK does not send them."
-            )
-        renewed: list[float] = []
-        for token in settlement.lock_tokens:
+        renewed: dict[str, float] = {}
+        path = str(parse_entity_path(entity, settlement.sub_queue)).lower()
+        # A token given twice settles once, as the broker counts it (the second would
+        # find the lock gone).
+        for token in dict.fromkeys(settlement.lock_tokens):
             entry = self._locks.get(token)
+            if entry is not None and entry[2] != path:
+                # Another entity's lock: the broker of ``entity`` does not hold it.
+                entry = None
             if entry is None:
                 raise MessageLockLost(
                     f"The lock {token} is not held by this connection to {self.namespace!r}: "
                     "it expired, the message was settled, or another connection received it."
                 )
-            link, sdk_message = entry
+            link, sdk_message, _ = entry
             operation = _settle_operation(action, sdk_message, settlement)
             try:
                 result = await link.run(operation, action)
@@ -496,11 +500,13 @@ class AmqpTransport(AdminOperations):
                 self._locks.pop(token, None)
                 raise
             if action == "renew":
-                renewed.append(result.timestamp())
+                renewed[token] = result.timestamp()
                 self._locks.move_to_end(token)
             else:
                 self._locks.pop(token, None)
-        return renewed if action == "renew" else None
+        if action == "renew":
+            return [renewed[token] for token in settlement.lock_tokens]
+        return None
 
     # -- management ------------------------------------------------------------------
 
@@ -518,6 +524,8 @@ class AmqpTransport(AdminOperations):
 def _settle_operation(
     action: str, sdk_message: Any, settlement: Settlement
 ) -> Callable[[Any], Awaitable[Any]]:
+    if settlement.properties_to_modify and action in ("abandon", "defer", "dead_letter"):
+        return functools.partial(_settle_modifying, message=sdk_message, settlement=settlement)
     if action == "complete":
         return lambda r: r.complete_message(sdk_message)
     if action == "abandon":
@@ -531,6 +539,59 @@ def _settle_operation(
     if action == "renew":
         return lambda r: r.renew_message_lock(sdk_message)
     raise InvalidArgument(f"unknown settlement action {action!r}.")
+
+
+async def _settle_modifying(receiver: Any, *, message: Any, settlement: Settlement) -> None:
+    """Abandon, defer or dead-letter with ``properties_to_modify``, which the SDK's
+    settlement methods do not take.
+
+    It sends what the .NET SDK sends and Service Bus applies: on the receive link, the
+    ``modified`` outcome with the properties as its message annotations (abandon, defer),
+    or ``rejected`` with them in the dead-letter error's info next to the reason and
+    description; for a deferred message (received by sequence number), the
+    ``update-disposition`` request with ``properties-to-modify``. The SDK's own checks
+    (settled already, peeked, receive-and-delete) and error mapping apply as for its
+    own settlements.
+    """
+    from azure.servicebus._common import constants as c
+    from azure.servicebus._pyamqp.error import AMQPError
+
+    action = settlement.action
+    operation = {"abandon": c.MESSAGE_ABANDON, "defer": c.MESSAGE_DEFER,
+                 "dead_letter": c.MESSAGE_DEAD_LETTER}[action]
+    receiver._check_live()
+    receiver._check_message_alive(message, operation)
+    props = properties_to_sdk(settlement.properties_to_modify or {})
+    reason, description = settlement.reason, settlement.description
+
+    async def settle() -> None:
+        if message._is_deferred_message:
+            details: dict[str, Any] = {"properties-to-modify": props}
+            if action == "dead_letter":
+                details[c.MGMT_REQUEST_DEAD_LETTER_REASON] = reason or ""
+                details[c.MGMT_REQUEST_DEAD_LETTER_ERROR_DESCRIPTION] = description or ""
+            await receiver._settle_message_via_mgmt_link(
+                c.MESSAGE_MGMT_SETTLEMENT_TERM_MAP[operation], [message.lock_token],
+                dead_letter_details=details,
+            )
+            return
+        outcome: dict[str, Any]
+        if action == "dead_letter":
+            info = {c.RECEIVER_LINK_DEAD_LETTER_REASON: reason,
+                    c.RECEIVER_LINK_DEAD_LETTER_ERROR_DESCRIPTION: description, **props}
+            outcome = {"outcome": "rejected", "error": AMQPError(
+                condition=c.DEADLETTERNAME, description=description, info=info)}
+        else:
+            outcome = {"outcome": "modified", "delivery_failed": True,
+                       "undeliverable_here": action == "defer", "message_annotations": props}
+        await receiver._handler.settle_messages_async(
+            message._delivery_id, message._delivery_tag, **outcome,
+            await_outcome=receiver._await_settlement_outcome,
+            outcome_timeout=receiver._config.timeout,
+        )
+
+    await receiver._do_retryable_operation(settle, timeout=None)
+    message._settled = True
 
 
 async def _receive_some(receiver: Any, *, count: int, wait: float) -> list[Any]:

@@ -39,6 +39,7 @@ __all__ = [
     "namespace_info_xml",
     "parse_entry",
     "parse_feed",
+    "read_runtime",
     "request_xml",
 ]
 
@@ -478,6 +479,43 @@ def runtime_properties(name: str, entry: Entry) -> RuntimeProperties:
         accessed_at_utc=entry.fields.get("accessed_at_utc"),
         **counts,
     )
+
+
+_TIMES = {"CreatedAt": "created_at_utc", "UpdatedAt": "updated_at_utc",
+          "AccessedAt": "accessed_at_utc"}
+_COUNT_ELEMENTS = frozenset({"CountDetails", "SizeInBytes", "MessageCount", "SubscriptionCount"})
+
+
+def read_runtime(name: str, data: bytes) -> RuntimeProperties | None:
+    """Runtime counts from a GET answer of any Service Bus namespace.
+
+    Unlike :func:`parse_entry`, properties this module does not know are skipped (a
+    real namespace may send newer ones), and aiosb's count extensions (deferred
+    messages, fragments) are read when present. ``None`` when the answer holds no
+    description: Service Bus answers the GET of an unknown entity with an empty feed.
+    """
+    root = _parse(data)
+    entries = [root] if _local(root.tag) == "entry" else [
+        child for child in root if _local(child.tag) == "entry"
+    ]
+    for entry in entries:
+        for content in (c for c in entry if _local(c.tag) == "content"):
+            for description in content:
+                if _local(description.tag) in _KIND_OF:
+                    return _runtime_of(name, description)
+    return None
+
+
+def _runtime_of(name: str, description: ET.Element) -> RuntimeProperties:
+    counts: dict[str, Any] = {}
+    times: dict[str, Any] = {}
+    for child in description:
+        element = _local(child.tag)
+        if element in _COUNT_ELEMENTS:
+            _read_counts(element, child, counts)
+        elif element in _TIMES and child.text:
+            times[_TIMES[element]] = _parse_value(element, "datetime", child.text)
+    return RuntimeProperties(name=name, **times, **counts)
 
 
 _STARTED = _dt.datetime.now(_dt.UTC)

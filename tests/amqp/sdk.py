@@ -15,6 +15,7 @@ import contextlib
 import datetime as _dt
 import inspect
 import uuid
+import xml.etree.ElementTree as ET
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
@@ -35,6 +36,7 @@ from azure.servicebus.management import (
 
 from aiosb.transport.amqp import AmqpTransport
 
+_ATOM = "http://www.w3.org/2005/Atom"
 CONNECTION_STRING = (
     "Endpoint=sb://contoso.servicebus.windows.net/;"
     "SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=c2VjcmV0"
@@ -304,6 +306,10 @@ class FakeAdmin:
         self.rules: dict[tuple[str, str], dict[str, Any]] = {}
         self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self.failures: list[BaseException] = []
+        #: Runtime counts by entity: (active, scheduled, dead-lettered).
+        self.runtime: dict[str, tuple[int, int, int]] = {"orders": (3, 2, 1)}
+        self.sku = "Standard"
+        self.tier_asked = 0
         self.closed = False
 
     def _record(self, name: str, *args: Any, **kwargs: Any) -> None:
@@ -381,20 +387,35 @@ class FakeAdmin:
 
         return pages()
 
-    async def get_queue_runtime_properties(self, queue_name: str) -> Any:
-        self._record("get_queue_runtime_properties", queue_name)
-        return SimpleNamespace(
-            name=queue_name,
-            active_message_count=3,
-            scheduled_message_count=2,
-            dead_letter_message_count=1,
-            transfer_message_count=0,
-            transfer_dead_letter_message_count=0,
-            total_message_count=6,
-            size_in_bytes=600,
-            accessed_at_utc=None,
-            created_at_utc=None,
-            updated_at_utc=None,
+    async def get_namespace_properties(self) -> Any:
+        """The tier (kept out of ``calls``, which list what aiosb asks of entities)."""
+        inspect.signature(ServiceBusAdministrationClient.get_namespace_properties).bind(None)
+        self.tier_asked += 1
+        return SimpleNamespace(name="contoso", messaging_sku=self.sku)
+
+    async def _get_entity_element(self, entity_name: str, **kwargs: Any) -> Any:
+        """The raw entry, as a real namespace writes it (no aiosb count extensions, and
+        elements aiosb does not know); an unknown entity is an empty feed."""
+        self._record("_get_entity_element", entity_name, **kwargs)
+        if entity_name not in self.runtime:
+            return ET.fromstring(f'<feed xmlns="{_ATOM}"><title type="text">Publicly Listed '
+                                 "Services</title></feed>")
+        active, scheduled, dead = self.runtime[entity_name]
+        return ET.fromstring(
+            f'<entry xmlns="{_ATOM}"><title type="text">{entity_name}</title>'
+            '<content type="application/xml"><QueueDescription xmlns="'
+            'http://schemas.microsoft.com/netservices/2010/10/servicebus/connect">'
+            "<LockDuration>PT1M</LockDuration><SizeInBytes>600</SizeInBytes>"
+            "<CreatedAt>2030-01-01T00:00:00Z</CreatedAt>"
+            f"<MessageCount>{active + scheduled + dead}</MessageCount>"
+            '<CountDetails xmlns:d2p1="http://schemas.microsoft.com/netservices/2011/06/'
+            f'servicebus"><d2p1:ActiveMessageCount>{active}</d2p1:ActiveMessageCount>'
+            f"<d2p1:DeadLetterMessageCount>{dead}</d2p1:DeadLetterMessageCount>"
+            f"<d2p1:ScheduledMessageCount>{scheduled}</d2p1:ScheduledMessageCount>"
+            "<d2p1:TransferDeadLetterMessageCount>0</d2p1:TransferDeadLetterMessageCount>"
+            "<d2p1:TransferMessageCount>0</d2p1:TransferMessageCount></CountDetails>"
+            "<EntityAvailabilityStatus>Available</EntityAvailabilityStatus>"
+            "</QueueDescription></content></entry>"
         )
 
     async def close(self) -> None:

@@ -139,7 +139,8 @@ def test_dead_letter_and_deferred_state_come_through():
         (False, False),
         (None, None),
         (uuid.UUID(int=5), uuid.UUID(int=5)),
-        (b"utf8 bytes", "utf8 bytes"),  # the SDK sends bytes as a string
+        (b"utf8 bytes", b"utf8 bytes"),  # the SDK alone sends bytes as a string
+        (b"\x00\xff", b"\x00\xff"),  # ...and fails on bytes that are not UTF-8
         (_dt.datetime(2030, 1, 1, tzinfo=UTC), 1893456000000),  # epoch milliseconds
         (_dt.timedelta(seconds=3, microseconds=7), _dt.timedelta(seconds=3, microseconds=7)),
     ],

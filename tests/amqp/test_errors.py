@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from types import SimpleNamespace
 
 import pytest
 from azure.core import exceptions as core
@@ -179,3 +180,25 @@ def test_unknown_exceptions_become_non_transient_messaging_errors():
         errors.ClientClosed
     )
     assert type(map_error(TypeError("bad argument"))) is errors.InvalidOperation
+
+
+def test_the_class_an_aiosb_server_names_wins_over_the_condition():
+    """aiosb serve keeps the condition the SDK knows (server-busy: retried) and names
+    the exact class in the error's info; its HTTPS endpoint does so in a header."""
+    link_error = AMQPLinkError(
+        condition=b"com.microsoft:server-busy", description="Fragment 3 of 'p' is down",
+        info={b"x-aiosb-error": b"PartitionUnavailable"},
+    )
+    made = PyamqpTransport.create_servicebus_exception(logging.getLogger(__name__), link_error)
+    assert isinstance(made, sdk.ServiceBusServerBusyError)
+    got = map_error(made, "send")
+    assert type(got) is errors.PartitionUnavailable and got.retryable
+    plain = AMQPLinkError(condition=b"com.microsoft:server-busy", description="busy")
+    made = PyamqpTransport.create_servicebus_exception(logging.getLogger(__name__), plain)
+    assert type(map_error(made)) is errors.ServerBusy  # a real namespace names nothing
+
+    outage = http_error(core.HttpResponseError, 503, "The namespace is unavailable")
+    outage.response = SimpleNamespace(headers={"x-aiosb-error": "EntityUnavailable"})
+    got = map_error(outage, "get queue 'q'")
+    assert type(got) is errors.EntityUnavailable and not got.retryable
+    assert type(map_error(http_error(core.HttpResponseError, 503))) is errors.ServerBusy

@@ -202,15 +202,13 @@ async def test_dead_letter_renew_abandon_and_defer(env):
         {"body": f"m{i}".encode(), "sequence_number": i} for i in range(1, 5)
     ]
     async with ns.receiver("orders") as receiver:
-        a, b, c, d = await receiver.receive(max_messages=4, max_wait=0)
+        a, b, c, _ = await receiver.receive(max_messages=4, max_wait=0)
         until = await receiver.renew_lock(a)
         assert until == _dt.datetime(2030, 1, 1, 0, 5, tzinfo=_dt.UTC)
         assert a.locked_until == until
         await receiver.dead_letter(a, "bad", "really bad")
         await receiver.abandon(b)
         await receiver.defer(c)
-        with pytest.raises(errors.InvalidOperation, match="properties_to_modify"):
-            await receiver.abandon(d, properties_to_modify={"k": 1})
     settled = made["client"].receivers[0].settled
     assert [(action, m.sequence_number) for action, m, _ in settled] == [
         ("renew", 1),
@@ -387,6 +385,19 @@ async def test_management_errors_are_mapped(env):
     assert not await ns.queue_exists("orders")
 
 
+@pytest.mark.parametrize(("sku", "partitioned"), [("Standard", False), ("Premium", True)])
+async def test_create_sends_what_the_namespace_tier_allows(env, sku, partitioned):
+    """The tier is the namespace's, asked once: premium partitions every entity (PT-4),
+    standard keeps what the caller asked for."""
+    ns, _, made = env
+    made["admin"].sku = sku
+    await ns.create_queue("a")
+    await ns.create_queue("b")
+    creates = [kwargs for name, _, kwargs in made["admin"].calls if name == "create_queue"]
+    assert [c.get("enable_partitioning") for c in creates] == [partitioned] * 2
+    assert made["admin"].tier_asked == 1
+
+
 async def test_create_subscription_names_topic_and_subscription(env):
     ns, _, made = env
     sub = await ns.create_subscription("t", "s", max_delivery_count=3)
@@ -403,6 +414,9 @@ async def test_runtime_properties(env):
         2,
     )
     assert (props.dead_letter_message_count, props.total_message_count) == (1, 6)
+    assert props.created_at_utc == _dt.datetime(2030, 1, 1, tzinfo=_dt.UTC)
+    with pytest.raises(errors.EntityNotFound):  # Service Bus answers with an empty feed
+        await ns.runtime_properties("nowhere")
 
 
 async def test_rules_go_through_the_sdk_admin_client(env):

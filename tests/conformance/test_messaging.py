@@ -422,3 +422,23 @@ async def test_cancelling_a_scheduled_message_twice_in_one_call_counts_once(ns):
         seq = await sender.schedule(Message(b"x"), datetime.now(UTC) + timedelta(hours=1))
         await sender.cancel_scheduled([seq, seq])
     assert (await ns.runtime_properties("q")).scheduled_message_count == 0
+
+
+async def test_defer_and_dead_letter_modify_properties(ns):
+    """properties_to_modify travels with every failed settlement, deferred ones too
+    (over AMQP: in the outcome on the link, or in update-disposition)."""
+    await ns.create_queue("q")
+    await send(ns, "q", b"d", b"x")
+    async with ns.receiver("q") as receiver:
+        d, x = await receiver.receive(max_messages=2, max_wait=0)
+        await receiver.defer(d, properties_to_modify={"step": 1})
+        await receiver.dead_letter(x, reason="bad", properties_to_modify={"why": b"\x01"})
+        (back,) = await receiver.receive_deferred(d.sequence_number)
+        assert back.application_properties == {"step": 1}
+        await receiver.dead_letter(back, reason="late", properties_to_modify={"step": 2})
+    async with ns.receiver("q", sub_queue="deadletter") as dlq:
+        got = {m.body: m for m in await dlq.receive(max_messages=2, max_wait=0)}
+    assert got[b"x"].dead_letter_reason == "bad"
+    assert got[b"x"].application_properties["why"] == b"\x01"
+    assert got[b"d"].dead_letter_reason == "late"
+    assert got[b"d"].application_properties["step"] == 2
