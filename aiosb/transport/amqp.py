@@ -16,7 +16,7 @@ SDK gets wrong out of aiosb's way (architecture.md, "Known pitfalls"):
 - The SDK's own retries are off (``retry_total=0``): :meth:`aiosb.Namespace.execute`
   retries transient errors, and the failover detector sees every non-transient one.
 - SDK exceptions become :mod:`aiosb.errors` by class and AMQP condition
-  (:func:`~aiosb.transport._amqp_convert.map_error`).
+  (:func:`~aiosb.transport._amqp_errors.map_error`).
 
 The SDK settles a message only through the receiver that received it, with the SDK
 message object; the transport keeps a bounded map from lock token to both.
@@ -52,13 +52,12 @@ from ..message import Message, ReceivedMessage
 from ..protocol import ManagementRequest, ReceiveRequest, SessionInfo, SessionRequest, Settlement
 from ._amqp_admin import AdminOperations
 from ._amqp_convert import (
-    is_idle_detach,
-    map_error,
     message_from_sdk,
     message_to_sdk,
     properties_to_sdk,
     sdk,
 )
+from ._amqp_errors import is_idle_detach, map_error
 
 __all__ = ["RECEIVE_SLICE", "AmqpTransport"]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -56,11 +56,6 @@ _NOT_OVER_HTTP = {
 }
 
 #: amqp-serve: the tests that do not pass yet, and why (#15).
-_SECOND_CLIENT = (
-    "the test opens a second client with aiosb.connect(ns.url) and manages entities through "
-    "it; serve_amqp's connection string points the SDK's administration client (HTTPS) at the "
-    "AMQP port, so that client has no management"
-)
 _REAL_TIME = (
     "waits minutes of broker time, which looptime fast-forwards but the SDK, timing by "
     "time.time(), does not follow"
@@ -95,10 +90,7 @@ _NOT_OVER_AMQP_SERVE = {
     "test_messaging.py::test_scheduled_message_appears_at_its_time_and_can_be_cancelled":
         _REAL_TIME,
     "test_messaging.py::test_a_message_with_a_scheduled_time_in_send_is_scheduled": _REAL_TIME,
-    "test_partitions.py::test_keyed_send_to_a_down_fragment_fails_and_never_moves": _SECOND_CLIENT,
-    "test_partitions.py::test_receive_gathers_from_the_fragments_that_are_up": _SECOND_CLIENT,
     "test_partitions.py::test_long_poll_wakes_for_a_message_on_any_fragment": _EXACT_TIME,
-    "test_partitions.py::test_management_changes_fail_while_a_fragment_is_down": _SECOND_CLIENT,
     "test_partitions.py::test_settling_needs_the_fragment_of_the_message": (
         "the SDK settles a message whose disposition failed again over $management, whose "
         "error (aiosb/amqp/_management.py) does not name PartitionUnavailable, so it is ServerBusy"
@@ -207,22 +199,24 @@ async def url(backend: str, ns_name: str, request: pytest.FixtureRequest) -> Asy
                      f"SharedAccessKey={DEV_KEY}")
             _ADMIN[server.connection_string()] = (admin, str(cert))
             yield server.connection_string()
+            del _ADMIN[server.connection_string()]
     elif backend == "amqp":
         yield AMQP_CONNECTION_STRING  # type: ignore[misc]
     else:
         raise AssertionError(f"unknown backend {backend}")
 
 
-def _connect(url: str, backend: str) -> aiosb.Namespace:
+def _connect(url: str, backend: str, **options: float) -> aiosb.Namespace:
+    options = {"operation_timeout": 10, "retry_backoff": 0.05, **options}
     if backend != "amqp-serve":
-        return aiosb.connect(url, operation_timeout=10, retry_backoff=0.05)
+        return aiosb.connect(url, **options)
     # The official SDK over AMQP to serve_amqp; its administration client (HTTPS only)
     # to the HTTP server of the same namespace, as a real namespace serves both.
     from azure.servicebus.aio.management import ServiceBusAdministrationClient
 
     from aiosb.transport.amqp import AmqpTransport
 
-    admin, cert = _ADMIN.pop(url)
+    admin, cert = _ADMIN[url]
 
     def admin_factory(**kwargs: object) -> ServiceBusAdministrationClient:
         return ServiceBusAdministrationClient.from_connection_string(
@@ -230,7 +224,20 @@ def _connect(url: str, backend: str) -> aiosb.Namespace:
         )
 
     transport = AmqpTransport(url, admin_factory=admin_factory)
-    return aiosb.Namespace(transport, url=url, operation_timeout=10, retry_backoff=0.05)
+    return aiosb.Namespace(transport, url=url, **options)
+
+
+@pytest.fixture
+def reconnect(url: str, backend: str) -> Callable[..., aiosb.Namespace]:
+    """``reconnect(operation_timeout=1, ...)``: another client of the test's namespace, on
+    the same backend, with other options (``aiosb.connect(ns.url)`` would not do over
+    amqp-serve: the connection string names the AMQP port, and the administration
+    client needs the HTTPS one)."""
+
+    def make(**options: float) -> aiosb.Namespace:
+        return _connect(url, backend, **options)
+
+    return make
 
 
 @pytest.fixture

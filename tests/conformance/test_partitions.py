@@ -113,7 +113,7 @@ async def test_message_id_is_the_key_only_with_duplicate_detection(ns):
     assert len({fragment(m) for m in copies}) > 1  # round robin, not pinned
 
 
-async def test_keyed_send_to_a_down_fragment_fails_and_never_moves(ns, broker):
+async def test_keyed_send_to_a_down_fragment_fails_and_never_moves(ns, broker, reconnect):
     """PT-9: the pinned message fails with PartitionUnavailable (retryable), retried by
     the client until its operation timeout; it is never stored elsewhere."""
     await ns.create_queue("p", enable_partitioning=True)
@@ -122,7 +122,7 @@ async def test_keyed_send_to_a_down_fragment_fails_and_never_moves(ns, broker):
     while await home_of(ns, "p", other) == home:
         other += "x"
     loop = asyncio.get_running_loop()
-    async with aiosb.connect(ns.url, operation_timeout=2, retry_backoff=0.1) as short:
+    async with reconnect(operation_timeout=2, retry_backoff=0.1) as short:
         async with short.sender("p") as sender:
             with broker.faults.fail_fragment("p", home):
                 start = loop.time()
@@ -166,10 +166,10 @@ async def test_keyless_sends_go_round_the_down_fragment(ns, broker):
     assert len(frags) >= 8
 
 
-async def test_every_fragment_down_fails_keyless_sends_too(ns, broker):
+async def test_every_fragment_down_fails_keyless_sends_too(ns, broker, reconnect):
     await ns.create_queue("p", enable_partitioning=True)
     faults = [broker.faults.fail_fragment("p", i, operations=["send"]) for i in range(16)]
-    async with aiosb.connect(ns.url, operation_timeout=1, retry_backoff=0.1) as short:
+    async with reconnect(operation_timeout=1, retry_backoff=0.1) as short:
         async with short.sender("p") as sender:
             with pytest.raises(errors.OperationTimeout) as info:
                 await sender.send(Message(b"nowhere"))
@@ -262,11 +262,11 @@ async def test_runtime_counts_add_up_over_fragments_and_report_limited_availabil
         assert props.active_message_count == 17  # still counted
 
 
-async def test_management_changes_fail_while_a_fragment_is_down(ns, broker):
+async def test_management_changes_fail_while_a_fragment_is_down(ns, broker, reconnect):
     """PT-14: update and delete act on every fragment, so one down makes them fail;
     reading the description still works."""
     await ns.create_queue("p", enable_partitioning=True)
-    async with aiosb.connect(ns.url, operation_timeout=1, retry_backoff=0.1) as short:
+    async with reconnect(operation_timeout=1, retry_backoff=0.1) as short:
         with broker.faults.fail_fragment("p", 0, operations=["manage"]):
             with pytest.raises(errors.OperationTimeout) as info:
                 await short.update_queue("p", max_delivery_count=3)
@@ -277,14 +277,14 @@ async def test_management_changes_fail_while_a_fragment_is_down(ns, broker):
         assert (await short.update_queue("p", max_delivery_count=3)).max_delivery_count == 3
 
 
-async def test_settling_needs_the_fragment_of_the_message(ns, broker):
+async def test_settling_needs_the_fragment_of_the_message(ns, broker, reconnect):
     """A lock held on a fragment that went down cannot be settled until it heals; the
     messages of the other fragments settle normally."""
     await ns.create_queue("p", enable_partitioning=True)
     async with ns.sender("p") as sender:
         for i in range(16):
             await sender.send(Message(b"x", partition_key=f"k{i}"))
-    async with aiosb.connect(ns.url, operation_timeout=1, retry_backoff=0.1) as short:
+    async with reconnect(operation_timeout=1, retry_backoff=0.1) as short:
         async with short.receiver("p") as receiver:
             batch = await receiver.receive(max_messages=16, max_wait=0)
             assert len(batch) == 16
@@ -381,10 +381,10 @@ async def test_fail_fragment_rejects_bad_input(ns, broker):
     assert broker.faults.active == []
 
 
-async def test_a_timeout_fragment_fault_hangs_only_what_needs_that_fragment(ns, broker):
+async def test_a_timeout_fragment_fault_hangs_only_what_needs_that_fragment(ns, broker, reconnect):
     await ns.create_queue("p", enable_partitioning=True)
     home = await home_of(ns, "p", "slow")
-    async with aiosb.connect(ns.url, operation_timeout=5, retry_backoff=0.1) as short:
+    async with reconnect(operation_timeout=5, retry_backoff=0.1) as short:
         async with short.sender("p") as sender:
             with broker.faults.fail_fragment("p", home, kind="timeout"):
                 with pytest.raises(errors.OperationTimeout):

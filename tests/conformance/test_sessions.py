@@ -237,14 +237,14 @@ async def test_a_session_lives_in_one_fragment_of_a_partitioned_entity(ns):
     assert len(homes) > 1
 
 
-async def test_a_session_on_a_down_fragment_cannot_be_accepted(ns, broker):
+async def test_a_session_on_a_down_fragment_cannot_be_accepted(ns, broker, reconnect):
     await ns.create_queue("psq", requires_session=True, enable_partitioning=True)
     await send(ns, "psq", Message(b"x", session_id="s"))
     async with ns.receiver("psq", session_id="s") as receiver:
         (msg,) = await receiver.receive(max_wait=0)
         home = msg.sequence_number >> FRAGMENT_SHIFT
         await receiver.abandon(msg)
-    async with aiosb.connect(ns.url, operation_timeout=1, retry_backoff=0.1) as short:
+    async with reconnect(operation_timeout=1, retry_backoff=0.1) as short:
         with broker.faults.fail_fragment("psq", home, operations=["receive"]):
             with pytest.raises(errors.OperationTimeout) as info:
                 async with short.receiver("psq", session_id="s"):

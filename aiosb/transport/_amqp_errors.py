@@ -1,0 +1,232 @@
+"""How the official SDK's errors become aiosb's (:func:`map_error`), for the AMQP
+transport: by exception class, by the AMQP condition in the text, by HTTP status for the
+administration client, and by the exact class an aiosb server names in the error's info
+(``x-aiosb-error``)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable
+from typing import Any
+
+from .. import errors
+from ._amqp_convert import sdk
+
+__all__ = ["ERROR_NAME", "IDLE_CONDITIONS", "condition_of", "is_idle_detach", "map_error",
+           "named_error"]
+
+IDLE_CONDITIONS = frozenset(
+    {"amqp:link:detach-forced", "amqp:connection:forced", "com.microsoft:container-close"}
+)
+_CONDITION_IN_TEXT = re.compile(r"Error condition: ([\w.:\-]+)")
+_IDLE_WORDS = ("idle", "detach-forced", "connection:forced", "force detached")
+
+
+def condition_of(exc: BaseException) -> str | None:
+    """The AMQP error condition an SDK exception carries, from public data only.
+
+    The SDK keeps it in a private attribute; this reads the underlying AMQP error's
+    ``condition`` or the ``Error condition: ...`` the SDK writes into the message.
+    """
+    for candidate in (exc, getattr(exc, "inner_exception", None), exc.__cause__):
+        condition = getattr(candidate, "condition", None)
+        if condition is not None:
+            condition = getattr(condition, "value", condition)
+            if isinstance(condition, bytes):
+                condition = condition.decode(errors="replace")
+            return str(condition)
+    match = _CONDITION_IN_TEXT.search(str(exc))
+    return match.group(1).rstrip(".") if match else None
+
+
+def is_idle_detach(exc: BaseException) -> bool:
+    """Whether ``exc`` says the broker closed a link or connection (idleness, a move):
+    reopening it is the cure, and it is never an outage."""
+    ex = sdk().exceptions
+    if not isinstance(exc, ex.ServiceBusError):
+        return _is_pyamqp_link_error(exc)
+    if type(exc) not in (ex.ServiceBusError, ex.ServiceBusConnectionError):
+        return False  # a lock, an entity, a credential: something the broker meant
+    if condition_of(exc) in IDLE_CONDITIONS:
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, ex.ServiceBusConnectionError) and any(
+        word in text for word in _IDLE_WORDS
+    )
+
+
+def _is_pyamqp_link_error(exc: BaseException) -> bool:
+    try:
+        from azure.servicebus._pyamqp.error import AMQPConnectionError, AMQPLinkError
+    except ImportError:  # pragma: no cover - a future SDK without pyamqp
+        return False
+    if not isinstance(exc, (AMQPLinkError, AMQPConnectionError)):
+        return False
+    return condition_of(exc) in IDLE_CONDITIONS
+
+
+#: A row's target: an aiosb error class, or a function of (sentence, exception).
+Target = type[errors.ServiceBusError] | Callable[[str, BaseException], errors.ServiceBusError]
+
+
+def _rows() -> list[tuple[type[BaseException], Target]]:
+    """The mapping, most specific class first; read by :func:`map_error`."""
+    from azure.core import exceptions as core
+
+    ex = sdk().exceptions
+    return [
+        # Client-side validation and settlement.
+        (ex.MessageAlreadySettled, errors.MessageLockLost),
+        (ex.MessageSizeExceededError, errors.MessageSizeExceeded),
+        (ex.AutoLockRenewTimeout, errors.MessageLockLost),
+        (ex.AutoLockRenewFailed, errors.MessageLockLost),
+        # Locks and messages: the caller's to handle, never retried.
+        (ex.MessageLockLostError, errors.MessageLockLost),
+        (ex.SessionLockLostError, errors.SessionLockLost),
+        (ex.MessageNotFoundError, errors.MessageNotFound),
+        # Entities. A disabled entity takes no traffic: an outage (PN-6), not retried.
+        (ex.MessagingEntityNotFoundError, errors.EntityNotFound),
+        (ex.MessagingEntityAlreadyExistsError, errors.EntityAlreadyExists),
+        (ex.MessagingEntityDisabledError, errors.EntityUnavailable),
+        (ex.ServiceBusQuotaExceededError, errors.QuotaExceeded),
+        # Credentials: the SDK retries these; a wrong key does not heal by itself.
+        (ex.ServiceBusAuthenticationError, errors.Unauthorized),
+        (ex.ServiceBusAuthorizationError, errors.Unauthorized),
+        # Passing conditions: the client retries them within the operation timeout,
+        # and a namespace that stays unreachable ends in OperationTimeout (an outage).
+        (ex.ServiceBusServerBusyError, errors.ServerBusy),
+        (ex.OperationTimeoutError, errors.OperationTimeout),
+        (ex.SessionCannotBeLockedError, errors.SessionCannotBeLocked),
+        (ex.ServiceBusCommunicationError, errors.TransientError),
+        (ex.ServiceBusConnectionError, errors.TransientError),
+        # The management client (azure-core HTTP errors).
+        (core.ResourceExistsError, errors.EntityAlreadyExists),
+        (core.ResourceNotFoundError, errors.EntityNotFound),
+        (core.ClientAuthenticationError, errors.Unauthorized),
+        (core.ServiceRequestError, errors.TransientError),  # no connection made
+        (core.ServiceResponseError, errors.TransientError),  # the answer broke off
+        (core.HttpResponseError, _from_http_status),
+        (ex.ServiceBusError, _from_condition),
+    ]
+
+
+_TABLE: list[tuple[type[BaseException], Target]] = []
+
+#: Conditions of a plain ``ServiceBusError`` and what they mean.
+_CONDITIONS: dict[str, type[errors.ServiceBusError]] = {
+    "amqp:not-allowed": errors.InvalidOperation,
+    "amqp:not-implemented": errors.InvalidOperation,
+    "amqp:invalid-field": errors.InvalidOperation,
+    "amqp:precondition-failed": errors.InvalidOperation,
+    "com.microsoft:argument-error": errors.InvalidArgument,
+    "com.microsoft:argument-out-of-range": errors.InvalidArgument,
+    "amqp:internal-error": errors.TransientError,
+    "amqp:unknown-error": errors.TransientError,
+    "com.microsoft:timeout": errors.OperationTimeout,
+    "amqp:resource-deleted": errors.EntityNotFound,
+    "amqp:not-found": errors.EntityNotFound,
+    "amqp:unauthorized-access": errors.Unauthorized,
+    **{condition: errors.TransientError for condition in IDLE_CONDITIONS},
+}
+
+
+def _from_condition(text: str, exc: BaseException) -> errors.ServiceBusError:
+    return _CONDITIONS.get(condition_of(exc) or "", errors.MessagingError)(text)
+
+
+def _from_http_status(text: str, exc: BaseException) -> errors.ServiceBusError:
+    status = getattr(exc, "status_code", None)
+    if status in (429, 503):
+        return errors.ServerBusy(text)
+    if status in (500, 502, 504) or status is None:
+        return errors.TransientError(text)
+    if status == 413:
+        return errors.MessageSizeExceeded(text)
+    if status in (401, 403):
+        if "quota" in text.lower() or "40301" in text:  # 403 also means "namespace full"
+            return errors.QuotaExceeded(text)
+        return errors.Unauthorized(text)
+    if status == 404:
+        return errors.EntityNotFound(text)
+    if status == 409:
+        return errors.EntityAlreadyExists(text)
+    if status == 400:
+        return errors.InvalidArgument(text)
+    return errors.MessagingError(text)
+
+
+#: Where aiosb's servers name the exact class of a failure: the AMQP error's info
+#: (aiosb serve) and the HTTP response's header (its HTTPS endpoint, which the SDK's
+#: administration client talks to). Service Bus sends neither.
+ERROR_NAME = "x-aiosb-error"
+_ERROR_CLASSES = {
+    cls.__name__: cls for cls in vars(errors).values()
+    if isinstance(cls, type) and issubclass(cls, errors.ServiceBusError)
+}
+
+
+def named_error(exc: BaseException) -> type[errors.ServiceBusError] | None:
+    """The :mod:`aiosb.errors` class an aiosb server named for ``exc``, if it did.
+
+    The condition (or status) the server sends is the one the SDK knows, so the SDK
+    classifies and retries as against Service Bus; the name is what tells aiosb's
+    finer classes apart (a fragment that is down sends ``server-busy``, which the SDK
+    retries, and names :class:`~aiosb.errors.PartitionUnavailable`).
+    """
+    seen: set[int] = set()
+    queue: list[Any] = [exc]
+    while queue:
+        candidate = queue.pop(0)
+        if candidate is None or id(candidate) in seen:
+            continue
+        seen.add(id(candidate))
+        info = getattr(candidate, "info", None)
+        name = None
+        if isinstance(info, dict):
+            name = info.get(ERROR_NAME.encode(), info.get(ERROR_NAME))
+        headers = getattr(getattr(candidate, "response", None), "headers", None)
+        if name is None and headers is not None:
+            with contextlib.suppress(Exception):
+                name = headers.get(ERROR_NAME)
+        if isinstance(name, bytes):
+            name = name.decode(errors="replace")
+        cls = _ERROR_CLASSES.get(name) if isinstance(name, str) else None
+        if cls is not None:
+            return cls
+        queue += [getattr(candidate, "inner_exception", None), candidate.__cause__,
+                  getattr(candidate, "error", None)]
+    return None
+
+
+def map_error(exc: BaseException, what: str = "") -> errors.ServiceBusError:
+    """The :mod:`aiosb.errors` instance for an SDK (or azure-core) exception.
+
+    Classes decide, then the AMQP condition or HTTP status where one class covers
+    several cases; the SDK's private retryability flags are not read. Anything not in
+    the table is a non-transient :class:`~aiosb.errors.MessagingError`.
+
+    Args:
+        exc: What the SDK raised.
+        what: The operation and entity, to start the sentence with.
+    """
+    if isinstance(exc, errors.ServiceBusError):
+        return exc
+    if not _TABLE:
+        _TABLE.extend(_rows())
+    text = f"{what}: {exc}" if what else str(exc)
+    named = named_error(exc)
+    if named is not None:
+        return named(text)
+    for cls, target in _TABLE:
+        if isinstance(exc, cls):
+            if isinstance(target, type):
+                made: errors.ServiceBusError = target(text)
+                return made
+            return target(text, exc)
+    if isinstance(exc, ValueError) and "shutdown" in str(exc).lower():
+        return errors.ClientClosed(text)
+    if isinstance(exc, (ValueError, TypeError)):
+        return errors.InvalidOperation(text)
+    return errors.MessagingError(text)
+
