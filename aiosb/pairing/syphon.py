@@ -12,7 +12,7 @@ runtime for types only (the runtime imports this module); never the emulator.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._clock import CLOCK
 from ..errors import ClientClosed, EntityNotFound, MessageSizeExceeded, ServiceBusError
@@ -95,10 +95,11 @@ class _SyphonPump:
         if sum(len(v) for v in self.parked.values()) >= _PARK_LIMIT:
             await _wait_for(wake.wait(), budget)
             return
+        batch: list[ReceivedMessage] | None
         if self.more:
             # The last receive brought messages, so more are likely waiting: take them
             # at once, without the long poll's race against the wake-up (two tasks and
-            # their cancellation per batch, a sixth of a drain's time: #16). An empty
+            # their cancellation per batch, about a tenth of a drain's time: #16). An empty
             # answer ends the run; the long poll follows, so an idle syphon still polls
             # only as PN-16 allows.
             batch = await self.receiver.receive(max_messages=self.batch, max_wait=0)
@@ -161,7 +162,7 @@ class _SyphonPump:
         # Grouped by the x-ms-path string first, and its entry looked up once per
         # distinct path rather than per message (#16); paths that differ only in case
         # share an entry, so their groups are merged.
-        by_path: dict[object, list[ReceivedMessage]] = {}
+        by_path: dict[Any, list[ReceivedMessage]] = {}
         for msg in batch:
             entity = msg.application_properties.get(PATH)
             same = by_path.get(entity)
