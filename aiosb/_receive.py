@@ -311,6 +311,8 @@ class Receiver:
                 "Messages received in receive_and_delete mode are settled already."
             )
         tokens = []
+        # A batch comes from one entity: its path is lowered once, not per message (#16).
+        seen = None
         for msg in messages:
             if not isinstance(msg, ReceivedMessage):
                 raise InvalidArgument(f"can only settle received messages, not {msg!r}.")
@@ -319,11 +321,14 @@ class Receiver:
                     f"Message {msg.sequence_number} holds no lock (peeked, or received and "
                     "deleted): there is nothing to settle."
                 )
-            if msg.entity_path.lower() != self._path:
-                raise InvalidOperation(
-                    f"Message {msg.sequence_number} was received from {msg.entity_path!r}, "
-                    f"not {self._path!r}: settle it with the receiver it came from."
-                )
+            path = msg.entity_path
+            if path != seen:
+                if path.lower() != self._path:
+                    raise InvalidOperation(
+                        f"Message {msg.sequence_number} was received from {path!r}, "
+                        f"not {self._path!r}: settle it with the receiver it came from."
+                    )
+                seen = path
             tokens.append(msg.lock_token)
         return tokens
 

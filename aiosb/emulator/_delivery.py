@@ -304,9 +304,8 @@ async def settle(ns: Namespace, path: str, settlement: Settlement) -> list[float
                 )
             found.append((store, rec, token))
         down = ns._down("receive", path)
-        blocked = next(
-            (down[s.fragment] for s, _, _ in found if down is not None and s.fragment in down),
-            None,
+        blocked = None if down is None else next(
+            (down[s.fragment] for s, _, _ in found if s.fragment in down), None
         )
         if blocked is None:
             break

@@ -81,6 +81,11 @@ class _Ids:
     def __call__(self) -> str:
         return self._prefix % next(self._count)
 
+    def many(self, count: int) -> list[str]:
+        """``count`` new ids at once (a receive locks a batch: #16)."""
+        prefix, ids = self._prefix, self._count
+        return [prefix % next(ids) for _ in range(count)]
+
 
 #: A record's fields as rows of the durable store name them (:meth:`_Record.blank` and
 #: the properties below give every one of them, whatever the record keeps in slots).

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from heapq import heapify, heappop, heappush
 from typing import Any, Protocol
 
@@ -36,6 +36,7 @@ from ._record import (
     MAX_DELIVERY_EXCEEDED,
     SCHEDULED,
     TTL_EXPIRED,
+    _Ids,
     _Record,
 )
 
@@ -79,8 +80,8 @@ class StoreHost(Protocol):
         """The durable journal, if the namespace is kept on disk."""
 
     @property
-    def _ids(self) -> Callable[[], str]:
-        """Makes a new lock token."""
+    def _ids(self) -> _Ids:
+        """Makes new lock tokens (one per call, or a batch's with ``many``)."""
 
     def _register(self, when: float, target: Due) -> None:
         """Call ``target.on_due`` once ``when`` has come."""
@@ -519,9 +520,8 @@ class _Store:
         until = now + lock_seconds
         new_token = self.ns._ids
         locked = self.locked
-        for rec in recs:
+        for rec, token in zip(recs, new_token.many(len(recs)), strict=True):
             rec.delivery_count += 1
-            token = new_token()
             rec.state = LOCKED
             rec.lock_token = token
             rec.locked_until = until

@@ -26,7 +26,14 @@ import datetime as _dt
 import uuid
 
 from ..errors import MessageSizeExceeded
-from ..message import MAX_ID_LENGTH, MESSAGE_FIELDS, Message, ReceivedMessage, copier
+from ..message import (
+    MAX_ID_LENGTH,
+    MESSAGE_FIELDS,
+    Message,
+    PropertyValue,
+    ReceivedMessage,
+    copier,
+)
 
 __all__ = [
     "PATH",
@@ -110,23 +117,32 @@ def restore(received: ReceivedMessage, now: float) -> Restored:
 
     A schedule in the past is dropped, so the message is sent at once (G-5).
     """
-    props = dict(received.application_properties)
-    entity = props.pop(PATH, None)
-    session_id = props.pop(SESSION_ID, None)
-    props.pop(TIME_TO_LIVE, None)
-    at_text = props.pop(SCHEDULED, None)
+    # One copy of the properties, the moved ones taken out only when present: this runs
+    # for every message the syphon moves (#16), and most carry only x-ms-path.
+    source = received.application_properties
+    entity = source.get(PATH)
     if not isinstance(entity, str) or not entity:
         return Restored(None, None)
+    if len(source) == 1:
+        props: dict[str, PropertyValue] = {}
+        session_id = at_text = None
+    else:
+        props = dict(source)
+        del props[PATH]
+        session_id = props.pop(SESSION_ID) if SESSION_ID in props else None
+        if TIME_TO_LIVE in props:
+            del props[TIME_TO_LIVE]
+        at_text = props.pop(SCHEDULED) if SCHEDULED in props else None
     at = None
-    if isinstance(at_text, str):
+    if at_text is not None and isinstance(at_text, str):
         try:
             at = _dt.datetime.fromisoformat(at_text)
         except ValueError:
             at = None
         if at is not None and at.tzinfo is None:
             at = at.replace(tzinfo=_UTC)
-    if at is not None and at.timestamp() <= now:
-        at = None
+        if at is not None and at.timestamp() <= now:
+            at = None
     ttl = None
     expires = received.expires_timestamp
     if expires is not None:

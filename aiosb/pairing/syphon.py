@@ -12,8 +12,7 @@ runtime for types only (the runtime imports this module); never the emulator.
 from __future__ import annotations
 
 import asyncio
-import collections
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._clock import CLOCK
 from ..errors import ClientClosed, EntityNotFound, MessageSizeExceeded, ServiceBusError
@@ -30,7 +29,7 @@ from ._common import (
     syphon_batch,
 )
 from .health import Health
-from .rewrite import restore
+from .rewrite import PATH, restore
 
 if TYPE_CHECKING:
     from .runtime import Hub
@@ -58,6 +57,8 @@ class _SyphonPump:
         self.retry = options.syphon_retry_interval.total_seconds()
         self.lock: float = BACKLOG_QUEUE_PROPERTIES["lock_duration"].total_seconds()
         self.batch = syphon_batch(hub.primary.url, hub.secondary.url)
+        #: Whether the last receive brought messages (the next one need not wait).
+        self.more = False
 
     async def run(self) -> None:
         hub, counters = self.hub, self.hub.counters
@@ -94,11 +95,21 @@ class _SyphonPump:
         if sum(len(v) for v in self.parked.values()) >= _PARK_LIMIT:
             await _wait_for(wake.wait(), budget)
             return
-        batch = await _race(
-            self.receiver.receive(max_messages=self.batch, max_wait=budget), wake
-        )
-        if batch is None:  # an entity recovered: move what is parked
-            return
+        batch: list[ReceivedMessage] | None
+        if self.more:
+            # The last receive brought messages, so more are likely waiting: take them
+            # at once, without the long poll's race against the wake-up (two tasks and
+            # their cancellation per batch, about a tenth of a drain's time: #16). An empty
+            # answer ends the run; the long poll follows, so an idle syphon still polls
+            # only as PN-16 allows.
+            batch = await self.receiver.receive(max_messages=self.batch, max_wait=0)
+        else:
+            batch = await _race(
+                self.receiver.receive(max_messages=self.batch, max_wait=budget), wake
+            )
+            if batch is None:  # an entity recovered: move what is parked
+                return
+        self.more = bool(batch)
         self.hub.counters.syphon_receives += 1
         if batch:
             await self.move(batch)
@@ -148,13 +159,28 @@ class _SyphonPump:
 
     async def move(self, batch: list[ReceivedMessage]) -> None:
         """Group a received batch by destination; move or park each group."""
-        groups: dict[_Entry, list[ReceivedMessage]] = collections.defaultdict(list)
+        # Grouped by the x-ms-path string first, and its entry looked up once per
+        # distinct path rather than per message (#16); paths that differ only in case
+        # share an entry, so their groups are merged.
+        by_path: dict[Any, list[ReceivedMessage]] = {}
         for msg in batch:
-            entity = msg.application_properties.get("x-ms-path")
+            entity = msg.application_properties.get(PATH)
+            same = by_path.get(entity)
+            if same is None:
+                by_path[entity] = [msg]
+            else:
+                same.append(msg)
+        groups: dict[_Entry, list[ReceivedMessage]] = {}
+        for entity, msgs in by_path.items():
             if not isinstance(entity, str) or not entity:
-                await self.dead_letter([msg], "NoBacklogPath", "it has no x-ms-path property")
+                for msg in msgs:
+                    await self.dead_letter([msg], "NoBacklogPath", "it has no x-ms-path property")
                 continue
-            groups[self.hub.entry(entity)].append(msg)
+            entry = self.hub.entry(entity)
+            if entry in groups:
+                groups[entry].extend(msgs)
+            else:
+                groups[entry] = msgs
         now = CLOCK.now()
         for entry, msgs in groups.items():
             if entry in self.parked or not self.movable(entry, now):

@@ -241,3 +241,22 @@ def test_taking_a_deferred_message_that_is_not_deferred_is_message_not_found(sta
     seq = rec.seq + 1 if state == "missing" else rec.seq
     with pytest.raises(MessageNotFound):
         store.take_deferred([seq], LOCK, now=0.0)
+
+
+def test_lock_tokens_made_for_a_batch_are_unique_guids_from_the_same_counter():
+    """#16: a receive makes its batch's lock tokens at once; they are GUID-shaped, all
+    different, and continue the one-at-a-time sequence (no token is made twice)."""
+    import re
+    import uuid
+
+    from aiosb.emulator._record import _Ids
+
+    ids = _Ids()
+    first = ids()
+    batch = ids.many(3)
+    after = ids()
+    tokens = [first, *batch, after]
+    assert len(set(tokens)) == 5
+    assert all(re.fullmatch(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", t) for t in tokens)
+    assert [uuid.UUID(t).int & 0xFFFF for t in tokens] == [1, 2, 3, 4, 5]
+    assert ids.many(0) == []

@@ -180,3 +180,36 @@ def test_the_syphon_batch_is_larger_over_a_network():
     assert syphon_batch("memory://p", "http://localhost:1/s") == 500
     assert syphon_batch("https://p.example", "amqps://s.example") == 500
     assert syphon_batch("", "") == 500
+
+
+async def test_pn16_the_syphon_takes_what_waits_at_once_and_long_polls_when_empty(
+    env, monkeypatch
+):
+    """#16: after a receive that brought messages the next one does not wait (no long
+    poll raced against the wake-up); the first empty answer brings the long poll back."""
+    from aiosb._receive import Receiver
+
+    waits: list[tuple[float | None, int]] = []
+    real = Receiver.receive
+
+    async def spy(self, max_messages=1, max_wait=None):
+        got = await real(self, max_messages, max_wait)
+        if "x-servicebus-transfer" in self._entity_path:
+            waits.append((max_wait, len(got)))
+        return got
+
+    monkeypatch.setattr(Receiver, "receive", spy)
+    batch = syphon_batch("memory://")
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        async with paired.sender("orders") as orders:
+            with env.p_broker.faults.fail():
+                await orders.send([Message(f"o{i}") for i in range(batch)])
+                await orders.send([Message(f"o{i}") for i in range(batch // 2)])
+            await asyncio.sleep(11)
+            assert paired.stats.syphon_moved == batch + batch // 2
+            await asyncio.sleep(1800)
+    moved = [(w, n) for w, n in waits if n]
+    assert moved[0][0] > 0 and [w for w, _ in moved[1:]] == [0] * (len(moved) - 1)
+    first_empty = next(i for i, (w, n) in enumerate(waits) if i and not n and w == 0)
+    assert all(w > 0 for w, _ in waits[first_empty + 1:])  # long polls from then on
+    assert len(waits) - first_empty - 1 <= 3  # 30 minutes idle: two or three long polls
