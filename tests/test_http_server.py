@@ -408,3 +408,34 @@ async def test_r4_bad_requests_get_a_4xx_that_says_what_is_wrong(
     assert re.search(match, detail(response)), detail(response)
     assert (await http.call("POST", f"/{NS}/q/messages", data=b"ok")).status == 201
     assert (await http.call("GET", f"/{NS}/q2")).status == 404  # nothing half-made
+
+
+@pytest.mark.looptime
+async def test_r4_a_body_that_stops_arriving_is_refused_after_the_body_timeout(http):
+    """R-4: a request whose body stops short (a stalled or malicious client) gets a 400
+    saying so after BODY_SECONDS, instead of holding its handler for ever; a body that
+    has arrived whole skips that timer."""
+    import asyncio
+
+    from aiosb.emulator.server._app import BODY_SECONDS
+
+    await make_queue(http)
+    host, port = URL(http.server.url).host, URL(http.server.url).port
+    reader, writer = await asyncio.open_connection(host, port)
+    token = http.credential.token(f"{http.server.url}/{NS}")
+    writer.write(
+        f"POST /{NS}/q/messages HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: {token}\r\n"
+        "Content-Type: text/plain\r\nContent-Length: 10\r\n\r\nabc".encode()
+    )
+    await writer.drain()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    head = await reader.readuntil(b"\r\n\r\n")
+    waited = loop.time() - start
+    body = await reader.read(4096)
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 400"), head
+    assert b"did not arrive within" in body
+    assert waited == pytest.approx(BODY_SECONDS, abs=0.1)
+    sent = await http.call("POST", f"/{NS}/q/messages", data=b"whole")
+    assert sent.status == 201

@@ -146,8 +146,11 @@ class EmulatorServer:
             )
             if request.can_read_body:
                 try:
-                    async with asyncio.timeout(BODY_SECONDS):
+                    if request.content.is_eof():  # all in already (most requests): no timer
                         await request.read()  # kept: handlers read it again at no cost
+                    else:
+                        async with asyncio.timeout(BODY_SECONDS):
+                            await request.read()
                 except TimeoutError:
                     raise InvalidArgument(
                         f"the request body did not arrive within {BODY_SECONDS:g} s."
