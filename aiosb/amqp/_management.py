@@ -129,7 +129,10 @@ class Management:
                 await self.journal.commit()
         except ServiceBusError as exc:
             code = next((s for cls, s in _STATUS if isinstance(exc, cls)), 500)
-            return _reply(message_id, code, exc.message, p.condition(exc))
+            # A management reply's error reaches the SDK's exception only as condition,
+            # status and description: the exact class rides at the description's end.
+            described = f"{exc.message} [{p.ERROR_INFO}: {type(exc).__name__}]"
+            return _reply(message_id, code, described, p.condition(exc))
         except (DecodeError, ValueError, TypeError) as exc:
             return _reply(message_id, 400, f"a malformed {operation} request: {exc}",
                           _VENDOR + "argument-error")

@@ -160,6 +160,7 @@ def _from_http_status(text: str, exc: BaseException) -> errors.ServiceBusError:
 #: (aiosb serve) and the HTTP response's header (its HTTPS endpoint, which the SDK's
 #: administration client talks to). Service Bus sends neither.
 ERROR_NAME = "x-aiosb-error"
+_NAMED_IN_TEXT = re.compile(r"\[x-aiosb-error: (\w+)\]")
 _ERROR_CLASSES = {
     cls.__name__: cls for cls in vars(errors).values()
     if isinstance(cls, type) and issubclass(cls, errors.ServiceBusError)
@@ -189,6 +190,9 @@ def named_error(exc: BaseException) -> type[errors.ServiceBusError] | None:
         if name is None and headers is not None:
             with contextlib.suppress(Exception):
                 name = headers.get(ERROR_NAME)
+        if name is None:  # a $management reply names it at its description's end
+            named_in_text = _NAMED_IN_TEXT.search(str(candidate))
+            name = named_in_text.group(1) if named_in_text else None
         if isinstance(name, bytes):
             name = name.decode(errors="replace")
         cls = _ERROR_CLASSES.get(name) if isinstance(name, str) else None

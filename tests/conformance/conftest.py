@@ -97,10 +97,6 @@ _NOT_OVER_AMQP_SERVE = {
         "the down fragment's then needs that fragment (the likely cause, not yet confirmed)"
     ),
     "test_partitions.py::test_long_poll_wakes_for_a_message_on_any_fragment": _EXACT_TIME,
-    "test_partitions.py::test_settling_needs_the_fragment_of_the_message": (
-        "the SDK settles a message whose disposition failed again over $management, whose "
-        "error (aiosb/amqp/_management.py) does not name PartitionUnavailable, so it is ServerBusy"
-    ),
     "test_partitions.py::test_a_timeout_fragment_fault_hangs_only_what_needs_that_fragment": (
         "the SDK's sender takes one operation at a time, so the keyless send waits behind the "
         "keyed one that hangs on the down fragment"
