@@ -101,10 +101,6 @@ _NOT_OVER_AMQP_SERVE = {
         "the SDK's sender takes one operation at a time, so the keyless send waits behind the "
         "keyed one that hangs on the down fragment"
     ),
-    "test_rules.py::test_names_that_look_like_rule_paths_are_still_what_they_say": (
-        "the administration client sends 'app/rules/t' percent-encoded, which the HTTP server "
-        "refuses"
-    ),
     "test_sessions.py::test_next_available_waits_for_a_session_then_times_out": _EXACT_TIME,
     "test_sessions.py::test_session_lock_expires_and_the_session_moves_on": (
         "needs looptime to expire the session lock; and the SDK reports no locked_until after the"

@@ -64,23 +64,27 @@ def segments_of(raw_path: str) -> tuple[str, ...]:
     parts = path[1:].split("/") if path != "/" else []
     if len(parts) > 1 and parts[-1] == "":
         parts.pop()  # one trailing slash is harmless
-    segments = []
+    segments: list[str] = []
     for part in parts:
         try:
-            text = urllib.parse.unquote(part, errors="strict")
+            decoded = urllib.parse.unquote(part, errors="strict")
         except UnicodeDecodeError:
             raise InvalidArgument(f"path segment {part[:60]!r} is not valid UTF-8.") from None
-        if text in ("", ".", "..") or len(text) > _MAX_SEGMENT:
-            raise InvalidArgument(
-                f"path segment {text[:60]!r} is not allowed: entity paths have no empty, "
-                f"'.' or '..' segments and no segment over {_MAX_SEGMENT} characters."
-            )
-        if any(c in text for c in "/\\") or not text.isprintable():
-            raise InvalidArgument(
-                f"path segment {text[:60]!r} is not allowed: no encoded slashes, "
-                "backslashes or control characters."
-            )
-        segments.append(text)
+        # An encoded slash is a slash: the official administration clients send an
+        # entity name with slashes ("app/rules/t") as one percent-encoded segment.
+        for text in decoded.split("/") if "/" in decoded else (decoded,):
+            if text in ("", ".", "..") or len(text) > _MAX_SEGMENT:
+                raise InvalidArgument(
+                    f"path segment {text[:60]!r} is not allowed: entity paths have no "
+                    f"empty, '.' or '..' segments and no segment over {_MAX_SEGMENT} "
+                    "characters."
+                )
+            if "\\" in text or not text.isprintable():
+                raise InvalidArgument(
+                    f"path segment {text[:60]!r} is not allowed: no backslashes or control "
+                    "characters."
+                )
+            segments.append(text)
     return tuple(segments)
 
 
