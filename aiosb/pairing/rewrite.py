@@ -117,24 +117,19 @@ def restore(received: ReceivedMessage, now: float) -> Restored:
 
     A schedule in the past is dropped, so the message is sent at once (G-5).
     """
-    # One copy of the properties, the moved ones taken out only when present: this runs
-    # for every message the syphon moves (#16), and most carry only x-ms-path.
+    # One copy of the properties, none when x-ms-path is all there is: this runs for
+    # every message the syphon moves (#16).
     source = received.application_properties
     entity = source.get(PATH)
     if not isinstance(entity, str) or not entity:
         return Restored(None, None)
-    if len(source) == 1:
-        props: dict[str, PropertyValue] = {}
-        session_id = at_text = None
-    else:
-        props = dict(source)
-        del props[PATH]
-        session_id = props.pop(SESSION_ID) if SESSION_ID in props else None
-        if TIME_TO_LIVE in props:
-            del props[TIME_TO_LIVE]
-        at_text = props.pop(SCHEDULED) if SCHEDULED in props else None
+    props: dict[str, PropertyValue] = dict(source) if len(source) > 1 else {}
+    props.pop(PATH, None)
+    session_id = props.pop(SESSION_ID, None)
+    props.pop(TIME_TO_LIVE, None)
+    at_text = props.pop(SCHEDULED, None)
     at = None
-    if at_text is not None and isinstance(at_text, str):
+    if isinstance(at_text, str):
         try:
             at = _dt.datetime.fromisoformat(at_text)
         except ValueError:

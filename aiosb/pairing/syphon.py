@@ -12,7 +12,7 @@ runtime for types only (the runtime imports this module); never the emulator.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._clock import CLOCK
 from ..errors import ClientClosed, EntityNotFound, MessageSizeExceeded, ServiceBusError
@@ -159,28 +159,21 @@ class _SyphonPump:
 
     async def move(self, batch: list[ReceivedMessage]) -> None:
         """Group a received batch by destination; move or park each group."""
-        # Grouped by the x-ms-path string first, and its entry looked up once per
-        # distinct path rather than per message (#16); paths that differ only in case
-        # share an entry, so their groups are merged.
-        by_path: dict[Any, list[ReceivedMessage]] = {}
+        groups: dict[_Entry, list[ReceivedMessage]] = {}
+        entries: dict[str, _Entry] = {}  # a path's entry, looked up once a batch (#16)
         for msg in batch:
             entity = msg.application_properties.get(PATH)
-            same = by_path.get(entity)
-            if same is None:
-                by_path[entity] = [msg]
-            else:
-                same.append(msg)
-        groups: dict[_Entry, list[ReceivedMessage]] = {}
-        for entity, msgs in by_path.items():
             if not isinstance(entity, str) or not entity:
-                for msg in msgs:
-                    await self.dead_letter([msg], "NoBacklogPath", "it has no x-ms-path property")
+                await self.dead_letter([msg], "NoBacklogPath", "it has no x-ms-path property")
                 continue
-            entry = self.hub.entry(entity)
-            if entry in groups:
-                groups[entry].extend(msgs)
+            entry = entries.get(entity)
+            if entry is None:
+                entry = entries[entity] = self.hub.entry(entity)
+            group = groups.get(entry)
+            if group is None:
+                groups[entry] = [msg]
             else:
-                groups[entry] = msgs
+                group.append(msg)
         now = CLOCK.now()
         for entry, msgs in groups.items():
             if entry in self.parked or not self.movable(entry, now):
