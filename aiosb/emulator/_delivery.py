@@ -261,6 +261,9 @@ def _peek(
     return out
 
 
+_ACTIONS = frozenset(("complete", "abandon", "defer", "dead_letter", "renew"))
+
+
 async def settle(ns: Namespace, path: str, settlement: Settlement) -> list[float] | None:
     """Complete, abandon, dead-letter, defer or renew locked messages."""
     faults = ns.faults
@@ -286,14 +289,20 @@ async def settle(ns: Namespace, path: str, settlement: Settlement) -> list[float
                 )
         else:
             stores = entity.dlqs if dlq else entity.fragments
-        found = []
-        store = stores[0]  # a batch's locks are mostly in one store: look there first
+        # The records by store, in the order given; a batch's locks are mostly in one
+        # store, so that one is looked in first, and each token is looked up once.
+        found: dict[_Store, list[_Record]] = {}
+        store = stores[0]
+        locked = store.locked
+        recs = found[store] = []
         for token in dict.fromkeys(settlement.lock_tokens):  # one settlement per lock
-            rec = store.locked.get(token)
+            rec = locked.get(token)
             if rec is None:
-                for store in stores:
-                    rec = store.locked.get(token)
+                for other in stores:
+                    rec = other.locked.get(token)
                     if rec is not None:
+                        store, locked = other, other.locked
+                        recs = found.setdefault(store, [])
                         break
             # a locked record has its locked_until: `or 0.0` only tells mypy so
             if rec is None or (rec.locked_until or 0.0) <= now:
@@ -302,43 +311,48 @@ async def settle(ns: Namespace, path: str, settlement: Settlement) -> list[float
                     "the message was settled already, or it was received from another "
                     "entity or session."
                 )
-            found.append((store, rec, token))
+            recs.append(rec)
+        if not found[stores[0]]:
+            del found[stores[0]]
         down = ns._down("receive", path)
         blocked = None if down is None else next(
-            (down[s.fragment] for s, _, _ in found if s.fragment in down), None
+            (down[s.fragment] for s in found if s.fragment in down), None
         )
         if blocked is None:
             break
         await faults.apply(blocked, "receive", path)
     entity.touch(now)
     props = settlement.properties_to_modify
-    if action == "complete":
-        for store, rec, token in found:
-            del store.locked[token]
-            store.remove(rec)
-    elif action == "abandon":
-        for store, rec, _ in found:
-            store.unlock(rec, now, props)
-    elif action == "defer":
-        for store, rec, _ in found:
-            store.defer(rec, now, props)
-    elif action == "dead_letter":
-        for store, rec, token in found:
-            del store.locked[token]
-            store.remove(rec)
-            if props:
-                rec.props = {**(rec.props or {}), **props}
-            entity.dead_letter(store.fragment, rec, settlement.reason, settlement.description, now)
-    elif action == "renew":
-        until = now + entity.lock_seconds
-        renewed: dict[_Store, list[_Record]] = {}
-        for store, rec, _ in found:
-            renewed.setdefault(store, []).append(rec)
-        for store, recs in renewed.items():
-            store.renew(until, recs)
-        return [until] * len(found)
-    else:
+    if action not in _ACTIONS:
         raise InvalidArgument(f"unknown settlement action {action!r}.")
+    if action == "renew":
+        until = now + entity.lock_seconds
+        for store, recs in found.items():
+            store.renew(until, recs)
+        return [until] * sum(map(len, found.values()))
+    for store, recs in found.items():
+        if action == "complete":
+            locked = store.locked
+            for rec in recs:
+                del locked[rec.lock_token]  # type: ignore[arg-type]  # locked: it has one
+            store.remove(recs)
+        elif action == "abandon":
+            for rec in recs:
+                store.unlock(rec, now, props)
+        elif action == "defer":
+            for rec in recs:
+                store.defer(rec, now, props)
+        else:  # dead_letter
+            locked = store.locked
+            for rec in recs:
+                del locked[rec.lock_token]  # type: ignore[arg-type]  # locked: it has one
+            store.remove(recs)
+            for rec in recs:
+                if props:
+                    rec.props = {**(rec.props or {}), **props}
+                entity.dead_letter(
+                    store.fragment, rec, settlement.reason, settlement.description, now
+                )
     if session is not None:
         entity.forget_if_idle(session)
     return None

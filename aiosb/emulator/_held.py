@@ -14,7 +14,7 @@ Imports: :mod:`._record` only.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from operator import attrgetter
 from typing import Any
 
@@ -113,29 +113,36 @@ class Held:
 
     def pop(self, seq: int, default: Any = None) -> Any:
         """Drop the record numbered ``seq`` and return it (``default`` if none is)."""
-        key = seq >> SHIFT
+        for rec in self.discard((seq,)):
+            return rec
+        return default
+
+    def discard(self, seqs: Iterable[int]) -> list[_Record]:
+        """Drop the records numbered ``seqs`` (those held); return them, in that order.
+        One call for a batch: every settled message comes through here (#16)."""
         pages = self._pages
-        page = pages.get(key)
-        if page is None:
-            return default
-        if page.__class__ is list:
-            recs: list[_Record] = page
-            at = 0 if recs[0].seq == seq else bisect_left(recs, seq, key=_seq)
-            if at == len(recs) or recs[at].seq != seq:
-                return default
-            rec = recs.pop(at)
-            if len(recs) == 1:
-                pages[key] = recs[0]
-        else:
-            rec = page  # type: ignore[assignment]
-            if rec.seq != seq:
-                return default
-            del pages[key]
-            if len(self._keys) > 2 * len(pages) + 64:
-                self._keys = sorted(pages)
-                self._sorted = True
-        self._len -= 1
-        return rec
+        out: list[_Record] = []
+        for seq in seqs:
+            key = seq >> SHIFT
+            page = pages.get(key)
+            if page is None:
+                continue
+            if page.__class__ is list:
+                recs: list[_Record] = page
+                at = 0 if recs[0].seq == seq else bisect_left(recs, seq, key=_seq)
+                if at == len(recs) or recs[at].seq != seq:
+                    continue
+                out.append(recs.pop(at))
+                if len(recs) == 1:
+                    pages[key] = recs[0]
+            elif page.seq == seq:  # type: ignore[union-attr]
+                out.append(page)  # type: ignore[arg-type]
+                del pages[key]
+        if len(self._keys) > 2 * len(pages) + 64:
+            self._keys = sorted(pages)
+            self._sorted = True
+        self._len -= len(out)
+        return out
 
     def from_sequence(self, seq: int) -> Iterator[_Record]:
         """The records from number ``seq`` on, in order: a bisection of the page

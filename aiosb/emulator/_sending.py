@@ -91,9 +91,8 @@ async def cancel_scheduled(ns: Namespace, path: str, sequence_numbers: Sequence[
     ]
     entity.touch(now)
     for store, recs in found:
-        for rec in recs:
-            store.scheduled -= 1
-            store.remove(rec)
+        store.scheduled -= len(recs)
+        store.remove(recs)
 
 
 async def prepare(

@@ -291,15 +291,15 @@ class _Store:
             group[0] += len(recs)
             group[1].extend(recs)
 
-    def _settled(self, until: float | None) -> None:
-        """A record locked until ``until`` is no longer: when none of its group is,
-        let go of the group's records."""
+    def _settled(self, until: float | None, count: int = 1) -> None:
+        """``count`` records locked until ``until`` are no longer: when none of their
+        group is, let go of the group's records."""
         if until is None:
             return
         group = self._groups.get(until)
         if group is None:
             return
-        group[0] -= 1
+        group[0] -= count
         if group[0] <= 0:
             del self._groups[until]
             recs = group[1]
@@ -354,7 +354,7 @@ class _Store:
     def activate(self, rec: _Record, now: float) -> None:
         """A scheduled message's time has come: make it available (or fan it out)."""
         self.scheduled -= 1
-        self.remove(rec)
+        self.remove((rec,))
         self.entity.deliver(rec, now, 0, keep_seq=True)
 
     def make_available(self, rec: _Record) -> None:
@@ -397,22 +397,36 @@ class _Store:
         then only what is read, however deep the store."""
         return self.records.from_sequence(seq)
 
-    def remove(self, rec: _Record) -> None:
-        locked = rec.state == LOCKED
-        rec.state = GONE
-        if locked:
-            self._settled(rec.locked_until)
-        if self.records.pop(rec.seq, None) is not None:
+    def remove(self, recs: Sequence[_Record]) -> None:
+        """Drop ``recs`` from the store (settled, expired, activated or cancelled): one
+        call for a whole batch, since completion runs for every message (#16)."""
+        settled: dict[float, int] | None = None
+        for rec in recs:
+            if rec.state == LOCKED and rec.locked_until is not None:
+                if settled is None:
+                    settled = {}
+                until = rec.locked_until
+                settled[until] = settled.get(until, 0) + 1
+            rec.state = GONE
+        if settled is not None:
+            for until, count in settled.items():
+                self._settled(until, count)
+        size = deferred = 0
+        for rec in self.records.discard([rec.seq for rec in recs]):
+            size += rec.size
             if rec.deferred:
-                self.deferred -= 1
-            self.size -= rec.size
-            self.entity.bytes -= rec.size
-            if self.ns.journal is not None:
-                self.ns.journal.record(self, rec)
+                deferred += 1
+        self.deferred -= deferred
+        self.size -= size
+        self.entity.bytes -= size
+        journal = self.ns.journal
+        if journal is not None:
+            for rec in recs:
+                journal.record(self, rec)
 
     def expire(self, rec: _Record, now: float) -> None:
         """Expiry has come for an unlocked message: dead-letter or drop it (EX-10)."""
-        self.remove(rec)
+        self.remove((rec,))
         if self.entity.props.dead_lettering_on_message_expiration:
             self.entity.dead_letter(
                 self.fragment, rec, TTL_EXPIRED, "The message expired and was dead lettered.", now
@@ -463,7 +477,7 @@ class _Store:
             rec.state = AVAILABLE  # unlocked: a session's expiry takes it too (EX-12)
             self.lapse(rec, now)
         elif rec.delivery_count >= self.entity.props.max_delivery_count:
-            self.remove(rec)
+            self.remove((rec,))
             self.entity.dead_letter(
                 self.fragment,
                 rec,
@@ -514,9 +528,8 @@ class _Store:
         if lock_seconds is None:
             for rec in recs:
                 rec.delivery_count += 1
-                self.remove(rec)
-                out.append(rec.received(path))
-            return out
+            self.remove(recs)
+            return [rec.received(path) for rec in recs]
         until = now + lock_seconds
         new_token = self.ns._ids
         locked = self.locked

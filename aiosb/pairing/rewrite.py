@@ -96,65 +96,49 @@ def to_backlog(message: Message, entity: str, now: float, limit: int) -> Message
     return copy
 
 
-class Restored:
-    """A backlog message taken apart: where it goes and what to send there.
-
-    Attributes:
-        entity: The destination entity (``x-ms-path``), or ``None`` if the message is
-            not one aiosb wrote (no path, or a session id over 128 characters).
-        message: The message to send to the primary, or ``None`` if it expired.
-    """
-
-    __slots__ = ("entity", "message")
-
-    def __init__(self, entity: str | None, message: Message | None) -> None:
-        self.entity = entity
-        self.message = message
+#: What :func:`restore` gives: the destination entity (``x-ms-path``), or ``None`` if
+#: the message is not one aiosb wrote (no path, or a session id over 128 characters);
+#: and the message to send there, or ``None`` if it expired (or is not aiosb's).
+Restored = tuple[str | None, Message | None]
 
 
 def restore(received: ReceivedMessage, now: float) -> Restored:
-    """Undo the rewrite of a backlog message, with the time to live that remains.
+    """Undo the rewrite of a backlog message, with the time to live that remains:
+    ``(entity, message)`` (:data:`Restored`).
 
     A schedule in the past is dropped, so the message is sent at once (G-5).
     """
-    # One copy of the properties, none when x-ms-path is all there is: this runs for
-    # every message the syphon moves (#16).
+    # This runs for every message the syphon moves (#16): a plain tuple back, and when
+    # x-ms-path is the only property (no session, no schedule), no dict work at all.
     source = received.application_properties
     entity = source.get(PATH)
     if not isinstance(entity, str) or not entity:
-        return Restored(None, None)
-    props: dict[str, PropertyValue] = dict(source) if len(source) > 1 else {}
-    props.pop(PATH, None)
-    session_id = props.pop(SESSION_ID, None)
-    props.pop(TIME_TO_LIVE, None)
-    at_text = props.pop(SCHEDULED, None)
-    at = None
-    if isinstance(at_text, str):
-        try:
-            at = _dt.datetime.fromisoformat(at_text)
-        except ValueError:
-            at = None
-        if at is not None and at.tzinfo is None:
-            at = at.replace(tzinfo=_UTC)
-        if at is not None and at.timestamp() <= now:
-            at = None
+        return None, None
+    at: _dt.datetime | None = None
+    session_id: str | None = None
+    if len(source) == 1:
+        props: dict[str, PropertyValue] = {}
+    else:
+        props = dict(source)
+        del props[PATH]
+        value = props.pop(SESSION_ID, None)
+        if isinstance(value, str) and value:
+            if len(value) > MAX_ID_LENGTH:
+                return None, None  # not a message aiosb wrote
+            session_id = value
+        props.pop(TIME_TO_LIVE, None)
+        at = _schedule(props.pop(SCHEDULED, None), now)
     ttl = None
     expires = received.expires_timestamp
     if expires is not None:
-        start = at.timestamp() if at is not None else now
-        left = expires - start
+        left = expires - (now if at is None else at.timestamp())
         if expires <= now or left <= 0:
-            return Restored(entity, None)
+            return entity, None
         ttl = _dt.timedelta(seconds=left)
-    if not isinstance(session_id, str) or not session_id:
-        session_id = None
-    elif len(session_id) > MAX_ID_LENGTH:
-        return Restored(None, None)  # not a message aiosb wrote
     partition_key = received.partition_key
     if session_id is not None and partition_key is not None and partition_key != session_id:
         partition_key = session_id  # PT-7: the session is the key
-    # Built field by field: every field comes from a message the broker accepted, and
-    # this runs for every message the syphon moves.
+    # Built field by field: every field comes from a message the broker accepted.
     message = _new(Message)
     _copy_restored(received, message)
     message.session_id = session_id
@@ -162,7 +146,21 @@ def restore(received: ReceivedMessage, now: float) -> Restored:
     message.time_to_live = ttl
     message.scheduled_enqueue_time = at
     message.application_properties = props
-    return Restored(entity, message)
+    return entity, message
+
+
+def _schedule(text: PropertyValue | None, now: float) -> _dt.datetime | None:
+    """The scheduled time of ``x-ms-scheduledenqueuetimeutc``, or ``None`` if it is
+    missing, unreadable, or not in the future (G-5)."""
+    if not isinstance(text, str):
+        return None
+    try:
+        at = _dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=_UTC)
+    return at if at.timestamp() > now else None
 
 
 _new = object.__new__

@@ -158,94 +158,118 @@ class _SyphonPump:
                 del self.parked[entry]
 
     async def move(self, batch: list[ReceivedMessage]) -> None:
-        """Group a received batch by destination; move or park each group."""
-        groups: dict[_Entry, list[ReceivedMessage]] = {}
-        entries: dict[str, _Entry] = {}  # a path's entry, looked up once a batch (#16)
-        for msg in batch:
-            entity = msg.application_properties.get(PATH)
-            if not isinstance(entity, str) or not entity:
-                await self.dead_letter([msg], "NoBacklogPath", "it has no x-ms-path property")
-                continue
-            entry = entries.get(entity)
-            if entry is None:
-                entry = entries[entity] = self.hub.entry(entity)
-            group = groups.get(entry)
-            if group is None:
-                groups[entry] = [msg]
-            else:
-                group.append(msg)
+        """Restore a received batch and group it by destination (one pass: this runs for
+        every message moved, #16); move or park each group."""
         now = CLOCK.now()
-        for entry, msgs in groups.items():
-            if entry in self.parked or not self.movable(entry, now):
-                self.parked.setdefault(entry, []).extend(msgs)  # PN-17: not while unavailable
+        groups: dict[str, tuple[list[ReceivedMessage], list[Message]]] = {}
+        expired: list[ReceivedMessage] = []
+        malformed: list[ReceivedMessage] = []
+        for msg in batch:
+            entity, message = restore(msg, now)
+            if message is not None:
+                group = groups.get(entity)  # type: ignore[arg-type]
+                if group is None:
+                    group = groups[entity] = ([], [])  # type: ignore[index]
+                group[0].append(msg)
+                group[1].append(message)
+            elif entity is None:
+                malformed.append(msg)
             else:
-                await self.move_group(entry, msgs)
+                expired.append(msg)
+        await self.discard(expired, malformed)
+        for entity, (received, messages) in groups.items():
+            entry = self.hub.entry(entity)
+            if entry in self.parked or not self.movable(entry, now):
+                # PN-17: not while unavailable
+                self.parked.setdefault(entry, []).extend(received)
+            else:
+                await self.send(entry, received, messages)
 
     async def move_group(self, entry: _Entry, msgs: list[ReceivedMessage]) -> None:
-        """Send ``msgs`` to ``entry``'s primary entity, then complete them in the backlog.
-
-        On an outage the rest of the group is parked at once: nothing more is sent to an
-        entity that just failed (PN-17).
-        """
-        hub = self.hub
+        """Move parked messages for ``entry`` (restored now: their time to live is what
+        is left of it now)."""
         now = CLOCK.now()
-        ready: list[tuple[ReceivedMessage, Message]] = []
+        received: list[ReceivedMessage] = []
+        messages: list[Message] = []
         expired: list[ReceivedMessage] = []
         malformed: list[ReceivedMessage] = []
         for msg in msgs:
-            restored = restore(msg, now)
-            if restored.entity is None:
-                malformed.append(msg)
-            elif restored.message is None:
-                expired.append(msg)
+            entity, message = restore(msg, now)
+            if message is not None:
+                received.append(msg)
+                messages.append(message)
             else:
-                ready.append((msg, restored.message))
+                (malformed if entity is None else expired).append(msg)
+        await self.discard(expired, malformed)
+        await self.send(entry, received, messages)
+
+    async def discard(
+        self, expired: list[ReceivedMessage], malformed: list[ReceivedMessage]
+    ) -> None:
+        """Dead-letter what cannot be moved: expired while it waited (G-2), or not
+        written by aiosb."""
         if malformed:
-            await self.dead_letter(
-                malformed, "MalformedBacklogMessage", "its x-ms-* properties are invalid"
-            )
+            unmarked = [m for m in malformed if not _has_path(m)]
+            if unmarked:
+                await self.dead_letter(unmarked, "NoBacklogPath", "it has no x-ms-path property")
+            marked = [m for m in malformed if _has_path(m)]
+            if marked:
+                await self.dead_letter(
+                    marked, "MalformedBacklogMessage", "its x-ms-* properties are invalid"
+                )
         if expired:
             await self.dead_letter(
                 expired, "TTLExpiredException", "it expired while it waited in the backlog (G-2)"
             )
+
+    async def send(
+        self, entry: _Entry, received: list[ReceivedMessage], messages: list[Message]
+    ) -> None:
+        """Send ``messages`` (restored from ``received``, in the same order) to
+        ``entry``'s primary entity, then complete ``received`` in the backlog.
+
+        On an outage the rest is parked at once: nothing more is sent to an entity that
+        just failed (PN-17).
+        """
+        hub = self.hub
         primary = hub.primary
-        # Groups are at most a syphon batch; one too large as a whole is split in two.
+        # At most a syphon batch at a time; a chunk too large as a whole is split in two.
         size = self.batch
-        pending = [ready[i : i + size] for i in range(0, len(ready), size)]
+        pending = [(i, min(i + size, len(messages))) for i in range(0, len(messages), size)]
         while pending:
-            chunk = pending.pop(0)
+            lo, hi = pending.pop(0)
             try:
-                await primary.execute(primary.transport.send, entry.path, [m for _, m in chunk])
+                await primary.execute(primary.transport.send, entry.path, messages[lo:hi])
             except ServiceBusError as exc:
                 if isinstance(exc, ClientClosed):
                     raise
-                if isinstance(exc, MessageSizeExceeded) and len(chunk) > 1:
-                    half = len(chunk) // 2
-                    pending[:0] = [chunk[:half], chunk[half:]]
+                if isinstance(exc, MessageSizeExceeded) and hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    pending[:0] = [(lo, mid), (mid, hi)]
                     continue
                 hub.counters.syphon_failures += 1
                 if is_outage(exc):
                     hub.failed(entry, exc)
-                    rest = [m for c in [chunk, *pending] for m, _ in c]
+                    rest = [m for a, b in [(lo, hi), *pending] for m in received[a:b]]
                     self.parked.setdefault(entry, []).extend(rest)
                     self.retry_at[entry] = CLOCK.now() + self.retry
                     hub.emit("syphon_failed", entry.path, f"move failed, parked: {exc.message}")
                     return
                 # Retrying cannot help: surface it where people look.
-                await self.dead_letter([m for m, _ in chunk], type(exc).__name__, exc.message)
+                await self.dead_letter(received[lo:hi], type(exc).__name__, exc.message)
                 continue
             self.retry_at.pop(entry, None)
             hub.succeeded(entry)
             try:
-                await self.receiver.complete([m for m, _ in chunk])
+                await self.receiver.complete(received[lo:hi])
             except ServiceBusError as exc:
                 # Sent but not completed: it will be moved again; the MessageId lets a
                 # primary with duplicate detection drop the copy (G-3).
                 hub.emit(
-                    "syphon_failed", entry.path, f"complete failed: {exc.message}", len(chunk)
+                    "syphon_failed", entry.path, f"complete failed: {exc.message}", hi - lo
                 )
-            hub.counters.syphon_moved += len(chunk)
-            hub.emit("syphon_moved", entry.path, f"moved {len(chunk)} messages", len(chunk))
+            hub.counters.syphon_moved += hi - lo
+            hub.emit("syphon_moved", entry.path, f"moved {hi - lo} messages", hi - lo)
 
     async def dead_letter(self, msgs: list[ReceivedMessage], reason: str, description: str) -> None:
         """Dead-letter backlog messages that cannot be moved, with a reason."""
@@ -260,3 +284,8 @@ class _SyphonPump:
             done += 1
         hub.counters.syphon_dead_lettered += done
         hub.emit("syphon_dead_lettered", self.path, f"{reason}: {description}", done)
+
+
+def _has_path(msg: ReceivedMessage) -> bool:
+    entity = msg.application_properties.get(PATH)
+    return isinstance(entity, str) and bool(entity)

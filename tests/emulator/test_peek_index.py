@@ -52,9 +52,13 @@ def test_held_records_match_a_dict_through_adds_removals_and_sparse_pages():
         rec.seq = seq
         assert held.add(rec)
         model[seq] = rec
-    for seq in rng.sample(seqs, 1500):
+    for seq in rng.sample(seqs, 1000):
         assert held.pop(seq) is model.pop(seq)
         assert held.pop(seq) is None
+    # A batch at once (a settlement): numbers held or not, in any order, one given twice.
+    batch = rng.sample(seqs, 500) + seqs[:3]
+    expected = [model.pop(seq) for seq in dict.fromkeys(batch) if seq in model]
+    assert held.discard(batch) == expected
     assert len(held) == len(model) and held == model
     assert [r.seq for r in held.values()] == sorted(model)
     for start in [0, 1, 63, 64, 65, 1999, 2000, 50_000, 100_001]:

@@ -105,9 +105,8 @@ def test_restore_gives_back_the_original_with_the_remaining_time_to_live():
                        time_to_live=timedelta(minutes=10), scheduled_enqueue_time=at,
                        application_properties={"k": "v"})
     copy = received(to_backlog(original, "orders", NOW, 256 * 1024), NOW)
-    back = restore(copy, NOW + 60)
-    assert back.entity == "orders"
-    message = back.message
+    entity, message = restore(copy, NOW + 60)
+    assert entity == "orders"
     assert (message.message_id, message.session_id) == ("m1", "s1")
     assert message.scheduled_enqueue_time == at
     assert message.time_to_live == timedelta(minutes=10)  # from the schedule: unchanged
@@ -118,7 +117,7 @@ def test_restore_after_the_schedule_passed_sends_at_once_with_less_time():
     at = datetime.fromtimestamp(NOW + 60, UTC)
     original = Message(b"b", time_to_live=timedelta(minutes=10), scheduled_enqueue_time=at)
     copy = received(to_backlog(original, "orders", NOW, 256 * 1024), NOW)
-    message = restore(copy, NOW + 120).message
+    _, message = restore(copy, NOW + 120)
     assert message.scheduled_enqueue_time is None
     assert message.time_to_live == timedelta(minutes=9)
 
@@ -126,9 +125,8 @@ def test_restore_after_the_schedule_passed_sends_at_once_with_less_time():
 def test_restore_of_an_expired_message_says_so():
     original = Message(b"b", time_to_live=timedelta(seconds=30))
     copy = received(to_backlog(original, "orders", NOW, 256 * 1024), NOW)
-    assert restore(copy, NOW + 31).message is None
-    assert restore(copy, NOW + 31).entity == "orders"
+    assert restore(copy, NOW + 31) == ("orders", None)
 
 
 def test_restore_without_a_path():
-    assert restore(ReceivedMessage(b"x"), NOW).entity is None
+    assert restore(ReceivedMessage(b"x"), NOW) == (None, None)
