@@ -12,8 +12,12 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
+from collections.abc import Awaitable, Coroutine, Generator
+from typing import Any, Generic, TypeVar, cast
 
-__all__ = ["CLOCK", "LoopClock"]
+__all__ = ["CLOCK", "LoopClock", "within"]
+
+T = TypeVar("T")
 
 
 class LoopClock:
@@ -65,3 +69,56 @@ class LoopClock:
 
 #: The process-wide clock.
 CLOCK = LoopClock()
+
+
+async def within(deadline: float | None, work: Awaitable[T]) -> T:
+    """``await work`` under a deadline (loop time; ``None``: none), as
+    ``async with asyncio.timeout_at(deadline): return await work`` does, with one
+    difference: the work runs at once up to its first wait, and the timer is armed only
+    if it waits. Most operations on an emulator (a send, a settlement, a receive that
+    finds messages) never wait, and arming and cancelling a timer costs more than many
+    of them (#16: S-3, S-7). An operation that waits goes on under the timer, with
+    cancellation thrown into it as ``await`` would.
+
+    Raises:
+        TimeoutError: The deadline came while the work waited.
+    """
+    if deadline is None:
+        return await work
+    if not isinstance(work, Coroutine):  # a future, or another awaitable: as it is
+        async with asyncio.timeout_at(deadline):
+            return await work
+    try:
+        pending = work.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    async with asyncio.timeout_at(deadline):
+        return await _Resumed(work, pending)
+
+
+class _Resumed(Generic[T]):
+    """Awaiting it goes on with ``coro``, which ran up to its first wait (on
+    ``pending``): what the awaiting task sends or throws in goes on to ``coro``, as
+    ``await coro`` would have done from the start."""
+
+    __slots__ = ("coro", "pending")
+
+    def __init__(self, coro: Coroutine[Any, Any, T], pending: Any) -> None:
+        self.coro = coro
+        self.pending = pending
+
+    def __await__(self) -> Generator[Any, None, T]:
+        coro, pending = self.coro, self.pending
+        while True:
+            try:
+                yield pending
+            except BaseException as exc:  # cancellation (the timer), closing
+                try:
+                    pending = coro.throw(exc)
+                except StopIteration as done:
+                    return cast(T, done.value)
+            else:
+                try:
+                    pending = coro.send(None)
+                except StopIteration as done:
+                    return cast(T, done.value)

@@ -69,22 +69,33 @@ def _utc(ts: float | None) -> _dt.datetime | None:
 
 
 class _Ids:
-    """Cheap unique ids shaped like GUIDs: a random prefix and a counter."""
+    """Cheap unique ids shaped like GUIDs: a random prefix and a counter.
 
-    __slots__ = ("_count", "_prefix")
+    Ids are handed out in blocks of 4,096: the block's number is formatted once and each
+    id of it adds three hex digits (a receive locks a batch: formatting each token on its
+    own cost more than the rest of its lock, #16)."""
+
+    __slots__ = ("_blocks", "_prefix")
 
     def __init__(self) -> None:
         raw = os.urandom(10).hex()
-        self._prefix = f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-%012x"
-        self._count = itertools.count(1)
+        self._prefix = f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-%09x"
+        self._blocks = itertools.count(1)
 
     def __call__(self) -> str:
-        return self._prefix % next(self._count)
+        return self.many(1)[0]
 
     def many(self, count: int) -> list[str]:
-        """``count`` new ids at once (a receive locks a batch: #16)."""
-        prefix, ids = self._prefix, self._count
-        return [prefix % next(ids) for _ in range(count)]
+        """``count`` new ids at once."""
+        out: list[str] = []
+        while len(out) < count:
+            head = self._prefix % next(self._blocks)
+            out += map(head.__add__, _BLOCK[: count - len(out)])
+        return out
+
+
+#: The last three hex digits of the ids of a block.
+_BLOCK = [f"{i:03x}" for i in range(4096)]
 
 
 #: A record's fields as rows of the durable store name them (:meth:`_Record.blank` and
@@ -289,7 +300,7 @@ class _Record:
         ttl = self.ttl
         m.time_to_live = None if ttl == INF else _delta(ttl)
         props = self.props
-        m.application_properties = dict(props) if props else {}
+        m.application_properties = props.copy() if props else {}
         m.sequence_number = self.seq
         m.enqueued_timestamp = self.enqueued
         m.expires_timestamp = self.expires

@@ -524,22 +524,20 @@ class _Store:
         """Deliver ``recs``: lock them for ``lock_seconds``, or delete them if it is
         ``None`` (receive-and-delete)."""
         path = self.path
-        out = []
         if lock_seconds is None:
             for rec in recs:
                 rec.delivery_count += 1
             self.remove(recs)
             return [rec.received(path) for rec in recs]
         until = now + lock_seconds
-        new_token = self.ns._ids
-        locked = self.locked
-        for rec, token in zip(recs, new_token.many(len(recs)), strict=True):
+        tokens = self.ns._ids.many(len(recs))
+        for rec, token in zip(recs, tokens, strict=True):
             rec.delivery_count += 1
             rec.state = LOCKED
             rec.lock_token = token
             rec.locked_until = until
-            locked[token] = rec
-            out.append(rec.received(path))
+        self.locked.update(zip(tokens, recs, strict=True))
+        out = [rec.received(path) for rec in recs]
         if recs:
             self.lock_until(until, recs)
             journal = self.ns.journal

@@ -11,13 +11,14 @@ import functools
 import json
 import math
 import urllib.parse
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, TypeVar
 from xml.sax.saxutils import escape
 
 from aiohttp import web
 
+from ..._clock import within
 from ...errors import (
     InvalidArgument,
     OperationTimeout,
@@ -234,57 +235,19 @@ async def bounded(limit: float | None, work: Awaitable[T], wait: float = 0.0) ->
     that the operation is given up here first and a timed-out operation never takes
     effect later.
 
-    The work runs at once, up to its first wait; most operations (a send, a settlement)
-    finish without one, and then no timer is armed at all (S-3). One that waits goes on
-    under the timer.
+    The work runs at once, up to its first wait (:func:`~aiosb._clock.within`); most
+    operations (a send, a settlement) finish without one, and then no timer is armed at
+    all (S-3). One that waits goes on under the timer.
 
     Raises:
         OperationTimeout: The budget ran out.
     """
     if limit is None:
         return await work
-    if not isinstance(work, Coroutine):
-        return await bounded(limit, _awaited(work), wait)
+    deadline = asyncio.get_running_loop().time() + max(0.0, limit + wait - 1e-6)
     try:
-        pending = work.send(None)
-    except StopIteration as done:
-        return cast(T, done.value)
-    try:
-        async with asyncio.timeout(max(0.0, limit + wait - 1e-6)):
-            return await _Resumed(work, pending)
+        return await within(deadline, work)
     except TimeoutError:
         raise OperationTimeout(
             f"the operation did not finish within the client's {limit:g} s."
         ) from None
-
-
-async def _awaited(work: Awaitable[T]) -> T:
-    return await work
-
-
-class _Resumed(Generic[T]):
-    """Awaiting it goes on with ``coro``, which ran up to its first wait (on
-    ``pending``): what the awaiting task sends or throws in goes on to ``coro``, as
-    ``await coro`` would have done from the start."""
-
-    __slots__ = ("coro", "pending")
-
-    def __init__(self, coro: Coroutine[Any, Any, T], pending: Any) -> None:
-        self.coro = coro
-        self.pending = pending
-
-    def __await__(self) -> Generator[Any, None, T]:
-        coro, pending = self.coro, self.pending
-        while True:
-            try:
-                yield pending
-            except BaseException as exc:  # cancellation (the timer), closing
-                try:
-                    pending = coro.throw(exc)
-                except StopIteration as done:
-                    return cast(T, done.value)
-            else:
-                try:
-                    pending = coro.send(None)
-                except StopIteration as done:
-                    return cast(T, done.value)
