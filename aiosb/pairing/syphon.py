@@ -113,6 +113,10 @@ class _SyphonPump:
         self.hub.counters.syphon_receives += 1
         if batch:
             await self.move(batch)
+            # A move on an in-process namespace never waits, so a long drain would hold
+            # the loop from its first batch to its last: the application's own sends,
+            # pings and timers go on between batches.
+            await asyncio.sleep(0)
 
     def movable(self, entry: _Entry, now: float) -> bool:
         """Healthy; or suspect with its retry due (a failed move retries, PN-16)."""

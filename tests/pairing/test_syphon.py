@@ -172,6 +172,27 @@ async def test_s7_the_syphon_moves_a_large_backlog_in_batches(env):
     assert len(await drain(env.primary, "orders")) == 1000
 
 
+async def test_a_drain_lets_the_application_run_between_batches(env):
+    """A move between in-process namespaces never waits, so a drain that did not yield
+    would hold the loop from its first batch to its last (a second or more for a large
+    backlog), stalling the application's own sends and timers. Another task runs
+    between every two batches."""
+    batch = syphon_batch("memory://")
+    seen: list[int] = []
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        async with paired.sender("orders") as sender:
+            with env.p_broker.faults.fail("orders"):
+                for _ in range(10):
+                    await sender.send([Message(b"x") for _ in range(batch)])
+            paired.mark_healthy("orders")  # the drain starts now (wakes the syphon)
+            for _ in range(1000):  # turns of the loop, not time: the drain takes none
+                seen.append(paired.stats.syphon_moved)
+                if seen[-1] == 10 * batch:
+                    break
+                await asyncio.sleep(0)
+    assert sorted(set(seen)) == [n * batch for n in range(11)]
+
+
 def test_the_syphon_batch_is_larger_over_a_network():
     """#16: over a network a move is three round trips, so the syphon moves 500 at a
     time; in process (both namespaces memory://) 100, which the garbage collector
