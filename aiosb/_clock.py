@@ -33,16 +33,25 @@ class LoopClock:
             weakref.WeakKeyDictionary()
         )
         self._last = 0.0
+        #: The loop last read and its offset: nearly every read is of the same loop, and
+        #: a weak dictionary's lookup costs more than the rest of a read (#16).
+        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._offset = 0.0
 
     def now(self) -> float:
         """UTC epoch seconds now, by the running loop's clock."""
         loop = asyncio.get_running_loop()
-        offset = self._offsets.get(loop)
-        if offset is None:
-            offset = self._offsets[loop] = max(time.time(), self._last) - loop.time()
+        cached = self._loop
+        if cached is not None and cached() is loop:
+            offset = self._offset
+        else:
+            offset = self._offsets.get(loop)  # type: ignore[assignment]
+            if offset is None:
+                offset = self._offsets[loop] = max(time.time(), self._last) - loop.time()
+            self._loop, self._offset = weakref.ref(loop), offset
         value = loop.time() + offset
         if value < self._last:
-            self._offsets[loop] = offset + self._last - value
+            offset = self._offsets[loop] = self._offset = offset + self._last - value
             value = self._last
         self._last = value
         return value
@@ -65,6 +74,7 @@ class LoopClock:
         """Forget every anchor (between tests, with the emulator's reset)."""
         self._offsets.clear()
         self._last = 0.0
+        self._loop = None
 
 
 #: The process-wide clock.

@@ -170,9 +170,12 @@ async def _s7(messages: int, base: str) -> dict[str, float]:
     events = paired.events()
     paired.mark_healthy("orders")  # start the drain now rather than at the next ping
     start = time.perf_counter()
+    moved = 0  # counted from the events, not paired.stats: a snapshot an event costs
     async for event in events:
-        if event.kind == "syphon_moved" and paired.stats.syphon_moved >= messages:
-            break
+        if event.kind == "syphon_moved":
+            moved += event.count
+            if moved >= messages:
+                break
     drain_rate = messages / (time.perf_counter() - start)
     async with primary.receiver("orders", mode="receive_and_delete") as receiver:
         while await receiver.receive(max_messages=1000, max_wait=0):
