@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import uuid
+from typing import Literal
 
 from ..errors import MessageSizeExceeded
 from ..message import (
@@ -41,6 +42,7 @@ __all__ = [
     "SESSION_ID",
     "TIME_TO_LIVE",
     "Restored",
+    "refresh",
     "restore",
     "to_backlog",
 ]
@@ -106,47 +108,71 @@ def restore(received: ReceivedMessage, now: float) -> Restored:
     """Undo the rewrite of a backlog message, with the time to live that remains:
     ``(entity, message)`` (:data:`Restored`).
 
+    The message given back is ``received`` itself, rewritten in place (a received
+    message is a :class:`~aiosb.Message`, ready to send; its lock token and broker
+    fields stay, for settling it in the backlog). This runs for every message the syphon
+    moves, and a copy per message costs more than the rest of the rewrite and, above all,
+    one more object for the garbage collector per message in flight (#16). A message
+    that is not aiosb's, or that expired, is left as it was.
+
     A schedule in the past is dropped, so the message is sent at once (G-5).
     """
-    # This runs for every message the syphon moves (#16): a plain tuple back, and when
-    # x-ms-path is the only property (no session, no schedule), no dict work at all.
-    source = received.application_properties
-    entity = source.get(PATH)
+    props = received.application_properties
+    entity = props.get(PATH)
     if not isinstance(entity, str) or not entity:
         return None, None
     at: _dt.datetime | None = None
     session_id: str | None = None
-    if len(source) == 1:
-        props: dict[str, PropertyValue] = {}
-    else:
-        props = dict(source)
-        del props[PATH]
-        value = props.pop(SESSION_ID, None)
+    simple = len(props) == 1  # x-ms-path alone: no session, no schedule, no TTL
+    if not simple:
+        value = props.get(SESSION_ID)
         if isinstance(value, str) and value:
             if len(value) > MAX_ID_LENGTH:
                 return None, None  # not a message aiosb wrote
             session_id = value
-        props.pop(TIME_TO_LIVE, None)
-        at = _schedule(props.pop(SCHEDULED, None), now)
-    ttl = None
-    expires = received.expires_timestamp
-    if expires is not None:
-        left = expires - (now if at is None else at.timestamp())
-        if expires <= now or left <= 0:
-            return entity, None
-        ttl = _dt.timedelta(seconds=left)
+        at = _schedule(props.get(SCHEDULED), now)
+    ttl = _remaining(received.expires_timestamp, at, now)
+    if ttl is False:
+        return entity, None
+    if simple:
+        props.clear()
+    else:
+        for name in _MOVED:
+            props.pop(name, None)
     partition_key = received.partition_key
     if session_id is not None and partition_key is not None and partition_key != session_id:
-        partition_key = session_id  # PT-7: the session is the key
-    # Built field by field: every field comes from a message the broker accepted.
-    message = _new(Message)
-    _copy_restored(received, message)
-    message.session_id = session_id
-    message.partition_key = partition_key
+        received.partition_key = session_id  # PT-7: the session is the key
+    received.session_id = session_id
+    received.time_to_live = ttl
+    received.scheduled_enqueue_time = at
+    return entity, received
+
+
+def refresh(message: Message, expires: float | None, now: float) -> bool:
+    """Bring a message :func:`restore` gave up to date at ``now``, after it waited (parked
+    while its entity was unavailable): the time to live that is left of ``expires``, a
+    schedule that has passed dropped. Whether it is still alive."""
+    at = message.scheduled_enqueue_time
+    if at is not None and at.timestamp() <= now:
+        at = message.scheduled_enqueue_time = None
+    ttl = _remaining(expires, at, now)
+    if ttl is False:
+        return False
     message.time_to_live = ttl
-    message.scheduled_enqueue_time = at
-    message.application_properties = props
-    return entity, message
+    return True
+
+
+def _remaining(
+    expires: float | None, at: _dt.datetime | None, now: float
+) -> _dt.timedelta | Literal[False] | None:
+    """The time to live left at the enqueue (``at``, or ``now``) of a message that
+    expires at ``expires``: ``None`` for never, ``False`` if it has expired (G-2)."""
+    if expires is None:
+        return None
+    left = expires - (now if at is None else at.timestamp())
+    if expires <= now or left <= 0:
+        return False
+    return _dt.timedelta(seconds=left)
 
 
 def _schedule(text: PropertyValue | None, now: float) -> _dt.datetime | None:
@@ -172,9 +198,5 @@ _REWRITTEN = frozenset(
      "application_properties")
 )
 _copy_to_backlog = copier([name for name in MESSAGE_FIELDS if name not in _REWRITTEN])
-#: The fields a restored message takes as they are from the backlog copy.
-_RESTORED = frozenset(
-    ("session_id", "partition_key", "time_to_live", "scheduled_enqueue_time",
-     "application_properties")
-)
-_copy_restored = copier([name for name in MESSAGE_FIELDS if name not in _RESTORED])
+#: The backlog properties a restored message no longer carries.
+_MOVED = (PATH, SESSION_ID, TIME_TO_LIVE, SCHEDULED)

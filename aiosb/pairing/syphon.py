@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from .._clock import CLOCK
 from ..errors import ClientClosed, EntityNotFound, MessageSizeExceeded, ServiceBusError
-from ..message import Message, ReceivedMessage
+from ..message import ReceivedMessage
 from ._common import (
     _PARK_LIMIT,
     BACKLOG_QUEUE_PROPERTIES,
@@ -29,7 +29,7 @@ from ._common import (
     syphon_batch,
 )
 from .health import Health
-from .rewrite import PATH, restore
+from .rewrite import PATH, refresh, restore
 
 if TYPE_CHECKING:
     from .runtime import Hub
@@ -162,50 +162,44 @@ class _SyphonPump:
                 del self.parked[entry]
 
     async def move(self, batch: list[ReceivedMessage]) -> None:
-        """Restore a received batch and group it by destination (one pass: this runs for
-        every message moved, #16); move or park each group."""
+        """Restore a received batch (in place: :func:`.rewrite.restore`) and group it by
+        destination, in one pass (this runs for every message moved, #16); move or park
+        each group."""
         now = CLOCK.now()
-        groups: dict[str, tuple[list[ReceivedMessage], list[Message]]] = {}
+        groups: dict[str, list[ReceivedMessage]] = {}
         expired: list[ReceivedMessage] = []
         malformed: list[ReceivedMessage] = []
         for msg in batch:
-            entity, message = restore(msg, now)
-            if message is not None:
+            entity, restored = restore(msg, now)
+            if restored is not None:
                 group = groups.get(entity)  # type: ignore[arg-type]
                 if group is None:
-                    group = groups[entity] = ([], [])  # type: ignore[index]
-                group[0].append(msg)
-                group[1].append(message)
+                    groups[entity] = [msg]  # type: ignore[index]
+                else:
+                    group.append(msg)
             elif entity is None:
                 malformed.append(msg)
             else:
                 expired.append(msg)
         await self.discard(expired, malformed)
-        for entity, (received, messages) in groups.items():
+        for entity, msgs in groups.items():
             entry = self.hub.entry(entity)
             if entry in self.parked or not self.movable(entry, now):
                 # PN-17: not while unavailable
-                self.parked.setdefault(entry, []).extend(received)
+                self.parked.setdefault(entry, []).extend(msgs)
             else:
-                await self.send(entry, received, messages)
+                await self.send(entry, msgs)
 
     async def move_group(self, entry: _Entry, msgs: list[ReceivedMessage]) -> None:
-        """Move parked messages for ``entry`` (restored now: their time to live is what
-        is left of it now)."""
+        """Move messages that were parked for ``entry`` (restored when received; their
+        time to live is brought up to now: :func:`.rewrite.refresh`)."""
         now = CLOCK.now()
-        received: list[ReceivedMessage] = []
-        messages: list[Message] = []
+        alive: list[ReceivedMessage] = []
         expired: list[ReceivedMessage] = []
-        malformed: list[ReceivedMessage] = []
         for msg in msgs:
-            entity, message = restore(msg, now)
-            if message is not None:
-                received.append(msg)
-                messages.append(message)
-            else:
-                (malformed if entity is None else expired).append(msg)
-        await self.discard(expired, malformed)
-        await self.send(entry, received, messages)
+            (alive if refresh(msg, msg.expires_timestamp, now) else expired).append(msg)
+        await self.discard(expired, [])
+        await self.send(entry, alive)
 
     async def discard(
         self, expired: list[ReceivedMessage], malformed: list[ReceivedMessage]
@@ -226,11 +220,9 @@ class _SyphonPump:
                 expired, "TTLExpiredException", "it expired while it waited in the backlog (G-2)"
             )
 
-    async def send(
-        self, entry: _Entry, received: list[ReceivedMessage], messages: list[Message]
-    ) -> None:
-        """Send ``messages`` (restored from ``received``, in the same order) to
-        ``entry``'s primary entity, then complete ``received`` in the backlog.
+    async def send(self, entry: _Entry, received: list[ReceivedMessage]) -> None:
+        """Send restored messages to ``entry``'s primary entity, then complete them in the
+        backlog.
 
         On an outage the rest is parked at once: nothing more is sent to an entity that
         just failed (PN-17).
@@ -239,11 +231,11 @@ class _SyphonPump:
         primary = hub.primary
         # At most a syphon batch at a time; a chunk too large as a whole is split in two.
         size = self.batch
-        pending = [(i, min(i + size, len(messages))) for i in range(0, len(messages), size)]
+        pending = [(i, min(i + size, len(received))) for i in range(0, len(received), size)]
         while pending:
             lo, hi = pending.pop(0)
             try:
-                await primary.execute(primary.transport.send, entry.path, messages[lo:hi])
+                await primary.execute(primary.transport.send, entry.path, received[lo:hi])
             except ServiceBusError as exc:
                 if isinstance(exc, ClientClosed):
                     raise

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from aiosb import Message, PairedNamespaceOptions, ReceivedMessage, errors
-from aiosb.pairing.rewrite import restore, to_backlog
+from aiosb.pairing.rewrite import refresh, restore, to_backlog
 
 
 def test_defaults_are_the_classic_defaults():
@@ -126,6 +126,32 @@ def test_restore_of_an_expired_message_says_so():
     original = Message(b"b", time_to_live=timedelta(seconds=30))
     copy = received(to_backlog(original, "orders", NOW, 256 * 1024), NOW)
     assert restore(copy, NOW + 31) == ("orders", None)
+
+
+def test_restore_rewrites_the_received_message_in_place():
+    """#16: the syphon sends the received message itself (no copy a message), with its
+    backlog properties gone and its lock kept for completing it in the backlog."""
+    original = Message(b"b", message_id="m1", session_id="s1", application_properties={"k": 1})
+    copy = received(to_backlog(original, "orders", NOW, 256 * 1024), NOW)
+    copy.lock_token = "lock-1"
+    entity, message = restore(copy, NOW + 1)
+    assert (entity, message) == ("orders", copy)
+    assert message.application_properties == {"k": 1}
+    assert (message.session_id, message.lock_token) == ("s1", "lock-1")
+
+
+def test_a_restored_message_that_waited_is_refreshed_or_found_expired():
+    """PN-17, G-2, G-5: a message parked while its entity was down leaves with the time to
+    live that is left then, and without a schedule that has passed meanwhile."""
+    at = datetime.fromtimestamp(NOW + 60, UTC)
+    original = Message(b"b", time_to_live=timedelta(minutes=10), scheduled_enqueue_time=at)
+    copy = received(to_backlog(original, "orders", NOW, 256 * 1024), NOW)
+    _, message = restore(copy, NOW + 30)
+    assert message.scheduled_enqueue_time == at
+    assert refresh(message, copy.expires_timestamp, NOW + 120)
+    assert message.scheduled_enqueue_time is None
+    assert message.time_to_live == timedelta(minutes=9)
+    assert not refresh(message, copy.expires_timestamp, NOW + 60 + 600)
 
 
 def test_restore_without_a_path():
