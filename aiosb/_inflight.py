@@ -33,15 +33,15 @@ class InFlight:
 
     def enter(self, task: asyncio.Task[Any] | None) -> None:
         if task is not None:
-            self.tasks[task] = self.tasks.get(task, 0) + 1
+            tasks = self.tasks
+            tasks[task] = tasks.get(task, 0) + 1
 
     def exit(self, task: asyncio.Task[Any] | None) -> None:
         if task is not None:
-            left = self.tasks[task] - 1
+            tasks = self.tasks
+            left = tasks.pop(task) - 1  # one lookup when the task had one operation
             if left:
-                self.tasks[task] = left
-            else:
-                del self.tasks[task]
+                tasks[task] = left
 
     def close(self, reason: str) -> None:
         """Cancel every operation in flight (except the caller's own)."""

@@ -336,22 +336,27 @@ class Namespace(Management):
         """
         self._check_open()
         task = asyncio.current_task()
-        trackers = (self._inflight,) if link is None else (self._inflight, link)
-        for tracker in trackers:
-            tracker.enter(task)
+        # Spelled out for one tracker or two, not looped: this runs for every operation,
+        # and a paired send must cost what a plain one does (S-2).
+        inflight = self._inflight
+        inflight.enter(task)
+        if link is not None:
+            link.enter(task)
         try:
             if observer is None:
                 return await self._attempts(fn, args, kwargs, wait, timeout)
             return await observer(self, fn, args, self._attempts(fn, args, kwargs, wait, timeout))
         except asyncio.CancelledError:
-            for tracker in trackers:
-                error = tracker.closed_error(task)
-                if error is not None:
-                    raise error from None
+            error = inflight.closed_error(task)
+            if error is None and link is not None:
+                error = link.closed_error(task)
+            if error is not None:
+                raise error from None
             raise
         finally:
-            for tracker in trackers:
-                tracker.exit(task)
+            inflight.exit(task)
+            if link is not None:
+                link.exit(task)
 
     def retry_delay(self, attempt: int) -> float:
         """The delay before retry ``attempt`` (1 for the first), before any jitter:
