@@ -28,6 +28,7 @@ The transport never retries: status codes map to :mod:`aiosb.errors` with the ri
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import math
 import time
@@ -79,7 +80,10 @@ _NO_SESSIONS = (
 )
 
 
+@functools.lru_cache(maxsize=1024)
 def _quote(path: str) -> str:
+    """``path`` quoted for a URL (remembered: a client addresses a few entities, each
+    in every request, #16)."""
     return urllib.parse.quote(path, safe="/$")
 
 

@@ -418,9 +418,10 @@ def decode_batch(data: Any) -> list[Message]:
         raise InvalidArgument("a batch needs at least one message (body_sizes is empty).")
     columns: dict[str, list[Any]] = {}
     for name in _TEXT_FIELDS:
-        values = _values(data, name, n, str)
-        if values is not None:
-            columns[name] = values
+        if name in data:  # most are absent: no call for them (#16)
+            values = _values(data, name, n, str)
+            if values is not None:
+                columns[name] = values
     ttls = _values(data, _TTL, n, int)
     if ttls is not None:
         if any(t is not None and t > 2**62 for t in ttls):
@@ -451,6 +452,8 @@ def decode_batch(data: Any) -> list[Message]:
 def _valid(columns: dict[str, list[Any]]) -> bool:
     """Whether :class:`~aiosb.Message` takes every message of these columns as it is
     (the types are right already): ids within the limit, PT-7, positive times to live."""
+    if not columns:
+        return True  # bodies only: nothing Message could refuse
     for name in _ID_FIELDS:
         values = columns.get(name)
         if values is not None and max(map(len, filter(None, values)), default=0) > (

@@ -26,10 +26,9 @@ from .. import EmulatorNamespace, exists, namespace
 from .._durable import Journal
 from . import _extensions, _fault_api, _manage, _rest_plane
 from ._http import (
-    MAX_WAIT,
     Route,
-    as_seconds,
     bounded,
+    budget_of,
     error_response,
     reads_at_root,
     right_needed,
@@ -156,7 +155,7 @@ class EmulatorServer:
                         f"the request body did not arrive within {BODY_SECONDS:g} s."
                     ) from None
             budget = request.headers.get(_status.TIMEOUT_HEADER)
-            limit = None if budget is None else as_seconds(_status.TIMEOUT_HEADER, budget, MAX_WAIT)
+            limit = None if budget is None else budget_of(budget)
             response = await self._route(request, route, limit)
             if self._journal is not None:  # durable mode: on disk before the answer
                 await self._journal.commit()

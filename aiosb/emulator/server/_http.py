@@ -174,10 +174,11 @@ def object_body(data: bytes, allowed: dict[str, Any]) -> dict[str, Any]:
     value = json_body(data)
     if not isinstance(value, dict):
         raise InvalidArgument("the body must be a JSON object.")
-    unknown = sorted(set(value) - set(allowed))
+    unknown = value.keys() - allowed.keys()
     if unknown:
         raise InvalidArgument(
-            f"unknown field(s) {', '.join(unknown)[:200]}; known: {', '.join(sorted(allowed))}."
+            f"unknown field(s) {', '.join(sorted(unknown))[:200]}; known: "
+            f"{', '.join(sorted(allowed))}."
         )
     return {**allowed, **value}
 
@@ -200,6 +201,13 @@ def as_seconds(name: str, value: Any, high: float) -> float:
     if not math.isfinite(value) or not 0 <= value <= high:
         raise InvalidArgument(f"{name} is {value!r}; it must be between 0 and {high:g} seconds.")
     return float(value)
+
+
+@functools.lru_cache(maxsize=64)
+def budget_of(header: str) -> float:
+    """The client's budget (the timeout header) in seconds; remembered, since a client
+    sends the same one with every request (#16)."""
+    return as_seconds(_status.TIMEOUT_HEADER, header, MAX_WAIT)
 
 
 def page_of(request: web.Request) -> slice:
