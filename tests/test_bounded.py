@@ -97,3 +97,36 @@ async def test_a_future_and_no_budget_are_awaited_plainly():
         return "unbounded"
 
     assert await bounded(None, work()) == "unbounded"
+
+
+async def test_a_budget_that_runs_out_at_a_later_wait_cancels_the_work_there():
+    """After its first wait the work is resumed by ``yield from`` (in C): a timeout at its
+    second wait, and a caught cancellation there, still reach it as under ``await``."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    seen = []
+
+    async def work() -> None:
+        await asyncio.sleep(1)
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            seen.append(("cancelled", loop.time() - start))
+            raise
+
+    with pytest.raises(OperationTimeout):
+        await bounded(3, work())
+    assert seen == [("cancelled", pytest.approx(3))]
+
+    async def stubborn() -> str:
+        await asyncio.sleep(1)
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            pass  # caught: the work goes on and finishes, as under await
+        return "finished anyway"
+
+    task = asyncio.ensure_future(bounded(30, stubborn()))
+    await asyncio.sleep(2)
+    task.cancel()
+    assert await task == "finished anyway"
