@@ -33,25 +33,28 @@ class LoopClock:
             weakref.WeakKeyDictionary()
         )
         self._last = 0.0
-        #: The loop last read and its offset: nearly every read is of the same loop, and
-        #: a weak dictionary's lookup costs more than the rest of a read (#16).
-        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
-        self._offset = 0.0
+        #: The loop last read and its offset, as one tuple (read and replaced whole, so
+        #: that a loop in another thread never pairs its loop with this one's offset):
+        #: nearly every read is of the same loop, and a weak dictionary's lookup costs
+        #: more than the rest of a read (#16).
+        self._cached: tuple[weakref.ref[asyncio.AbstractEventLoop], float] | None = None
 
     def now(self) -> float:
         """UTC epoch seconds now, by the running loop's clock."""
         loop = asyncio.get_running_loop()
-        cached = self._loop
-        if cached is not None and cached() is loop:
-            offset = self._offset
+        cached = self._cached
+        if cached is not None and cached[0]() is loop:
+            offset = cached[1]
         else:
-            offset = self._offsets.get(loop)  # type: ignore[assignment]
-            if offset is None:
-                offset = self._offsets[loop] = max(time.time(), self._last) - loop.time()
-            self._loop, self._offset = weakref.ref(loop), offset
+            known = self._offsets.get(loop)
+            if known is None:
+                known = self._offsets[loop] = max(time.time(), self._last) - loop.time()
+            offset = known
+            self._cached = (weakref.ref(loop), offset)
         value = loop.time() + offset
         if value < self._last:
-            offset = self._offsets[loop] = self._offset = offset + self._last - value
+            offset = self._offsets[loop] = offset + self._last - value
+            self._cached = (weakref.ref(loop), offset)
             value = self._last
         self._last = value
         return value
@@ -74,7 +77,7 @@ class LoopClock:
         """Forget every anchor (between tests, with the emulator's reset)."""
         self._offsets.clear()
         self._last = 0.0
-        self._loop = None
+        self._cached = None
 
 
 #: The process-wide clock.

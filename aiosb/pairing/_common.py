@@ -70,13 +70,20 @@ BACKLOG_QUEUE_PROPERTIES: dict[str, Any] = {
 #: the whole batch (embedded drain ~400k msgs/s at 100, ~460k at 200, ~300k at 300).
 _SYPHON_BATCH = 1000
 _SYPHON_BATCH_IN_PROCESS = 200
+_SYPHON_BATCH_REST = 100
 
 
-def syphon_batch(*urls: str) -> int:
-    """The syphon's batch for namespaces at ``urls``: the in-process one only when every
-    one of them is in this process (``memory://``)."""
-    if urls and all(url.startswith("memory://") for url in urls):
+def syphon_batch(primary: str, secondary: str) -> int:
+    """The syphon's batch for a pairing of namespaces at these URLs: the in-process one
+    when both are in this process (``memory://``); :data:`_SYPHON_BATCH_REST` when the
+    backlog is read over the Service Bus REST protocol (``https://`` to a namespace: a
+    round trip per message received and per message completed, so a large batch would
+    hold its first locks for most of their minute); else the network one (aiosb serve's
+    batch extension, AMQP), which receives and settles a batch in one round trip."""
+    if primary.startswith("memory://") and secondary.startswith("memory://"):
         return _SYPHON_BATCH_IN_PROCESS
+    if secondary.lower().startswith("https://"):
+        return _SYPHON_BATCH_REST
     return _SYPHON_BATCH
 
 

@@ -169,10 +169,13 @@ def _remaining(
     expires at ``expires``: ``None`` for never, ``False`` if it has expired (G-2)."""
     if expires is None:
         return None
-    left = expires - (now if at is None else at.timestamp())
-    if expires <= now or left <= 0:
+    left = _dt.timedelta(seconds=expires - (now if at is None else at.timestamp()))
+    if expires <= now or left <= _ZERO:  # (under a microsecond rounds to nothing)
         return False
-    return _dt.timedelta(seconds=left)
+    return left
+
+
+_ZERO = _dt.timedelta(0)
 
 
 def _schedule(text: PropertyValue | None, now: float) -> _dt.datetime | None:

@@ -187,6 +187,10 @@ class _SyphonPump:
             if entry in self.parked or not self.movable(entry, now):
                 # PN-17: not while unavailable
                 self.parked.setdefault(entry, []).extend(msgs)
+            elif CLOCK.now() > now:
+                # Time passed since the restore (dead-letters, an earlier group's move over
+                # a network): the time to live and schedule are brought up to now (G-2).
+                await self.move_group(entry, msgs)
             else:
                 await self.send(entry, msgs)
 
