@@ -34,12 +34,11 @@ import collections
 import contextlib
 import datetime as _dt
 import functools
-import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from ..auth import SasCredential, parse_connection_string
+from ..auth import SasCredential
 from ..entities import parse_entity_path
 from ..errors import (
     ClientClosed,
@@ -57,6 +56,7 @@ from ._amqp_convert import (
     properties_to_sdk,
     sdk,
 )
+from ._amqp_endpoint import endpoint
 from ._amqp_errors import is_idle_detach, map_error
 
 __all__ = ["RECEIVE_SLICE", "AmqpTransport"]
@@ -152,6 +152,9 @@ class _Link:
 class AmqpTransport(AdminOperations):
     """A :class:`~aiosb.transport.Transport` over the ``azure-servicebus`` aio SDK.
 
+    Its namespace is NAME at ``NAME.servicebus.windows.net``, and host and port at any
+    other host: ``localhost_5672`` (:func:`~._amqp_endpoint.namespace_name`).
+
     Args:
         connection_string: ``Endpoint=sb://NAME.servicebus.windows.net/;
             SharedAccessKeyName=...;SharedAccessKey=...``.
@@ -167,7 +170,8 @@ class AmqpTransport(AdminOperations):
 
     Raises:
         InvalidOperation: ``azure-servicebus`` is not installed.
-        InvalidArgument: Neither a connection string nor a namespace and credential.
+        InvalidArgument: Neither a connection string nor a namespace and credential, or
+            an endpoint whose port is no number.
     """
 
     def __init__(
@@ -181,18 +185,13 @@ class AmqpTransport(AdminOperations):
         admin_factory: Callable[..., Any] | None = None,
     ) -> None:
         sdk()  # fail at connect(), with the install hint, when the extra is missing
-        if connection_string is not None:
-            endpoint = parse_connection_string(connection_string)["Endpoint"]
-            host = urllib.parse.urlsplit(endpoint).hostname or ""
-        elif fully_qualified_namespace and credential is not None:
-            host = fully_qualified_namespace.split("://")[-1].strip("/")
-        else:
+        if connection_string is None and not (fully_qualified_namespace and credential is not None):
             raise InvalidArgument(
                 "the AMQP transport needs a connection string, or a namespace and a credential."
             )
+        host, self.namespace = endpoint(connection_string, fully_qualified_namespace)
         if not isinstance(max_message_size, int) or max_message_size < 1:
             raise InvalidArgument(f"max_message_size is {max_message_size!r}; it must be positive.")
-        self.namespace = host.split(".")[0] if host else "servicebus"
         self.host = host
         self.max_message_size = max_message_size
         self._connection_string = connection_string
