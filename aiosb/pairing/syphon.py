@@ -181,18 +181,21 @@ class _SyphonPump:
                 malformed.append(msg)
             else:
                 expired.append(msg)
+        # Restored as of ``now``, good until the first wait: a group sent after a
+        # dead-letter or an earlier group's move (seconds, over a network) has its time
+        # to live and schedule brought up to date first (G-2).
+        fresh = not (expired or malformed)
         await self.discard(expired, malformed)
         for entity, msgs in groups.items():
             entry = self.hub.entry(entity)
             if entry in self.parked or not self.movable(entry, now):
                 # PN-17: not while unavailable
                 self.parked.setdefault(entry, []).extend(msgs)
-            elif CLOCK.now() > now:
-                # Time passed since the restore (dead-letters, an earlier group's move over
-                # a network): the time to live and schedule are brought up to now (G-2).
-                await self.move_group(entry, msgs)
-            else:
+            elif fresh:
                 await self.send(entry, msgs)
+                fresh = False
+            else:
+                await self.move_group(entry, msgs)
 
     async def move_group(self, entry: _Entry, msgs: list[ReceivedMessage]) -> None:
         """Move messages that were parked for ``entry`` (restored when received; their
