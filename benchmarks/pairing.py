@@ -140,11 +140,16 @@ async def s7(messages: int, http: bool = False, elsewhere: str | None = None
 
 
 async def _plain_send_seconds(primary: Any, messages: int, batch: list[Message]) -> float:
-    """Seconds to send ``messages`` in batches on the primary (then emptied again)."""
+    """Seconds to send ``messages`` in batches of ``len(batch)`` on the primary (then
+    emptied again): as many different messages as the drain moves, made before the clock
+    starts (the same hundred objects sent again and again stay hot in the CPU's caches,
+    which no application's messages, and no drained backlog, do: about 10% faster)."""
+    size = len(batch)
+    distinct = [Message(m.body) for _ in range(messages // size) for m in batch]
     start = time.perf_counter()
     async with primary.sender("orders") as plain:
-        for _ in range(messages // len(batch)):
-            await plain.send(batch)
+        for at in range(0, len(distinct), size):
+            await plain.send(distinct[at:at + size])
     seconds = time.perf_counter() - start
     async with primary.receiver("orders", mode="receive_and_delete") as receiver:
         while await receiver.receive(max_messages=1000, max_wait=0):
