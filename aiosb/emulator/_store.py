@@ -303,7 +303,8 @@ class _Store:
         if group[0] <= 0:
             del self._groups[until]
             recs = group[1]
-            if not any(_holds(rec, until) for rec in recs):  # a check: counts only help
+            # A check (counts only help), spelled out: it runs once for each record.
+            if not any(rec.state == LOCKED and rec.locked_until == until for rec in recs):
                 recs.clear()
 
     # -- adding --------------------------------------------------------------------

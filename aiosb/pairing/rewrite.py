@@ -131,7 +131,8 @@ def restore(received: ReceivedMessage, now: float) -> Restored:
                 return None, None  # not a message aiosb wrote
             session_id = value
         at = _schedule(props.get(SCHEDULED), now)
-    ttl = _remaining(received.expires_timestamp, at, now)
+    expires = received.expires_timestamp
+    ttl = None if expires is None else _remaining(expires, at, now)
     if ttl is False:
         return entity, None
     if simple:

@@ -92,7 +92,7 @@ class _SyphonPump:
         wake = self.hub.wake()  # taken first: a recovery from here on wakes us
         await self.unpark()
         budget = self.budget()
-        if sum(len(v) for v in self.parked.values()) >= _PARK_LIMIT:
+        if self.parked and sum(map(len, self.parked.values())) >= _PARK_LIMIT:
             await _wait_for(wake.wait(), budget)
             return
         batch: list[ReceivedMessage] | None
@@ -141,6 +141,8 @@ class _SyphonPump:
 
     async def unpark(self) -> None:
         """Move parked messages whose entity may take them; renew the others' locks."""
+        if not self.parked:
+            return
         now = CLOCK.now()
         for entry, msgs in list(self.parked.items()):
             if self.movable(entry, now):
