@@ -200,8 +200,9 @@ class _SyphonPump:
                 await self.move_group(entry, msgs)
 
     async def move_group(self, entry: _Entry, msgs: list[ReceivedMessage]) -> None:
-        """Move messages that were parked for ``entry`` (restored when received; their
-        time to live is brought up to now: :func:`.rewrite.refresh`)."""
+        """Move restored messages for ``entry`` after a wait (parked while it was
+        unavailable, or a later group of a batch): their time to live and schedule are
+        brought up to now first (:func:`.rewrite.refresh`)."""
         now = CLOCK.now()
         alive: list[ReceivedMessage] = []
         expired: list[ReceivedMessage] = []
