@@ -5,6 +5,9 @@ fast-forward it (``looptime``) through minutes of TTLs and lock durations in
 milliseconds. Wall-clock UTC is derived from it: an anchor taken when the clock first
 sees a loop, plus the loop time elapsed since. One clock serves the whole process, so
 the emulator and the pairing runtime on one loop read the very same instant.
+
+:func:`within` is the one deadline for an operation, the client's and the server's:
+the operation runs at once, and a timer is armed only if it waits.
 """
 
 from __future__ import annotations
