@@ -331,22 +331,19 @@ async def settle(ns: Namespace, path: str, settlement: Settlement) -> list[float
             store.renew(until, recs)
         return [until] * sum(map(len, found.values()))
     for store, recs in found.items():
-        if action == "complete":
-            locked = store.locked
-            for rec in recs:
-                del locked[rec.lock_token]  # type: ignore[arg-type]  # locked: it has one
-            store.remove(recs)
-        elif action == "abandon":
+        if action == "abandon":
             for rec in recs:
                 store.unlock(rec, now, props)
-        elif action == "defer":
+            continue
+        if action == "defer":
             for rec in recs:
                 store.defer(rec, now, props)
-        else:  # dead_letter
-            locked = store.locked
-            for rec in recs:
-                del locked[rec.lock_token]  # type: ignore[arg-type]  # locked: it has one
-            store.remove(recs)
+            continue
+        locked = store.locked  # complete or dead_letter: the records leave the store
+        for rec in recs:
+            del locked[rec.lock_token]  # type: ignore[arg-type]  # locked: it has one
+        store.remove(recs)
+        if action == "dead_letter":
             for rec in recs:
                 if props:
                     rec.props = {**(rec.props or {}), **props}

@@ -303,8 +303,7 @@ class _Store:
         if group[0] <= 0:
             del self._groups[until]
             recs = group[1]
-            # A check (counts only help), spelled out: it runs once for each record.
-            if not any(rec.state == LOCKED and rec.locked_until == until for rec in recs):
+            if not any(_holds(rec, until) for rec in recs):  # a check: counts only help
                 recs.clear()
 
     # -- adding --------------------------------------------------------------------

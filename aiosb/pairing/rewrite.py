@@ -149,14 +149,14 @@ def restore(received: ReceivedMessage, now: float) -> Restored:
     return entity, received
 
 
-def refresh(message: Message, expires: float | None, now: float) -> bool:
+def refresh(message: ReceivedMessage, now: float) -> bool:
     """Bring a message :func:`restore` gave up to date at ``now``, after it waited (parked
-    while its entity was unavailable): the time to live that is left of ``expires``, a
+    while its entity was unavailable): the time to live that is left until it expires, a
     schedule that has passed dropped. Whether it is still alive."""
     at = message.scheduled_enqueue_time
     if at is not None and at.timestamp() <= now:
         at = message.scheduled_enqueue_time = None
-    ttl = _remaining(expires, at, now)
+    ttl = _remaining(message.expires_timestamp, at, now)
     if ttl is False:
         return False
     message.time_to_live = ttl

@@ -115,13 +115,7 @@ class PairedSender(SendingLink):
         entry = self._entry
         if entry.healthy:  # S-2: the healthy path is a plain send, as deep as Sender's
             try:
-                if transaction:
-                    await self._send_primary(messages, transaction)
-                else:  # _send_primary's call, inline: this runs for every send
-                    primary = self._primary
-                    await primary.execute(
-                        primary.transport.send, self.entity, messages, link=self._inflight
-                    )
+                await self._send_primary(messages, transaction)
             except ServiceBusError as exc:
                 if not is_outage(exc):
                     raise

@@ -207,7 +207,7 @@ class _SyphonPump:
         alive: list[ReceivedMessage] = []
         expired: list[ReceivedMessage] = []
         for msg in msgs:
-            (alive if refresh(msg, msg.expires_timestamp, now) else expired).append(msg)
+            (alive if refresh(msg, now) else expired).append(msg)
         await self.discard(expired, [])
         await self.send(entry, alive)
 
