@@ -339,10 +339,7 @@ async def settle(ns: Namespace, path: str, settlement: Settlement) -> list[float
             for rec in recs:
                 store.defer(rec, now, props)
             continue
-        locked = store.locked  # complete or dead_letter: the records leave the store
-        for rec in recs:
-            del locked[rec.lock_token]  # type: ignore[arg-type]  # locked: it has one
-        store.remove(recs)
+        store.remove(recs)  # complete or dead_letter: the records leave the store
         if action == "dead_letter":
             for rec in recs:
                 if props:

@@ -119,17 +119,32 @@ class Held:
 
     def discard(self, seqs: Iterable[int]) -> list[_Record]:
         """Drop the records numbered ``seqs`` (those held); return them, in that order.
-        One call for a batch: every settled message comes through here (#16)."""
+        One call for a batch: every settled message comes through here (#16). A batch
+        is mostly a run of numbers at the front of a page (received in order), so such
+        a run is cut from the page at once."""
         pages = self._pages
         out: list[_Record] = []
+        run: list[_Record] = []  # the page whose front is being cut, and how far
+        run_key = -1
+        cut = 0
         for seq in seqs:
             key = seq >> SHIFT
+            if key == run_key and cut < len(run) and run[cut].seq == seq:
+                cut += 1
+                continue
+            if cut:
+                self._cut(run_key, run, cut, out)
+                cut = 0
+                run_key = -1
             page = pages.get(key)
             if page is None:
                 continue
             if page.__class__ is list:
                 recs: list[_Record] = page
-                at = 0 if recs[0].seq == seq else bisect_left(recs, seq, key=_seq)
+                if recs[0].seq == seq:
+                    run, run_key, cut = recs, key, 1
+                    continue
+                at = bisect_left(recs, seq, key=_seq)
                 if at == len(recs) or recs[at].seq != seq:
                     continue
                 out.append(recs.pop(at))
@@ -138,11 +153,24 @@ class Held:
             elif page.seq == seq:  # type: ignore[union-attr]
                 out.append(page)  # type: ignore[arg-type]
                 del pages[key]
+        if cut:
+            self._cut(run_key, run, cut, out)
         if len(self._keys) > 2 * len(pages) + 64:
             self._keys = sorted(pages)
             self._sorted = True
         self._len -= len(out)
         return out
+
+    def _cut(self, key: int, page: list[_Record], count: int, out: list[_Record]) -> None:
+        """Move the first ``count`` records of list page ``key`` to ``out``."""
+        out += page[:count]
+        del page[:count]
+        if len(page) > 1:
+            return
+        if page:
+            self._pages[key] = page[0]
+        else:
+            del self._pages[key]
 
     def from_sequence(self, seq: int) -> Iterator[_Record]:
         """The records from number ``seq`` on, in order: a bisection of the page

@@ -66,3 +66,31 @@ def test_held_records_match_a_dict_through_adds_removals_and_sparse_pages():
     for seq in rng.sample(range(100_000), 500):
         assert held.get(seq) is model.get(seq)
     assert len(held._keys) <= 2 * len(held._pages) + 64  # page numbers of pages gone go
+
+
+def test_held_discards_runs_of_numbers_as_a_dict_would():
+    """A settlement's batch is mostly a run of numbers from the front of a page (#16):
+    runs within a page, across pages, to a page's end, leaving one record, with a
+    number given twice and numbers not held between them; the answer is a dict's."""
+    rng = random.Random(18)
+    for _ in range(200):
+        held, model = Held(), {}
+        seqs = sorted(rng.sample(range(1, 600), rng.randint(1, 400)))
+        for seq in seqs:
+            rec = _Record(Message(b"x"), f"m{seq}", 1)
+            rec.seq = seq
+            held.add(rec)
+            model[seq] = rec
+        batch: list[int] = []
+        for _ in range(rng.randint(1, 6)):
+            start = rng.choice(seqs)
+            run = list(range(start, start + rng.randint(1, 150)))
+            if rng.random() < 0.3:
+                run.insert(rng.randrange(len(run)), rng.choice(run))  # one given twice
+            batch += run
+        expected = [model.pop(seq) for seq in dict.fromkeys(batch) if seq in model]
+        assert held.discard(batch) == expected
+        assert len(held) == len(model) and held == model
+        assert [r.seq for r in held.values()] == sorted(model)
+        for page in held._pages.values():  # a page of one is the record, never a list
+            assert not isinstance(page, list) or len(page) > 1
