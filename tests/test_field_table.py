@@ -179,9 +179,8 @@ def test_the_backlog_rewrite_carries_every_field_home():
     copy = to_backlog(msg, "orders", now, 256 * 1024)
     received = ReceivedMessage(**sent_fields(copy))
     received.expires_timestamp = AT.timestamp() + msg.time_to_live.total_seconds()
-    entity, restored = restore(received, now)
-    assert entity == "orders"
-    assert sent_fields(restored) == sent_fields(msg)
+    assert restore(received, now) == "orders"
+    assert sent_fields(received) == sent_fields(msg)
 
 
 # -- Spark's columns --------------------------------------------------------------------

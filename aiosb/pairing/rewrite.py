@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import uuid
+from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import MessageSizeExceeded
@@ -41,7 +42,10 @@ __all__ = [
     "SCHEDULED",
     "SESSION_ID",
     "TIME_TO_LIVE",
-    "Restored",
+    "EXPIRED",
+    "MALFORMED",
+    "NO_PATH",
+    "Refused",
     "refresh",
     "restore",
     "to_backlog",
@@ -98,55 +102,72 @@ def to_backlog(message: Message, entity: str, now: float, limit: int) -> Message
     return copy
 
 
-#: What :func:`restore` gives: the destination entity (``x-ms-path``), or ``None`` if
-#: the message is not one aiosb wrote (no path, or a session id over 128 characters);
-#: and the message to send there, or ``None`` if it expired (or is not aiosb's).
-Restored = tuple[str | None, Message | None]
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Why :func:`restore` left a backlog message as it was: the syphon dead-letters it
+    with this reason and description."""
+
+    reason: str
+    description: str
 
 
-def restore(received: ReceivedMessage, now: float) -> Restored:
-    """Undo the rewrite of a backlog message, with the time to live that remains:
-    ``(entity, message)`` (:data:`Restored`).
+#: Not a message aiosb wrote: it has no ``x-ms-path`` (or not a name in it).
+NO_PATH = Refused("NoBacklogPath", "it has no x-ms-path property")
+#: Marked as aiosb's, with ``x-ms-*`` properties aiosb never writes.
+MALFORMED = Refused("MalformedBacklogMessage", "its x-ms-* properties are invalid")
+#: Its time to live ran out while it waited in the backlog (G-2).
+EXPIRED = Refused("TTLExpiredException", "it expired while it waited in the backlog (G-2)")
 
-    The message given back is ``received`` itself, rewritten in place (a received
-    message is a :class:`~aiosb.Message`, ready to send; its lock token and broker
-    fields stay, for settling it in the backlog). This runs for every message the syphon
-    moves, and a copy per message costs more than the rest of the rewrite and, above all,
-    one more object for the garbage collector per message in flight (#16). A message
-    that is not aiosb's, or that expired, is left as it was.
+
+def restore(received: ReceivedMessage, now: float) -> str | Refused:
+    """Undo the rewrite of a backlog message, with the time to live that remains; give
+    the entity it is for, or why it cannot go there (:class:`Refused`).
+
+    The message is rewritten in place (a received message is a :class:`~aiosb.Message`,
+    ready to send; its lock token and broker fields stay, for settling it in the
+    backlog). This runs for every message the syphon moves, and a copy per message costs
+    more than the rest of the rewrite and, above all, one more object for the garbage
+    collector per message in flight (#16). A message refused is left as it was.
 
     A schedule in the past is dropped, so the message is sent at once (G-5).
     """
     props = received.application_properties
     entity = props.get(PATH)
     if not isinstance(entity, str) or not entity:
-        return None, None
-    at: _dt.datetime | None = None
-    session_id: str | None = None
-    simple = len(props) == 1  # x-ms-path alone: no session, no schedule, no TTL
-    if not simple:
-        value = props.get(SESSION_ID)
-        if isinstance(value, str) and value:
-            if len(value) > MAX_ID_LENGTH:
-                return None, None  # not a message aiosb wrote
-            session_id = value
-        at = _schedule(props.get(SCHEDULED), now)
+        return NO_PATH
     expires = received.expires_timestamp
+    if len(props) == 1:  # x-ms-path alone: no session, no schedule, no time to live
+        if expires is None:  # the common case, spelled out: this runs per message
+            props.clear()
+            received.session_id = received.time_to_live = None
+            received.scheduled_enqueue_time = None
+            return entity
+        ttl = _remaining(expires, None, now)
+        if ttl is False:
+            return EXPIRED
+        props.clear()
+        received.session_id = received.scheduled_enqueue_time = None
+        received.time_to_live = ttl
+        return entity
+    session_id: str | None = None
+    value = props.get(SESSION_ID)
+    if isinstance(value, str) and value:
+        if len(value) > MAX_ID_LENGTH:
+            return MALFORMED
+        session_id = value
+    at = _schedule(props.get(SCHEDULED), now)
     ttl = None if expires is None else _remaining(expires, at, now)
     if ttl is False:
-        return entity, None
-    if simple:
-        props.clear()
-    else:
-        for name in _MOVED:
-            props.pop(name, None)
+        return EXPIRED
+    for name in _MOVED:
+        props.pop(name, None)
     partition_key = received.partition_key
     if session_id is not None and partition_key is not None and partition_key != session_id:
         received.partition_key = session_id  # PT-7: the session is the key
     received.session_id = session_id
     received.time_to_live = ttl
     received.scheduled_enqueue_time = at
-    return entity, received
+    return entity
 
 
 def refresh(message: ReceivedMessage, now: float) -> bool:

@@ -29,7 +29,7 @@ from ._common import (
     syphon_batch,
 )
 from .health import Health
-from .rewrite import PATH, refresh, restore
+from .rewrite import EXPIRED, Refused, refresh, restore
 
 if TYPE_CHECKING:
     from .runtime import Hub
@@ -165,29 +165,26 @@ class _SyphonPump:
 
     async def move(self, batch: list[ReceivedMessage]) -> None:
         """Restore a received batch (in place: :func:`.rewrite.restore`) and group it by
-        destination, in one pass (this runs for every message moved, #16); move or park
-        each group."""
+        destination; move or park each group."""
         now = CLOCK.now()
+        outcomes = [restore(msg, now) for msg in batch]
         groups: dict[str, list[ReceivedMessage]] = {}
-        expired: list[ReceivedMessage] = []
-        malformed: list[ReceivedMessage] = []
-        for msg in batch:
-            entity, restored = restore(msg, now)
-            if restored is not None:
-                group = groups.get(entity)  # type: ignore[arg-type]
-                if group is None:
-                    groups[entity] = [msg]  # type: ignore[index]
+        refused: dict[Refused, list[ReceivedMessage]] = {}
+        first = outcomes[0]
+        if first.__class__ is str and len(set(outcomes)) == 1:
+            groups[first] = batch  # the common case: one entity, no loop
+        else:
+            for msg, outcome in zip(batch, outcomes, strict=True):
+                if isinstance(outcome, str):
+                    groups.setdefault(outcome, []).append(msg)
                 else:
-                    group.append(msg)
-            elif entity is None:
-                malformed.append(msg)
-            else:
-                expired.append(msg)
+                    refused.setdefault(outcome, []).append(msg)
         # Restored as of ``now``, good until the first wait: a group sent after a
         # dead-letter or an earlier group's move (seconds, over a network) has its time
         # to live and schedule brought up to date first (G-2).
-        fresh = not (expired or malformed)
-        await self.discard(expired, malformed)
+        fresh = not refused
+        for why, msgs in refused.items():
+            await self.dead_letter(msgs, why.reason, why.description)
         for entity, msgs in groups.items():
             entry = self.hub.entry(entity)
             if entry in self.parked or not self.movable(entry, now):
@@ -208,27 +205,9 @@ class _SyphonPump:
         expired: list[ReceivedMessage] = []
         for msg in msgs:
             (alive if refresh(msg, now) else expired).append(msg)
-        await self.discard(expired, [])
-        await self.send(entry, alive)
-
-    async def discard(
-        self, expired: list[ReceivedMessage], malformed: list[ReceivedMessage]
-    ) -> None:
-        """Dead-letter what cannot be moved: expired while it waited (G-2), or not
-        written by aiosb."""
-        if malformed:
-            unmarked = [m for m in malformed if not _has_path(m)]
-            if unmarked:
-                await self.dead_letter(unmarked, "NoBacklogPath", "it has no x-ms-path property")
-            marked = [m for m in malformed if _has_path(m)]
-            if marked:
-                await self.dead_letter(
-                    marked, "MalformedBacklogMessage", "its x-ms-* properties are invalid"
-                )
         if expired:
-            await self.dead_letter(
-                expired, "TTLExpiredException", "it expired while it waited in the backlog (G-2)"
-            )
+            await self.dead_letter(expired, EXPIRED.reason, EXPIRED.description)
+        await self.send(entry, alive)
 
     async def send(self, entry: _Entry, received: list[ReceivedMessage]) -> None:
         """Send restored messages to ``entry``'s primary entity, then complete them in the
@@ -291,7 +270,3 @@ class _SyphonPump:
         hub.counters.syphon_dead_lettered += done
         hub.emit("syphon_dead_lettered", self.path, f"{reason}: {description}", done)
 
-
-def _has_path(msg: ReceivedMessage) -> bool:
-    entity = msg.application_properties.get(PATH)
-    return isinstance(entity, str) and bool(entity)

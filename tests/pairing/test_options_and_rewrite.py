@@ -7,7 +7,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from aiosb import Message, PairedNamespaceOptions, ReceivedMessage, errors
-from aiosb.pairing.rewrite import refresh, restore, to_backlog
+from aiosb.pairing.rewrite import (
+    EXPIRED,
+    MALFORMED,
+    NO_PATH,
+    PATH,
+    SESSION_ID,
+    refresh,
+    restore,
+    to_backlog,
+)
 
 
 def test_defaults_are_the_classic_defaults():
@@ -105,8 +114,8 @@ def test_restore_gives_back_the_original_with_the_remaining_time_to_live():
                        time_to_live=timedelta(minutes=10), scheduled_enqueue_time=at,
                        application_properties={"k": "v"})
     copy = received(to_backlog(original, "orders", NOW, 256 * 1024), NOW)
-    entity, message = restore(copy, NOW + 60)
-    assert entity == "orders"
+    assert restore(copy, NOW + 60) == "orders"
+    message = copy
     assert (message.message_id, message.session_id) == ("m1", "s1")
     assert message.scheduled_enqueue_time == at
     assert message.time_to_live == timedelta(minutes=10)  # from the schedule: unchanged
@@ -117,7 +126,8 @@ def test_restore_after_the_schedule_passed_sends_at_once_with_less_time():
     at = datetime.fromtimestamp(NOW + 60, UTC)
     original = Message(b"b", time_to_live=timedelta(minutes=10), scheduled_enqueue_time=at)
     copy = received(to_backlog(original, "orders", NOW, 256 * 1024), NOW)
-    _, message = restore(copy, NOW + 120)
+    assert restore(copy, NOW + 120) == "orders"
+    message = copy
     assert message.scheduled_enqueue_time is None
     assert message.time_to_live == timedelta(minutes=9)
 
@@ -125,7 +135,8 @@ def test_restore_after_the_schedule_passed_sends_at_once_with_less_time():
 def test_restore_of_an_expired_message_says_so():
     original = Message(b"b", time_to_live=timedelta(seconds=30))
     copy = received(to_backlog(original, "orders", NOW, 256 * 1024), NOW)
-    assert restore(copy, NOW + 31) == ("orders", None)
+    assert restore(copy, NOW + 31) is EXPIRED
+    assert copy.application_properties[PATH] == "orders"  # refused: left as it was
 
 
 def test_restore_rewrites_the_received_message_in_place():
@@ -134,8 +145,8 @@ def test_restore_rewrites_the_received_message_in_place():
     original = Message(b"b", message_id="m1", session_id="s1", application_properties={"k": 1})
     copy = received(to_backlog(original, "orders", NOW, 256 * 1024), NOW)
     copy.lock_token = "lock-1"
-    entity, message = restore(copy, NOW + 1)
-    assert (entity, message) == ("orders", copy)
+    assert restore(copy, NOW + 1) == "orders"
+    message = copy
     assert message.application_properties == {"k": 1}
     assert (message.session_id, message.lock_token) == ("s1", "lock-1")
 
@@ -146,7 +157,8 @@ def test_a_restored_message_that_waited_is_refreshed_or_found_expired():
     at = datetime.fromtimestamp(NOW + 60, UTC)
     original = Message(b"b", time_to_live=timedelta(minutes=10), scheduled_enqueue_time=at)
     copy = received(to_backlog(original, "orders", NOW, 256 * 1024), NOW)
-    _, message = restore(copy, NOW + 30)
+    assert restore(copy, NOW + 30) == "orders"
+    message = copy
     assert message.scheduled_enqueue_time == at
     assert refresh(message, NOW + 120)
     assert message.scheduled_enqueue_time is None
@@ -155,4 +167,8 @@ def test_a_restored_message_that_waited_is_refreshed_or_found_expired():
 
 
 def test_restore_without_a_path():
-    assert restore(ReceivedMessage(b"x"), NOW) == (None, None)
+    assert restore(ReceivedMessage(b"x"), NOW) is NO_PATH
+    for path in ("", 7):
+        assert restore(ReceivedMessage(b"x", application_properties={PATH: path}), NOW) is NO_PATH
+    too_long = ReceivedMessage(b"x", application_properties={PATH: "q", SESSION_ID: "s" * 129})
+    assert restore(too_long, NOW) is MALFORMED

@@ -12,6 +12,7 @@ from aiosb._clock import CLOCK
 from aiosb.message import PING_CONTENT_TYPE
 from aiosb.pairing import Health
 from aiosb.pairing._common import syphon_batch
+from aiosb.pairing.rewrite import PATH, SESSION_ID
 
 from .conftest import backlog_contents, drain, syphon_options
 
@@ -166,6 +167,34 @@ async def test_a_message_without_a_destination_is_dead_lettered_not_looped(env):
         assert paired.stats.syphon_dead_lettered == 1
     (dead,) = await drain(env.secondary, queue, sub_queue="deadletter")
     assert dead.dead_letter_reason == "NoBacklogPath"
+
+
+async def test_one_batch_moves_each_message_home_and_dead_letters_each_stray_by_reason(env):
+    """PN-17: a batch holding messages for two entities, one without a destination and one
+    with a session id aiosb never writes: each good one reaches its entity, in order, and
+    each stray is dead-lettered in the backlog with the reason that says why."""
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        (queue,) = paired.backlog_queues
+        with env.s_broker.faults.fail(queue, operations=["receive"]):  # one batch, later
+            async with env.secondary.sender(queue) as sender:
+                await sender.send([
+                    Message(b"o1", application_properties={PATH: "orders"}),
+                    Message(b"stray"),
+                    Message(b"i1", application_properties={PATH: "invoices"}),
+                    Message(b"long", application_properties={PATH: "orders",
+                                                              SESSION_ID: "s" * 129}),
+                    Message(b"o2", application_properties={PATH: "orders"}),
+                ])
+            await asyncio.sleep(1)
+        await asyncio.sleep(11)
+        assert (paired.stats.syphon_moved, paired.stats.syphon_dead_lettered) == (3, 2)
+    dead = await drain(env.secondary, queue, sub_queue="deadletter")
+    assert sorted((m.body, m.dead_letter_reason) for m in dead) == [
+        (b"long", "MalformedBacklogMessage"), (b"stray", "NoBacklogPath")
+    ]
+    assert [m.body for m in await drain(env.primary, "orders")] == [b"o1", b"o2"]
+    assert [m.body for m in await drain(env.primary, "invoices")] == [b"i1"]
+    assert await backlog_contents(env, paired) == []
 
 
 async def test_the_syphon_keeps_going_through_a_backlog_queue_outage(env):
