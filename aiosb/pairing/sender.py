@@ -83,11 +83,13 @@ class PairedSender(SendingLink):
     """A sender that goes to the primary while it works and to the backlog when it
     does not (PN-9, PN-10, G-1). Safe under many concurrent ``send`` calls.
 
-    While the entity is healthy a send is exactly a plain send (S-2). A send that
-    fails with a non-transient error or a timeout starts the failover timer; until
-    failover engages it waits with backoff and tries again, then goes to the backlog.
-    It raises :class:`~aiosb.errors.BacklogUnavailable` only when the primary and every
-    backlog queue are down; a batch goes to one place as one batch.
+    While the entity is healthy a send is exactly a plain send (S-2), and closing the
+    pairing lets it finish as one. A send that fails with a non-transient error or a
+    timeout starts the failover timer; until failover engages it waits with backoff and
+    tries again, then goes to the backlog; closing the pairing ends that with
+    :class:`~aiosb.errors.ClientClosed`. It raises
+    :class:`~aiosb.errors.BacklogUnavailable` only when the primary and every backlog
+    queue are down; a batch goes to one place as one batch.
     """
 
     def __init__(self, paired: PairedNamespace, entity: str) -> None:
@@ -113,12 +115,20 @@ class PairedSender(SendingLink):
 
     async def _send_now(self, messages: list[Message], transaction: bool = False) -> None:
         entry = self._entry
-        if entry.healthy:  # S-2: the healthy path is a plain send, as deep as Sender's
+        if entry.healthy:
+            # While the entity is healthy nothing changes (S-2): a plain send, as deep as
+            # Sender's, tracked by the primary namespace alone. Closing the pairing does
+            # not end it; it cannot fail over once the pairing is closed.
             try:
                 await self._send_primary(messages, transaction)
             except ServiceBusError as exc:
                 if not is_outage(exc):
                     raise
+                if self._inflight.reason is not None:
+                    raise ClientClosed(
+                        f"the send to {self.entity!r} failed ({exc.message}) after the "
+                        "pairing was closed, so it did not fail over; it was not sent."
+                    ) from exc
                 self._hub.failed(entry, exc)
             else:
                 self._counters.primary_sends += 1
@@ -128,8 +138,7 @@ class PairedSender(SendingLink):
             await self._send_slowly(messages, 0, transaction)
 
     async def _send_slowly(self, messages: list[Message], attempt: int, transaction: bool) -> None:
-        """The degraded path, which closing the pairing ends with ClientClosed (the
-        healthy path's one call is tracked by the namespace's ``execute``)."""
+        """The degraded path, which closing the pairing ends with ClientClosed."""
         inflight = self._inflight
         task = asyncio.current_task()
         inflight.enter(task)
@@ -146,14 +155,12 @@ class PairedSender(SendingLink):
     def _send_primary(
         self, messages: list[Message], transaction: bool
     ) -> Coroutine[Any, Any, None]:
-        """The one primary send of both paths: exactly what a plain Sender does."""
+        """The one primary send of both paths: exactly what a plain Sender does (the
+        degraded path's whole task is tracked by the pairing: :meth:`_send_slowly`)."""
         primary = self._primary
-        link = self._inflight
         if transaction:
-            return primary.execute(
-                primary.transport.send, self.entity, messages, transaction=True, link=link
-            )
-        return primary.execute(primary.transport.send, self.entity, messages, link=link)
+            return primary.execute(primary.transport.send, self.entity, messages, transaction=True)
+        return primary.execute(primary.transport.send, self.entity, messages)
 
     async def _send_degraded(
         self, messages: list[Message], attempt: int, transaction: bool = False

@@ -359,6 +359,41 @@ async def test_leaving_the_context_stops_everything(env):
         paired.sender("orders")
 
 
+async def test_closing_the_pairing_lets_a_healthy_send_finish_as_the_plain_send_it_is(env):
+    """While the entity is healthy nothing changes (S-2): a paired send is a plain send,
+    which closing the pairing does not end (closing the primary namespace would)."""
+    paired = env.primary.pair(env.secondary, options())
+    await paired.open()
+    sender = paired.sender("orders")
+    with env.p_broker.faults.delay("orders", 2, operations=["send"]):
+        sending = asyncio.create_task(sender.send(Message(b"x")))
+        await asyncio.sleep(1)
+        await paired.aclose()
+        await sending
+    assert [m.body for m in await drain(env.primary, "orders")] == [b"x"]
+    assert await backlog_contents(env, paired) == []
+
+
+async def test_a_healthy_send_that_fails_after_the_pairing_closed_does_not_fail_over(env):
+    """A send that fails once its pairing is closed cannot go to the backlog (nothing would
+    move it home): once the plain send gives up, ClientClosed says it was not sent."""
+    async def fails_slowly(entity, messages):
+        await asyncio.sleep(2)
+        raise errors.EntityUnavailable(f"{entity} is down")
+
+    paired = env.primary.pair(env.secondary, options(failover_interval=timedelta(0)))
+    await paired.open()
+    sender = paired.sender("orders")
+    env.primary.transport.send = fails_slowly
+    sending = asyncio.create_task(sender.send(Message(b"x")))
+    await asyncio.sleep(1)
+    await paired.aclose()
+    with pytest.raises(errors.ClientClosed, match="after the pairing was closed"):
+        await asyncio.wait_for(sending, 60)
+    assert await backlog_contents(env, paired) == []
+    assert paired.stats.backlog_sends == 0
+
+
 async def test_pair_refuses_itself_and_bad_options(env):
     with pytest.raises(errors.InvalidArgument, match="itself"):
         env.primary.pair(env.primary)
