@@ -220,11 +220,13 @@ class _SyphonPump:
         primary = hub.primary
         # At most a syphon batch at a time; a chunk too large as a whole is split in two.
         size = self.batch
-        pending = [(i, min(i + size, len(received))) for i in range(0, len(received), size)]
+        whole = len(received)
+        pending = [(i, min(i + size, whole)) for i in range(0, whole, size)]
         while pending:
             lo, hi = pending.pop(0)
+            chunk = received if hi - lo == whole else received[lo:hi]
             try:
-                await primary.execute(primary.transport.send, entry.path, received[lo:hi])
+                await primary.execute(primary.transport.send, entry.path, chunk)
             except ServiceBusError as exc:
                 if isinstance(exc, ClientClosed):
                     raise
@@ -241,12 +243,12 @@ class _SyphonPump:
                     hub.emit("syphon_failed", entry.path, f"move failed, parked: {exc.message}")
                     return
                 # Retrying cannot help: surface it where people look.
-                await self.dead_letter(received[lo:hi], type(exc).__name__, exc.message)
+                await self.dead_letter(chunk, type(exc).__name__, exc.message)
                 continue
             self.retry_at.pop(entry, None)
             hub.succeeded(entry)
             try:
-                await self.receiver.complete(received[lo:hi])
+                await self.receiver.complete(chunk)
             except ServiceBusError as exc:
                 # Sent but not completed: it will be moved again; the MessageId lets a
                 # primary with duplicate detection drop the copy (G-3).
