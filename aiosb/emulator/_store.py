@@ -591,18 +591,6 @@ class _Store:
         of them, so no message is looked at."""
         return len(self.records) - self.deferred - self.scheduled, self.deferred, self.scheduled
 
-    def counts_by_scan(self) -> tuple[int, int, int]:
-        """:meth:`counts` found by looking at every message (what tests compare with)."""
-        active = deferred = scheduled = 0
-        for rec in self.records.values():
-            if rec.deferred:
-                deferred += 1
-            elif rec.state in (AVAILABLE, LOCKED):
-                active += 1
-            elif rec.state == SCHEDULED:
-                scheduled += 1
-        return active, deferred, scheduled
-
     def close(self) -> None:
         """The entity is gone: wake waiters so they see it."""
         self.wake()
