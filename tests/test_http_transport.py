@@ -253,3 +253,21 @@ async def test_listing_pages_stop_where_a_server_ignores_skip_and_ask_the_api_ve
         {"$skip": "0", "$top": "100", "api-version": "2021-05"},
         {"$skip": "100", "$top": "100", "api-version": "2021-05"},
     ]
+
+
+async def test_whole_numbers_beyond_64_bits_come_back_whole_over_the_extensions():
+    """A property may be any whole number (Message sets no bound); one beyond 64 bits
+    travels in both directions as the number it is, single and batched, never as a float
+    (a JSON reader such as orjson reads such a number as a float)."""
+    big = {"big": 2**70 + 1, "neg": -(2**64) - 1, "edge": 2**63}
+    async with serve() as server, aiosb.connect(
+        server.namespace_url("whole"), operation_timeout=10
+    ) as ns:
+        await ns.create_queue("q")
+        async with ns.sender("q") as sender:
+            await sender.send(Message(b"one", application_properties=big))
+            await sender.send([Message(b"two", application_properties=big)] * 2)
+        async with ns.receiver("q", mode="receive_and_delete") as receiver:
+            got = await receiver.receive(max_messages=3, max_wait=5)
+    assert [m.application_properties for m in got] == [big] * 3
+    assert {type(v) for m in got for v in m.application_properties.values()} == {int}

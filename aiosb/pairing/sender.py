@@ -25,6 +25,7 @@ from ..errors import (
     ClientClosed,
     EntityNotFound,
     MessageSizeExceeded,
+    OperationTimeout,
     ServiceBusError,
 )
 from ..message import Message
@@ -125,9 +126,13 @@ class PairedSender(SendingLink):
                 if not is_outage(exc):
                     raise
                 if self._inflight.reason is not None:
+                    landed = (
+                        "it may or may not have landed" if isinstance(exc, OperationTimeout)
+                        else "it was not sent"
+                    )
                     raise ClientClosed(
                         f"the send to {self.entity!r} failed ({exc.message}) after the "
-                        "pairing was closed, so it did not fail over; it was not sent."
+                        f"pairing was closed, so it did not fail over; {landed}."
                     ) from exc
                 self._hub.failed(entry, exc)
             else:

@@ -49,7 +49,6 @@ __all__ = [
     "encode_received",
     "encode_received_batch",
     "encode_value",
-    "loads",
 ]
 
 _UTC = _dt.UTC
@@ -258,19 +257,6 @@ _new = object.__new__
 _values_of = dict.values
 _chain = itertools.chain.from_iterable
 _repeat = itertools.repeat
-
-
-def loads(data: bytes | str) -> Any:
-    """JSON as :func:`json.loads` reads it, by orjson where it can (twice as fast on a
-    batch); what orjson refuses (NaN, a lone surrogate, UTF-16, or no JSON at all) goes
-    through :mod:`json`, which reads it or says what is wrong. For answers of an aiosb
-    server only: orjson reads an integer beyond 64 bits as a float, where :mod:`json`
-    keeps it whole, so the server, which must refuse such input exactly, keeps
-    :mod:`json`."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
 
 
 def dumps(data: Any) -> bytes:
