@@ -394,6 +394,25 @@ async def test_a_healthy_send_that_fails_after_the_pairing_closed_does_not_fail_
     assert paired.stats.backlog_sends == 0
 
 
+async def test_a_healthy_send_that_timed_out_after_the_pairing_closed_may_have_landed(env):
+    """After a timeout nobody knows whether the send landed: ClientClosed says so,
+    rather than that it was not sent (a resend could then be a duplicate)."""
+    async def times_out(entity, messages):
+        await asyncio.sleep(2)
+        raise errors.OperationTimeout(f"{entity}: no answer")
+
+    paired = env.primary.pair(env.secondary, options(failover_interval=timedelta(0)))
+    await paired.open()
+    sender = paired.sender("orders")
+    env.primary.transport.send = times_out
+    sending = asyncio.create_task(sender.send(Message(b"x")))
+    await asyncio.sleep(1)
+    await paired.aclose()
+    with pytest.raises(errors.ClientClosed, match="may or may not have landed"):
+        await asyncio.wait_for(sending, 60)
+    assert paired.stats.backlog_sends == 0
+
+
 async def test_pair_refuses_itself_and_bad_options(env):
     with pytest.raises(errors.InvalidArgument, match="itself"):
         env.primary.pair(env.primary)
