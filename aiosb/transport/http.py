@@ -302,12 +302,7 @@ class HttpTransport:
         (PT-16 to PT-18 apply there) and to a real namespace as one atomic batch, since
         the REST protocol has no transactions."""
         if self.extensions:
-            # One message in the per-message encoding: the columns of a batch cost more
-            # to write and read than they save for one (S-3: about 4 us a send).
-            payload: dict[str, Any] = (
-                {"messages": [_json.encode_message(messages[0])]} if len(messages) == 1
-                else {"batch": _json.encode_batch(messages)}
-            )
+            payload = _json.encode_messages(messages)
             if transaction:
                 payload["transaction"] = True
             await self._extension(entity, "send", payload, batch=True)
@@ -361,7 +356,7 @@ class HttpTransport:
                 "scheduled_enqueue_time instead)"
             )
         answer = await self._extension(
-            entity, "schedule", {"batch": _json.encode_batch(messages)}, batch=True
+            entity, "schedule", _json.encode_messages(messages), batch=True
         )
         return list(answer["sequence_numbers"])
 

@@ -46,6 +46,7 @@ __all__ = [
     "dumps",
     "encode_batch",
     "encode_message",
+    "encode_messages",
     "encode_received",
     "encode_received_batch",
     "encode_value",
@@ -329,6 +330,15 @@ def encode_batch(messages: Sequence[Message]) -> dict[str, Any]:
     if messages:
         _sent_columns(messages, out)
     return out
+
+
+def encode_messages(messages: Sequence[Message]) -> dict[str, Any]:
+    """The messages of a send or schedule as the server takes them: one in the
+    per-message encoding (``messages``), whose writing and reading cost less than a
+    batch's columns do for one (S-3: about 4 us a send); more as a ``batch``."""
+    if len(messages) == 1:
+        return {"messages": [encode_message(messages[0])]}
+    return {"batch": encode_batch(messages)}
 
 
 def encode_received_batch(messages: Sequence[ReceivedMessage]) -> dict[str, Any]:
