@@ -73,7 +73,8 @@ log = logging.getLogger("aiosb.spark")
 
 
 def register(spark: Any) -> None:
-    """Register the ``"aiosb"`` format on a SparkSession."""
+    """Register the ``"aiosb"`` format on a SparkSession (that one only). Optional: the
+    installed module :mod:`pyspark_aiosb` lets Spark find the format in every session."""
     spark.dataSource.register(AiosbDataSource)
 
 

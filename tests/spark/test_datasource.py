@@ -356,3 +356,15 @@ def test_a_stream_from_one_entity_into_another_as_the_readme_shows(spark, url, b
     audit = _drain(bridge, url, "audit")
     assert sorted(m.message_id for m in audit) == sorted(f"o{i}" for i in range(60))
     assert {m.subject for m in audit} == {"order"}
+
+
+def test_the_format_is_found_in_every_session_without_registering(spark):
+    """Registering a data source serves one session (SPARK-45600): a new session, as a
+    job in another thread or notebook may use, would not find "aiosb". The installed
+    ``pyspark_aiosb`` module is what Spark looks for in every session (SPARK-45917), so
+    the format is found there and it is our own option check that answers."""
+    other = spark.newSession()
+    with pytest.raises(Exception, match="needs the option 'namespace'"):
+        other.read.format("aiosb").load().collect()
+    with pytest.raises(Exception, match="needs the option 'namespace'"):
+        other.createDataFrame([("x",)], "body string").write.format("aiosb").mode("append").save()
