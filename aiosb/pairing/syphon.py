@@ -271,4 +271,3 @@ class _SyphonPump:
             done += 1
         hub.counters.syphon_dead_lettered += done
         hub.emit("syphon_dead_lettered", self.path, f"{reason}: {description}", done)
-
