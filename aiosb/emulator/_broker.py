@@ -136,6 +136,16 @@ class EmulatorNamespace:
         """
         return await _delivery.receive(self, path, request)
 
+    async def receive_columns(
+        self, path: str, request: ReceiveRequest
+    ) -> tuple[list[bytes], dict[str, Any]]:
+        """What :meth:`receive` gives, as columns rather than a message object each (the
+        server's batch answer, :func:`aiosb.wire.aiosb_json.encode_received_columns`:
+        #16): the bodies, and by field name of :class:`~aiosb.ReceivedMessage` a list of
+        each message's value, or one value they all have; a field left out has its
+        default."""
+        return await _delivery.receive_columns(self, path, request)
+
     async def settle(self, path: str, settlement: Settlement) -> list[float] | None:
         """Complete, abandon, dead-letter, defer or renew locked messages."""
         return await _delivery.settle(self, path, settlement)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Sequence
+from typing import Any
 
 from ..errors import (
     InvalidArgument,
@@ -28,7 +29,7 @@ from ._entity import _Entity, _Session
 from ._faults import Fault
 from ._namespace import Namespace
 from ._partitions import FRAGMENT_SHIFT, by_fragment, gather_order
-from ._record import DEFERRED, _Record
+from ._record import DEFERRED, _Record, received_columns, received_messages
 from ._sessions import held
 from ._store import _Store, _wake_one
 
@@ -37,6 +38,22 @@ __all__ = ["receive", "settle"]
 
 async def receive(ns: Namespace, path: str, request: ReceiveRequest) -> list[ReceivedMessage]:
     """Receive, peek, or fetch deferred messages; long-polls up to ``max_wait``."""
+    return received_messages(*await _receive(ns, path, request))
+
+
+async def receive_columns(
+    ns: Namespace, path: str, request: ReceiveRequest
+) -> tuple[list[bytes], dict[str, Any]]:
+    """What :func:`receive` gives, as columns (:func:`._record.received_columns`)."""
+    return received_columns(*await _receive(ns, path, request))
+
+
+async def _receive(
+    ns: Namespace, path: str, request: ReceiveRequest
+) -> tuple[list[_Record], str, bool]:
+    """The records a receive hands out, the path they are received from, and whether
+    it is a peek (whose records stay as they were): for the caller to read at once,
+    before anything else runs."""
     count = request.max_messages
     if not isinstance(count, int) or count < 1:
         raise InvalidArgument(f"max_messages is {count!r}; it must be at least 1.")
@@ -78,8 +95,13 @@ async def receive(ns: Namespace, path: str, request: ReceiveRequest) -> list[Rec
         else:
             stores = entity.main_stores() if request.peek else entity.fragments
         down = ns._down("receive", path)
+        where = stores[0].path if stores else path
         if request.peek:
-            return _peek(ns.max_message_size, stores, count, request.from_sequence_number, down)
+            return (
+                _peek(ns.max_message_size, stores, count, request.from_sequence_number, down),
+                where,
+                True,
+            )
         if session is not None:
             lock_seconds = session.locked_until - now if lock else None
         else:
@@ -91,7 +113,7 @@ async def receive(ns: Namespace, path: str, request: ReceiveRequest) -> list[Rec
             if isinstance(found_or_fault, Fault):
                 await faults.apply(found_or_fault, "receive", path)
                 continue
-            return found_or_fault
+            return found_or_fault, where, False
         if len(stores) == 1:
             if down is not None and stores[0].fragment in down:
                 await faults.apply(down[stores[0].fragment], "receive", path)
@@ -112,14 +134,12 @@ async def receive(ns: Namespace, path: str, request: ReceiveRequest) -> list[Rec
                     break
             stores = live
         if found:
-            return found
+            return found, where, False
         # Woken, but another receive took the message first: wait again at the head of
         # the line, with the same deadline (#16).
         waited = await _wait(ns, stores, session, now, deadline, front=woken)
-        if waited is None:
-            return found
-        if not waited:
-            return []
+        if not waited:  # None: the deadline had come; False: it came while waiting
+            return [], where, False
         woken = True
 
 
@@ -198,7 +218,7 @@ def _take_deferred(
     now: float,
     down: dict[int, Fault] | None,
     path: str,
-) -> list[ReceivedMessage] | Fault:
+) -> list[_Record] | Fault:
     """Deferred messages by sequence number, from the fragments their numbers name;
     or the fault of a fragment they need that is down."""
     if len(stores) == 1 and stores[0].session is not None:
@@ -211,7 +231,7 @@ def _take_deferred(
         store = by_frag.get(f)
         if down is not None and store is not None and store.fragment in down:
             return down[store.fragment]
-    found = []
+    found: list[tuple[_Store, list[_Record]]] = []
     for f, group in groups.items():
         store = by_frag.get(f)
         if store is None:
@@ -219,7 +239,7 @@ def _take_deferred(
                 f"No deferred message with sequence number {group[0]} in {path!r}."
             )
         found.append((store, store.find(group, DEFERRED, "deferred")))
-    out: list[ReceivedMessage] = []
+    out: list[_Record] = []
     for store, recs in found:
         out += store.hand_out(recs, lock_seconds, now)
     return out
@@ -231,7 +251,7 @@ def _peek(
     count: int,
     from_seq: int,
     down: dict[int, Fault] | None,
-) -> list[ReceivedMessage]:
+) -> list[_Record]:
     """Browse from ``from_seq``: from the first fragment with messages there, and no
     more than one response holds (``budget`` bytes, PT-13)."""
     live = [s for s in stores if down is None or s.fragment not in down]
@@ -249,15 +269,12 @@ def _peek(
     recs = sorted(
         (r for r in candidates if r.seq >> FRAGMENT_SHIFT == fragment), key=lambda r: r.seq
     )
-    out: list[ReceivedMessage] = []
+    out: list[_Record] = []
     for rec in recs[:count]:
         budget -= rec.size
         if out and budget < 0:
             break
-        msg = rec.received(stores[0].path)
-        msg.lock_token = None
-        msg.locked_until_timestamp = None
-        out.append(msg)
+        out.append(rec)
     return out
 
 

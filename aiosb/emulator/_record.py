@@ -326,4 +326,62 @@ class _Record:
         return None if ttl == INF or ttl is None else _delta(ttl)
 
 
+
+#: The fields of :class:`~aiosb.ReceivedMessage` that ``_opt`` holds, in its order
+#: (:meth:`_Record.received` sets them in this order too).
+_OPT_FIELDS = (
+    "session_id", "partition_key", "scheduled_enqueue_time", "content_type",
+    "correlation_id", "subject", "reply_to", "reply_to_session_id", "to",
+    "dead_letter_reason", "dead_letter_error_description", "dead_letter_source",
+)
+
+
+def received_messages(
+    recs: list[_Record], entity_path: str, peek: bool = False
+) -> list[ReceivedMessage]:
+    """The messages a receive (or, with ``peek``, a peek: no lock) hands out."""
+    out = [rec.received(entity_path) for rec in recs]
+    if peek:
+        for msg in out:
+            msg.lock_token = None
+            msg.locked_until_timestamp = None
+    return out
+
+
+def received_columns(
+    recs: list[_Record], entity_path: str, peek: bool = False
+) -> tuple[list[bytes], dict[str, Any]]:
+    """What ``[rec.received(entity_path) for rec in recs]`` holds, column by column,
+    with no message object per record (the server's batch answer, #16): the bodies, and
+    by field name of :class:`~aiosb.ReceivedMessage` (``application_properties`` for
+    the properties) a list with each message's value or one value every message has; a
+    field left out has its default for every message. A peek's columns carry no lock.
+    """
+    n = len(recs)
+    columns: dict[str, Any] = {
+        "message_id": [
+            mid if mid.__class__ is str else _AUTO_ID % mid for mid in [r._mid for r in recs]
+        ],
+    }
+    opts = [r._opt for r in recs]
+    if opts.count(_NO_OPT) != n:
+        columns.update(zip(_OPT_FIELDS, map(list, zip(*opts, strict=True)), strict=True))
+    ttls = [r.ttl for r in recs]
+    if ttls.count(INF) != n:
+        columns["time_to_live"] = [None if t == INF else _delta(t) for t in ttls]
+    props = [r.props for r in recs]
+    if any(props):
+        columns["application_properties"] = [p.copy() if p else {} for p in props]
+    columns["sequence_number"] = [r.seq for r in recs]
+    columns["enqueued_timestamp"] = [r.enqueued for r in recs]
+    columns["expires_timestamp"] = [r.expires for r in recs]
+    columns["delivery_count"] = [r.delivery_count for r in recs]
+    if not peek:
+        columns["lock_token"] = [r.lock_token for r in recs]
+        columns["locked_until_timestamp"] = [r.locked_until for r in recs]
+    columns["state"] = ["deferred" if r.deferred else _STATE_NAMES[r.state] for r in recs]
+    columns["entity_path"] = entity_path
+    return [r.body for r in recs], columns
+
+
 _new = object.__new__

@@ -26,7 +26,6 @@ from operator import attrgetter
 from typing import Any, Protocol
 
 from ..errors import MessageNotFound
-from ..message import ReceivedMessage
 from ._held import Held
 from ._record import (
     AVAILABLE,
@@ -506,7 +505,7 @@ class _Store:
 
     # -- receiving -----------------------------------------------------------------
 
-    def take(self, count: int, lock_seconds: float | None, now: float) -> list[ReceivedMessage]:
+    def take(self, count: int, lock_seconds: float | None, now: float) -> list[_Record]:
         """Take up to ``count`` available messages, in sequence order, and hand them out."""
         recs: list[_Record] = []
         ready, returned = self.ready, self.returned
@@ -530,21 +529,21 @@ class _Store:
 
     def take_deferred(
         self, seqs: Sequence[int], lock_seconds: float | None, now: float
-    ) -> list[ReceivedMessage]:
+    ) -> list[_Record]:
         """Take deferred messages by sequence number (all must be deferred)."""
         return self.hand_out(self.find(seqs, DEFERRED, "deferred"), lock_seconds, now)
 
     def hand_out(
         self, recs: list[_Record], lock_seconds: float | None, now: float
-    ) -> list[ReceivedMessage]:
+    ) -> list[_Record]:
         """Deliver ``recs``: lock them for ``lock_seconds``, or delete them if it is
-        ``None`` (receive-and-delete)."""
-        path = self.path
+        ``None`` (receive-and-delete). The caller reads what it hands out of them at
+        once (:func:`._record.received_messages`, :func:`._record.received_columns`)."""
         if lock_seconds is None:
             for rec in recs:
                 rec.delivery_count += 1
             self.remove(recs)
-            return [rec.received(path) for rec in recs]
+            return recs
         until = now + lock_seconds
         tokens = self.ns._ids.many(len(recs))
         for rec, token in zip(recs, tokens, strict=True):
@@ -553,14 +552,13 @@ class _Store:
             rec.lock_token = token
             rec.locked_until = until
         self.locked.update(zip(tokens, recs, strict=True))
-        out = [rec.received(path) for rec in recs]
         if recs:
             self.lock_until(until, recs)
             journal = self.ns.journal
             if journal is not None:
                 for rec in recs:
                     journal.record(self, rec)
-        return out
+        return recs
 
     def renew(self, until: float, recs: list[_Record]) -> None:
         """Extend the locks of ``recs`` (locked here) to ``until``."""

@@ -21,6 +21,7 @@ from aiosb.emulator._record import (
     TTL_EXPIRED,
     _Ids,
     _Record,
+    received_messages,
 )
 from aiosb.emulator._store import _Store
 from aiosb.message import ReceivedMessage
@@ -82,6 +83,17 @@ def put(store: _Store, name: str, now: float = 0.0, expires: float | None = None
     return rec
 
 
+def take(store: _Store, count: int, lock: float | None, now: float) -> list[ReceivedMessage]:
+    """What a receive of ``count`` hands out (a store hands out records, read at once)."""
+    return received_messages(store.take(count, lock, now), store.path)
+
+
+def take_deferred(
+    store: _Store, seqs: list[int], lock: float | None, now: float
+) -> list[ReceivedMessage]:
+    return received_messages(store.take_deferred(seqs, lock, now), store.path)
+
+
 def names(received: list[ReceivedMessage]) -> list[str | None]:
     return [m.message_id for m in received]
 
@@ -97,14 +109,14 @@ def test_take_hands_out_in_sequence_order_and_locks_what_it_hands_out() -> None:
     for name in "abc":
         put(store, name)
     assert entity.bytes == 30 and store.size == 30
-    got = store.take(2, LOCK, now=100.0)
+    got = take(store, 2, LOCK, now=100.0)
     assert names(got) == ["a", "b"]
     assert all(m.locked_until_timestamp == 100.0 + LOCK for m in got)
     assert [m.delivery_count for m in got] == [1, 1]
     assert len({m.lock_token for m in got}) == 2
     assert set(store.locked) == {m.lock_token for m in got}
-    assert names(store.take(10, LOCK, now=100.0)) == ["c"]  # a and b stay locked
-    assert store.take(10, LOCK, now=100.0) == []
+    assert names(take(store, 10, LOCK, now=100.0)) == ["c"]  # a and b stay locked
+    assert take(store, 10, LOCK, now=100.0) == []
 
 
 def test_an_abandoned_message_comes_back_before_later_ones() -> None:
@@ -112,10 +124,10 @@ def test_an_abandoned_message_comes_back_before_later_ones() -> None:
     store, _ = make_store()
     for name in "abc":
         put(store, name)
-    a, b = store.take(2, LOCK, now=0.0)
+    a, b = take(store, 2, LOCK, now=0.0)
     store.unlock(locked(store, b), now=1.0)
     store.unlock(locked(store, a), now=1.0)
-    got = store.take(10, LOCK, now=1.0)
+    got = take(store, 10, LOCK, now=1.0)
     assert names(got) == ["a", "b", "c"]
     assert [m.delivery_count for m in got] == [2, 2, 1]
 
@@ -123,7 +135,7 @@ def test_an_abandoned_message_comes_back_before_later_ones() -> None:
 def test_receive_and_delete_removes_what_it_hands_out() -> None:
     store, entity = make_store()
     put(store, "a")
-    (got,) = store.take(1, None, now=0.0)
+    (got,) = take(store, 1, None, now=0.0)
     assert got.lock_token is None and got.delivery_count == 1
     assert store.records == {} and entity.bytes == 0 and store.size == 0
 
@@ -131,13 +143,13 @@ def test_receive_and_delete_removes_what_it_hands_out() -> None:
 def test_a_lock_ends_at_its_instant_and_the_message_is_available_again() -> None:
     store, entity = make_store()
     put(store, "a")
-    store.take(1, LOCK, now=0.0)
+    take(store, 1, LOCK, now=0.0)
     assert (LOCK, store) in entity.ns.registered  # the namespace timer is asked for it
     store.on_due(LOCK - 0.001)
-    assert store.take(1, LOCK, now=LOCK - 0.001) == []
+    assert take(store, 1, LOCK, now=LOCK - 0.001) == []
     store.on_due(LOCK)
     assert store.locked == {}
-    (again,) = store.take(1, LOCK, now=LOCK)
+    (again,) = take(store, 1, LOCK, now=LOCK)
     assert again.delivery_count == 2
 
 
@@ -146,7 +158,7 @@ def test_a_renewed_lock_outlives_its_first_end() -> None:
     deletion), and the renewed end unlocks."""
     store, _ = make_store()
     put(store, "a")
-    (got,) = store.take(1, LOCK, now=0.0)
+    (got,) = take(store, 1, LOCK, now=0.0)
     rec = locked(store, got)
     store.renew(2 * LOCK, [rec])
     store.on_due(LOCK)
@@ -177,7 +189,7 @@ def test_an_expired_message_is_never_handed_out_even_before_the_timer_runs() -> 
     store, entity = make_store(dead_lettering=False)
     put(store, "a", expires=5.0)
     put(store, "b")
-    assert names(store.take(10, LOCK, now=5.0)) == ["b"]
+    assert names(take(store, 10, LOCK, now=5.0)) == ["b"]
     assert entity.dead == [] and "a" not in {r.message_id for r in store.records.values()}
 
 
@@ -186,7 +198,7 @@ def test_a_locked_message_expires_when_its_lock_ends_not_before() -> None:
     message, past its expiry, is dead-lettered for expiry."""
     store, entity = make_store()
     rec = put(store, "a", expires=10.0)
-    store.take(1, LOCK, now=0.0)
+    take(store, 1, LOCK, now=0.0)
     store.on_due(10.0)
     assert rec.state == LOCKED and entity.dead == []
     store.on_due(LOCK)
@@ -198,7 +210,7 @@ def test_the_last_allowed_delivery_dead_letters_on_abandon() -> None:
     store, entity = make_store(max_delivery_count=2)
     put(store, "a")
     for _ in range(2):
-        (got,) = store.take(1, LOCK, now=0.0)
+        (got,) = take(store, 1, LOCK, now=0.0)
         store.unlock(locked(store, got), now=0.0)
     assert entity.dead == [("a", MAX_DELIVERY_EXCEEDED)]
     assert store.records == {} and entity.bytes == 0
@@ -212,7 +224,7 @@ def test_a_scheduled_message_is_handed_to_its_entity_at_its_enqueue_time() -> No
     rec.enqueued = 50.0
     store.add_scheduled(rec)
     assert rec.state == SCHEDULED and store.counts() == (0, 0, 1)
-    assert store.take(1, LOCK, now=49.0) == []
+    assert take(store, 1, LOCK, now=49.0) == []
     store.on_due(49.999)
     assert entity.delivered == []
     store.on_due(50.0)
@@ -224,11 +236,11 @@ def test_deferred_messages_are_taken_by_sequence_number_only() -> None:
     store, _ = make_store()
     rec = put(store, "a")
     put(store, "b")
-    (got, _b) = store.take(2, LOCK, now=0.0)
+    (got, _b) = take(store, 2, LOCK, now=0.0)
     store.defer(locked(store, got), now=0.0)
     assert store.counts() == (1, 1, 0)
-    assert store.take(10, LOCK, now=0.0) == []
-    (again,) = store.take_deferred([rec.seq], LOCK, now=0.0)
+    assert take(store, 10, LOCK, now=0.0) == []
+    (again,) = take_deferred(store, [rec.seq], LOCK, now=0.0)
     assert again.message_id == "a" and again.state == "deferred"
 
 
@@ -240,7 +252,7 @@ def test_taking_a_deferred_message_that_is_not_deferred_is_message_not_found(sta
     rec = put(store, "a")
     seq = rec.seq + 1 if state == "missing" else rec.seq
     with pytest.raises(MessageNotFound):
-        store.take_deferred([seq], LOCK, now=0.0)
+        take_deferred(store, [seq], LOCK, now=0.0)
 
 
 def test_lock_tokens_made_for_a_batch_are_unique_guids_from_the_same_counter():

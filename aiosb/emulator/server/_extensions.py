@@ -82,11 +82,12 @@ async def extension(
         receive, batch = _receive_request(body)
         # A receive that waits for ever is bounded by nothing but its client.
         bound = None if receive.max_wait is None else limit
-        got = await bounded(
-            bound, ns.receive(path, receive), receive.max_wait or 0.0
-        )
         if batch:
-            return _batch_response({"batch": _json.encode_received_batch(got)})
+            bodies, columns = await bounded(
+                bound, ns.receive_columns(path, receive), receive.max_wait or 0.0
+            )
+            return _batch_response({"batch": _json.encode_received_columns(bodies, columns)})
+        got = await bounded(bound, ns.receive(path, receive), receive.max_wait or 0.0)
         return web.json_response(
             {"messages": [_json.encode_received(m) for m in got]}
         )
