@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import uuid
 from datetime import UTC, timedelta, timezone
@@ -18,6 +19,15 @@ from message_strategies import ids, text, value
 
 import aiosb
 from aiosb import Message, SasCredential, errors
+from aiosb.emulator._record import (
+    AVAILABLE,
+    DEFERRED,
+    LOCKED,
+    SCHEDULED,
+    _Record,
+    received_columns,
+    received_messages,
+)
 from aiosb.emulator.server import DEV_KEY, DEV_KEY_NAME, serve
 from aiosb.message import ReceivedMessage
 from aiosb.wire import aiosb_json as _json
@@ -81,8 +91,8 @@ def one_at_a_time(kws: list[dict]) -> list[Message] | type[Exception]:
 
 
 def wire(data: dict) -> dict:
-    """Through the bytes, as the server and the client see it."""
-    return json.loads(_json.dumps(data))
+    """Through the bytes, as the server and the client see it (read as they read it)."""
+    return _json.loads(_json.dumps(data))
 
 
 def test_the_fast_paths_know_every_field():
@@ -116,7 +126,7 @@ def test_a_batch_decodes_to_what_one_message_at_a_time_gives(kws):
             ]
         ttls = [kw.get("time_to_live") for kw in kws]
         if any(t is not None for t in ttls):
-            batch["time_to_live"] = [None if t is None else _json._microseconds(t)
+            batch["time_to_live"] = [None if t is None else _json.microseconds(t)
                                      for t in ttls]
         if not any(batch.get(n) for n in ("message_id", "session_id", "partition_key",
                                           "time_to_live", "content_type", "properties")):
@@ -165,6 +175,60 @@ def test_columns_are_compact():
     }
     assert _json.encode_received_batch([]) == {"body": "", "body_sizes": []}
     assert _json.decode_received_batch({"body": "", "body_sizes": []}) == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(message_kw, min_size=1, max_size=5), st.booleans(), st.data())
+def test_the_servers_columns_say_what_the_messages_of_a_receive_say(kws, peek, data):
+    """The server answers a batch receive from the emulator's records, column by column
+    (#16), with no ReceivedMessage each: the answer is the one the messages give, for
+    every field, broker state (locked, deferred, scheduled, dead-lettered) and peek."""
+    sent = one_at_a_time(kws)
+    if isinstance(sent, type):
+        return
+    recs = []
+    for i, msg in enumerate(sent):
+        rec = _Record(msg, msg.message_id or data.draw(st.integers(1, 2**40)), msg.size)
+        rec.seq = data.draw(st.integers(0, 2**63 - 1))
+        rec.enqueued = 1_700_000_000.123456 + i // 2
+        rec.expires = data.draw(st.none() | st.floats(0, 2e9))
+        rec.delivery_count = data.draw(st.integers(0, 9))
+        rec.state = data.draw(st.sampled_from([AVAILABLE, LOCKED, DEFERRED, SCHEDULED]))
+        rec.deferred = data.draw(st.booleans())
+        if rec.state == LOCKED:
+            rec.lock_token = str(uuid.uuid4())
+            rec.locked_until = data.draw(st.floats(0, 2e9))
+        if data.draw(st.booleans()):
+            rec.dl_reason = data.draw(text)
+            rec.dl_desc = data.draw(st.none() | text)
+            rec.dl_source = data.draw(st.none() | text)
+        recs.append(rec)
+    messages = received_messages(recs, "q/$DeadLetterQueue", peek)
+    answer = _json.encode_received_columns(*received_columns(recs, "q/$DeadLetterQueue", peek))
+    assert answer == _json.encode_received_batch(messages)
+    decoded = _json.decode_received_batch(wire(answer))
+    assert [fields(m) for m in decoded] == [fields(m) for m in messages]
+
+
+def test_whole_numbers_beyond_64_bits_are_tagged_and_json_reads_what_orjson_refuses():
+    """orjson reads a number beyond 64 bits as a float: the encodings never write one
+    (#16); and what the reader hands on to json reads as json reads it."""
+    for big in (2**63, -(2**63) - 1, 2**200):
+        assert _json.encode_value(big) == {"int": str(big)}
+        assert _json.decode_value("p", _json.loads(_json.dumps(_json.encode_value(big)))) == big
+    for edge in (2**63 - 1, -(2**63), 0, True):
+        assert _json.encode_value(edge) is edge
+    for bad in ("1.5", "1e3", " 12", "0x10", "", "12_0"):
+        with pytest.raises(errors.InvalidArgument, match="property 'p'"):
+            _json.decode_value("p", {"int": bad})
+    batch = wire(_json.encode_batch([Message(b"", application_properties={"p": 2**64})] * 2))
+    assert [m.application_properties for m in _json.decode_batch(batch)] == [{"p": 2**64}] * 2
+    assert math.isnan(_json.loads(b"NaN"))
+    assert _json.loads(b'"\\ud800"') == "\ud800"
+    assert _json.loads(b"1E400") == math.inf
+    assert _json.loads("\ufeff{}".encode()) == {}
+    with pytest.raises(ValueError):
+        _json.loads(b"{")
 
 
 def test_dumps_falls_back_for_what_orjson_refuses():

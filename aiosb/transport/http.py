@@ -285,7 +285,7 @@ class HttpTransport:
             else json.dumps(payload, separators=(",", ":")).encode(),
             headers=_JSON_HEADERS,
         )
-        return json.loads(body) if body else None
+        return _json.loads(body) if body else None
 
     def _lacks(self, what: str) -> InvalidOperation:
         return InvalidOperation(

@@ -4,6 +4,8 @@ between both and a real Service Bus. They serve both sides, so they live in neit
 * :mod:`aiosb.wire.rest`: the documented Service Bus REST encoding of messages;
 * :mod:`aiosb.wire.aiosb_json`: aiosb's exact, typed JSON encodings (the ``$aiosb``
   extensions of aiosb's own server);
+* :mod:`aiosb.wire.json_values`: JSON values as those encodings write them, and their
+  reader and writer;
 * :mod:`aiosb.wire.atom`: the Atom entity descriptions of the management API;
 * :mod:`aiosb.wire.status`: errors as HTTP statuses and back.
 

@@ -13,13 +13,9 @@ import binascii
 import dataclasses
 import datetime as _dt
 import itertools
-import json
 import math
-import uuid
 from collections.abc import Sequence
 from typing import Any
-
-import orjson
 
 from ..errors import InvalidArgument
 from ..message import (
@@ -36,6 +32,14 @@ from ..message import (
     fields_of,
     property_name_ok,
 )
+from .json_values import (
+    JSON_INTS,
+    decode_value,
+    dumps,
+    encode_value,
+    loads,
+    microseconds,
+)
 
 __all__ = [
     "decode_batch",
@@ -49,7 +53,9 @@ __all__ = [
     "encode_messages",
     "encode_received",
     "encode_received_batch",
+    "encode_received_columns",
     "encode_value",
+    "loads",
 ]
 
 _UTC = _dt.UTC
@@ -74,49 +80,6 @@ _RECEIVED_DEFAULTS: dict[str, Any] = {
 }
 
 
-def encode_value(value: PropertyValue) -> Any:
-    """A property value as JSON: native where JSON has the type, tagged otherwise."""
-    if value is None or isinstance(value, (str, bool, int)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else {"float": repr(value)}
-    if isinstance(value, bytes):
-        return {"bytes": base64.b64encode(value).decode()}
-    if isinstance(value, _dt.datetime):
-        return {"datetime": value.isoformat()}
-    if isinstance(value, _dt.timedelta):
-        return {"timedelta": _microseconds(value)}
-    if isinstance(value, uuid.UUID):
-        return {"uuid": str(value)}
-    raise InvalidArgument(f"a property of type {type(value).__name__} cannot travel over HTTP.")
-
-
-def decode_value(name: str, raw: Any) -> PropertyValue:
-    """The inverse of :func:`encode_value`; bad input raises :class:`InvalidArgument`."""
-    if raw is None or isinstance(raw, (str, bool, int, float)):
-        return raw
-    if isinstance(raw, dict) and len(raw) == 1:
-        ((tag, text),) = raw.items()
-        try:
-            if tag == "bytes" and isinstance(text, str):
-                return base64.b64decode(text, validate=True)
-            if tag == "datetime" and isinstance(text, str):
-                return _dt.datetime.fromisoformat(text)
-            if tag == "timedelta" and isinstance(text, int) and not isinstance(text, bool):
-                return _dt.timedelta(microseconds=text)
-            if tag == "uuid" and isinstance(text, str):
-                return uuid.UUID(text)
-            if tag == "float" and text in ("nan", "inf", "-inf"):
-                return float(text)
-        except (ValueError, OverflowError, binascii.Error):
-            pass
-    raise InvalidArgument(f"property {name!r} has a value aiosb cannot read: {raw!r:.80}.")
-
-
-def _microseconds(delta: _dt.timedelta) -> int:
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
 def encode_message(msg: Message) -> dict[str, Any]:
     """A message in the aiosb encoding."""
     out: dict[str, Any] = {_BODY: base64.b64encode(getattr(msg, _BODY)).decode()}
@@ -126,7 +89,7 @@ def encode_message(msg: Message) -> dict[str, Any]:
             out[name] = value
     ttl = getattr(msg, _TTL)
     if ttl is not None:
-        out[_TTL] = _microseconds(ttl)
+        out[_TTL] = microseconds(ttl)
     at = getattr(msg, _AT)
     if at is not None:
         out[_AT] = at.isoformat()
@@ -249,8 +212,11 @@ _build_messages = builder(Message, _MESSAGE_FIELDS, dicts=(_PROPERTIES,))
 _build_received = builder(
     ReceivedMessage, (*_MESSAGE_FIELDS, *_RECEIVED_DEFAULTS), dicts=(_PROPERTIES,)
 )
-_sent_values = column_reader((*_TEXT_FIELDS, _TTL, _AT, _PROPERTIES))
-_received_values = column_reader(tuple(_RECEIVED_DEFAULTS))
+#: The sent fields, in the order :func:`_sent_values` reads them.
+_SENT_FIELDS = (*_TEXT_FIELDS, _TTL, _AT, _PROPERTIES)
+_sent_values = column_reader(_SENT_FIELDS)
+_RECEIVED_NAMES = tuple(_RECEIVED_DEFAULTS)
+_received_values = column_reader(_RECEIVED_NAMES)
 _NONE = type(None)
 #: Property value types JSON carries as they are (floats: when finite).
 _PLAIN = frozenset((str, int, bool, float, _NONE))
@@ -258,16 +224,6 @@ _new = object.__new__
 _values_of = dict.values
 _chain = itertools.chain.from_iterable
 _repeat = itertools.repeat
-
-
-def dumps(data: Any) -> bytes:
-    """Compact JSON for payloads of the batch encoding, which hold str keys and finite
-    floats only (orjson would write NaN as null); what orjson refuses (an int over 64
-    bits, a lone surrogate) goes through :mod:`json`."""
-    try:
-        return orjson.dumps(data)
-    except orjson.JSONEncodeError:
-        return json.dumps(data, separators=(",", ":")).encode()
 
 
 def _column(values: list[Any]) -> Any:
@@ -290,6 +246,10 @@ def _plain(props: Sequence[Any]) -> bool:
     types = set(map(type, values))
     if not types <= _PLAIN:
         return False
+    if int in types:
+        ints = values if len(types) == 1 else [v for v in values if type(v) is int]
+        if min(ints) not in JSON_INTS or max(ints) not in JSON_INTS:
+            return False
     return float not in types or all(
         math.isfinite(v) for v in values if type(v) is float
     )
@@ -303,33 +263,63 @@ def _encode_properties(props: list[dict[str, PropertyValue]]) -> list[Any] | Non
     return [{k: encode_value(v) for k, v in p.items()} if p else None for p in props]
 
 
-def _sent_columns(messages: Sequence[Message], out: dict[str, Any]) -> None:
-    """Add the columns of the sent fields of ``messages`` (at least one) to ``out``."""
-    n = len(messages)
-    # A column per field (a tuple per message would cost as much again in allocations).
-    *texts, ttls, ats, properties = _sent_values(messages)
-    for name, values in zip(_TEXT_FIELDS, texts, strict=True):
-        if any(values) or values.count(None) != n:
-            out[name] = _column(values)
+def _encode_columns(
+    bodies: list[bytes], columns: dict[str, Any], names: tuple[str, ...]
+) -> dict[str, Any]:
+    """``bodies`` and the columns of ``names`` in the batch encoding.
+
+    ``columns`` holds, by field name (``application_properties`` for the properties),
+    a list with each message's value, or one value every message has; a field it leaves
+    out is ``None`` for every message."""
+    out: dict[str, Any] = {
+        "body": base64.b64encode(b"".join(bodies)).decode("ascii"),
+        "body_sizes": list(map(len, bodies)),
+    }
+    n = len(bodies)
+    if not n:
+        return out
+    get = columns.get
+    for name in _TEXT_FIELDS:
+        values = get(name)
+        if type(values) is list:
+            if any(values) or values.count(None) != n:
+                out[name] = _column(values)
+        elif values is not None:
+            out[name] = values
+    ttls = _listed(get(_TTL), n)
     if any(ttls):
-        out[_TTL] = _column([None if t is None else _microseconds(t) for t in ttls])
+        out[_TTL] = _column([None if t is None else microseconds(t) for t in ttls])
+    ats = _listed(get(_AT), n)
     if any(ats):
         out[_AT] = _column([None if t is None else t.isoformat() for t in ats])
-    props = _encode_properties(properties)
+    props = _encode_properties(_listed(get(_PROPERTIES), n))
     if props is not None:
         out[_PROPS] = props
+    for name in names:
+        default = _RECEIVED_DEFAULTS[name]
+        values = get(name, default)
+        if type(values) is list:
+            if values.count(default) != n or type(values[0]) is not type(default):
+                out[name] = _column(values)
+        elif values != default or type(values) is not type(default):
+            out[name] = values
+    return out
+
+
+def _listed(values: Any, n: int) -> list[Any]:
+    """A column as a list of ``n`` values (``None``: absent)."""
+    return values if type(values) is list else [values] * n if values is not None else []
 
 
 def encode_batch(messages: Sequence[Message]) -> dict[str, Any]:
     """Messages in the aiosb batch encoding (what aiosb's client sends)."""
     bodies = [m.body for m in messages]
-    out: dict[str, Any] = {
-        "body": base64.b64encode(b"".join(bodies)).decode("ascii"),
-        "body_sizes": list(map(len, bodies)),
-    }
-    if messages:
-        _sent_columns(messages, out)
-    return out
+    if not messages:
+        return _encode_columns(bodies, {}, ())
+    # A column per field (a tuple per message would cost as much again in allocations).
+    return _encode_columns(
+        bodies, dict(zip(_SENT_FIELDS, _sent_values(messages), strict=True)), ()
+    )
 
 
 def encode_messages(messages: Sequence[Message]) -> dict[str, Any]:
@@ -342,16 +332,24 @@ def encode_messages(messages: Sequence[Message]) -> dict[str, Any]:
 
 
 def encode_received_batch(messages: Sequence[ReceivedMessage]) -> dict[str, Any]:
-    """Received messages in the aiosb batch encoding (what aiosb's server answers);
-    no messages is ``{"body": "", "body_sizes": []}``."""
-    out = encode_batch(messages)
-    if messages:
-        n = len(messages)
-        columns = _received_values(messages)
-        for (name, default), values in zip(_RECEIVED_DEFAULTS.items(), columns, strict=True):
-            if values.count(default) != n or type(values[0]) is not type(default):
-                out[name] = _column(values)
-    return out
+    """Received messages in the aiosb batch encoding; no messages is
+    ``{"body": "", "body_sizes": []}``."""
+    bodies = [m.body for m in messages]
+    if not messages:
+        return _encode_columns(bodies, {}, ())
+    columns = dict(zip(_SENT_FIELDS, _sent_values(messages), strict=True))
+    columns.update(zip(_RECEIVED_DEFAULTS, _received_values(messages), strict=True))
+    return encode_received_columns(bodies, columns)
+
+
+def encode_received_columns(bodies: list[bytes], columns: dict[str, Any]) -> dict[str, Any]:
+    """Received messages in the aiosb batch encoding, given as columns: their bodies,
+    and by field name of :class:`~aiosb.ReceivedMessage` (``application_properties``
+    for the properties) a list with each message's value, or one value every message
+    has; a field left out is ``None`` for every message. What aiosb's server answers:
+    the emulator reads the columns straight from the messages it holds, with no
+    :class:`~aiosb.ReceivedMessage` per message (#16)."""
+    return _encode_columns(bodies, columns, _RECEIVED_NAMES)
 
 
 def _bodies(data: dict[str, Any]) -> list[bytes]:
@@ -376,8 +374,11 @@ def _bodies(data: dict[str, Any]) -> list[bytes]:
     return list(map(raw.__getitem__, map(slice, [0, *ends], ends)))
 
 
-def _values(data: dict[str, Any], name: str, n: int, kind: type) -> list[Any] | None:
-    """Column ``name`` as one value per message (``None``: absent, all null)."""
+def _values(
+    data: dict[str, Any], name: str, n: int, kind: type, what: str | None = None
+) -> list[Any] | None:
+    """Column ``name`` as one value per message (``None``: absent, all null); ``what``
+    says what its values are, for the error (by default, a ``kind``)."""
     column = data.get(name)
     if column is None:
         return None
@@ -387,8 +388,8 @@ def _values(data: dict[str, Any], name: str, n: int, kind: type) -> list[Any] | 
     elif type(column) is kind:
         return [column] * n
     raise InvalidArgument(
-        f"{name} must be a {kind.__name__}, or a list of {n} such values or nulls, not "
-        f"{column!r:.80}."
+        f"{name} must be {what or 'a ' + kind.__name__}, or a list of {n} such values or "
+        f"nulls, not {column!r:.80}."
     )
 
 
@@ -432,7 +433,7 @@ def decode_batch(data: Any) -> list[Message]:
             values = _values(data, name, n, str)
             if values is not None:
                 columns[name] = values
-    ttls = _values(data, _TTL, n, int)
+    ttls = _values(data, _TTL, n, int, "whole microseconds (at most 2**62)")
     if ttls is not None:
         if any(t is not None and t > 2**62 for t in ttls):
             raise InvalidArgument(f"{_TTL} must be whole microseconds, at most 2**62.")
