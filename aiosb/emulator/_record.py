@@ -336,6 +336,10 @@ _OPT_FIELDS = (
 )
 
 
+#: The properties column's entry for a message with none (read, never changed).
+_NO_PROPS: dict[str, Any] = {}
+
+
 def received_messages(
     recs: list[_Record], entity_path: str, peek: bool = False
 ) -> list[ReceivedMessage]:
@@ -356,6 +360,7 @@ def received_columns(
     by field name of :class:`~aiosb.ReceivedMessage` (``application_properties`` for
     the properties) a list with each message's value or one value every message has; a
     field left out has its default for every message. A peek's columns carry no lock.
+    The columns share what the records hold: read them, do not change them.
     """
     n = len(recs)
     columns: dict[str, Any] = {
@@ -371,7 +376,9 @@ def received_columns(
         columns["time_to_live"] = [None if t == INF else _delta(t) for t in ttls]
     props = [r.props for r in recs]
     if any(props):
-        columns["application_properties"] = [p.copy() if p else {} for p in props]
+        # The records' own dicts, not copies (#16: an object per message for the garbage
+        # collector to count): a record's properties are replaced, never changed.
+        columns["application_properties"] = [p or _NO_PROPS for p in props]
     columns["sequence_number"] = [r.seq for r in recs]
     columns["enqueued_timestamp"] = [r.enqueued for r in recs]
     columns["expires_timestamp"] = [r.expires for r in recs]
