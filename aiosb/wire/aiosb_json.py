@@ -33,7 +33,6 @@ from ..message import (
     property_name_ok,
 )
 from .json_values import (
-    JSON_INTS,
     decode_value,
     dumps,
     encode_value,
@@ -246,10 +245,6 @@ def _plain(props: Sequence[Any]) -> bool:
     types = set(map(type, values))
     if not types <= _PLAIN:
         return False
-    if int in types:
-        ints = values if len(types) == 1 else [v for v in values if type(v) is int]
-        if min(ints) not in JSON_INTS or max(ints) not in JSON_INTS:
-            return False
     return float not in types or all(
         math.isfinite(v) for v in values if type(v) is float
     )
@@ -266,11 +261,13 @@ def _encode_properties(props: list[dict[str, PropertyValue]]) -> list[Any] | Non
 def _encode_columns(
     bodies: list[bytes], columns: dict[str, Any], names: tuple[str, ...]
 ) -> dict[str, Any]:
-    """``bodies`` and the columns of ``names`` in the batch encoding.
+    """``bodies`` and the columns of the sent fields and of ``names`` (received fields)
+    in the batch encoding.
 
     ``columns`` holds, by field name (``application_properties`` for the properties),
     a list with each message's value, or one value every message has; a field it leaves
-    out is ``None`` for every message."""
+    out has its default for every message (``None``; 0, 0.0 or ``"active"`` for a
+    received message's numbers and state)."""
     out: dict[str, Any] = {
         "body": base64.b64encode(b"".join(bodies)).decode("ascii"),
         "body_sizes": list(map(len, bodies)),
@@ -346,7 +343,8 @@ def encode_received_columns(bodies: list[bytes], columns: dict[str, Any]) -> dic
     """Received messages in the aiosb batch encoding, given as columns: their bodies,
     and by field name of :class:`~aiosb.ReceivedMessage` (``application_properties``
     for the properties) a list with each message's value, or one value every message
-    has; a field left out is ``None`` for every message. What aiosb's server answers:
+    has; a field left out has its default (``None``, or the dataclass's for the broker
+    fields: 0, 0.0, ``"active"``, ``""``) for every message. What aiosb's server answers:
     the emulator reads the columns straight from the messages it holds, with no
     :class:`~aiosb.ReceivedMessage` per message (#16)."""
     return _encode_columns(bodies, columns, _RECEIVED_NAMES)

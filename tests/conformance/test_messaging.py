@@ -253,6 +253,20 @@ async def test_peek_browses_without_locking_and_continues_where_it_stopped(ns):
         assert len(got) == 5
 
 
+async def test_a_peek_of_a_locked_message_carries_no_lock(ns):
+    """A peek shows a message another receive holds, but not its lock (the server's
+    batch answer drops the lock columns of a peek: #16)."""
+    await ns.create_queue("q")
+    await send(ns, "q", b"a", b"b")
+    async with ns.receiver("q") as receiver:
+        (held,) = await receiver.receive(max_messages=1, max_wait=5)
+        assert held.lock_token is not None and held.locked_until_timestamp is not None
+        peeked = await receiver.peek(2)
+        assert [m.body for m in peeked] == [b"a", b"b"]
+        assert [m.lock_token for m in peeked] == [None, None]
+        assert [m.locked_until_timestamp for m in peeked] == [None, None]
+
+
 async def test_message_over_256_kb_is_refused_and_nothing_is_sent(ns):
     await ns.create_queue("q")
     async with ns.sender("q") as sender:

@@ -66,9 +66,7 @@ in one of two shapes:
 
 Property values are JSON where JSON has the type, else tagged: ``{"bytes": BASE64}``,
 ``{"datetime": ISO_8601}``, ``{"timedelta": MICROSECONDS}``, ``{"uuid": TEXT}``,
-``{"float": "nan"|"inf"|"-inf"}``, and a whole number beyond 64 bits (signed) as
-``{"int": DIGITS}`` (the server reads these bodies with orjson, which would read such a
-number as a float). The operations:
+``{"float": "nan"|"inf"|"-inf"}``. The operations:
 
 * ``POST /{ns}/{entity}/$aiosb/send`` ``{"messages": [...], "transaction": false}`` or
   ``{"batch": {...}, ...}`` (``201``; a transaction is held to PT-16 to PT-18);
