@@ -310,13 +310,9 @@ def _listed(values: Any, n: int) -> list[Any]:
 
 def encode_batch(messages: Sequence[Message]) -> dict[str, Any]:
     """Messages in the aiosb batch encoding (what aiosb's client sends)."""
-    bodies = [m.body for m in messages]
-    if not messages:
-        return _encode_columns(bodies, {}, ())
     # A column per field (a tuple per message would cost as much again in allocations).
-    return _encode_columns(
-        bodies, dict(zip(_SENT_FIELDS, _sent_values(messages), strict=True)), ()
-    )
+    columns = dict(zip(_SENT_FIELDS, _sent_values(messages), strict=True))
+    return _encode_columns([m.body for m in messages], columns, ())
 
 
 def encode_messages(messages: Sequence[Message]) -> dict[str, Any]:
@@ -331,12 +327,9 @@ def encode_messages(messages: Sequence[Message]) -> dict[str, Any]:
 def encode_received_batch(messages: Sequence[ReceivedMessage]) -> dict[str, Any]:
     """Received messages in the aiosb batch encoding; no messages is
     ``{"body": "", "body_sizes": []}``."""
-    bodies = [m.body for m in messages]
-    if not messages:
-        return _encode_columns(bodies, {}, ())
     columns = dict(zip(_SENT_FIELDS, _sent_values(messages), strict=True))
-    columns.update(zip(_RECEIVED_DEFAULTS, _received_values(messages), strict=True))
-    return encode_received_columns(bodies, columns)
+    columns.update(zip(_RECEIVED_NAMES, _received_values(messages), strict=True))
+    return encode_received_columns([m.body for m in messages], columns)
 
 
 def encode_received_columns(bodies: list[bytes], columns: dict[str, Any]) -> dict[str, Any]:
