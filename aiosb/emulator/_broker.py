@@ -56,7 +56,8 @@ from . import _delivery, _manage, _sending, _sessions
 from ._entity import EntityJournal, _Entity
 from ._faults import Fault, Faults
 from ._record import INF, _Ids
-from ._store import Due, _wake
+from ._store import _wake
+from ._surroundings import Due
 
 __all__ = ["EmulatorNamespace"]
 

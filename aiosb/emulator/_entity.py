@@ -40,7 +40,8 @@ from ._record import (
     _utc,
 )
 from ._rules import Rules, apply_action, view_of
-from ._store import Recorder, StoreHost, _Store, _wake
+from ._store import _Store, _wake
+from ._surroundings import Recorder, StoreHost
 
 __all__ = ["EntityHost", "EntityJournal"]
 

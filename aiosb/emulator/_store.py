@@ -12,7 +12,8 @@ A store knows its surroundings only through the small protocols below: the names
 (:class:`StoreHost`: timer, lock-token ids, journal), its entity (:class:`StoreOwner`:
 where messages go next, its settings) and its session (:class:`StoreSession`).
 
-Imports: :mod:`._record` and :mod:`._held` only (never the entity or the broker).
+Imports: :mod:`._record`, :mod:`._held` and :mod:`._surroundings` only (never the
+entity or the broker).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from heapq import heapify, heappop, heappush
 from operator import attrgetter
-from typing import Any, Protocol
+from typing import Any
 
 from ..errors import MessageNotFound
 from ._held import Held
@@ -36,11 +37,11 @@ from ._record import (
     MAX_DELIVERY_EXCEEDED,
     SCHEDULED,
     TTL_EXPIRED,
-    _Ids,
     _Record,
 )
+from ._surroundings import StoreHost, StoreOwner, StoreSession
 
-__all__ = ["Due", "Recorder", "StoreHost", "StoreOwner", "StoreSession"]
+__all__: list[str] = []
 
 # Timeline kinds. A _LOCKS entry holds the records locked until its instant by one
 # receive or renew, so a batch of 100 costs one heap push, not 100. A record whose lock
@@ -52,98 +53,6 @@ _LOCKS = object()
 #: One timeline entry: when, a tie-breaker, the kind, and a record (or, for _LOCKS, the
 #: records of one receive or renew).
 _Entry = tuple[float, int, object, _Record | list[_Record]]
-
-
-class Due(Protocol):
-    """Something with deadlines on the namespace's timer."""
-
-    def on_due(self, now: float) -> None:
-        """Run what is due at ``now``."""
-
-
-class Recorder(Protocol):
-    """The durable journal, as a store reports to it (:class:`~._durable.Journal`)."""
-
-    def record(self, store: _Store, rec: _Record) -> None:
-        """``rec`` was added, changed or removed in ``store``."""
-
-
-class StoreHost(Protocol):
-    """What a store needs of its namespace."""
-
-    @property
-    def name(self) -> str:
-        """The namespace name."""
-
-    @property
-    def journal(self) -> Recorder | None:
-        """The durable journal, if the namespace is kept on disk."""
-
-    @property
-    def _ids(self) -> _Ids:
-        """Makes new lock tokens (one per call, or a batch's with ``many``)."""
-
-    def _register(self, when: float, target: Due) -> None:
-        """Call ``target.on_due`` once ``when`` has come."""
-
-
-class StoreSession(Protocol):
-    """What a store needs of the session it belongs to."""
-
-    @property
-    def id(self) -> str:
-        """The session id."""
-
-    def expire(self, now: float) -> None:
-        """A message of the session is past its expiry: the session expires (EX-12)."""
-
-
-class StoreOwner(Protocol):
-    """What a store needs of its entity (an :class:`~._entity._Entity`)."""
-
-    @property
-    def ns(self) -> StoreHost:
-        """The namespace."""
-
-    @property
-    def path(self) -> str:
-        """The entity path."""
-
-    @property
-    def key(self) -> str:
-        """The entity path in lower case."""
-
-    @property
-    def deleted(self) -> bool:
-        """Whether the entity was deleted."""
-
-    @property
-    def props(self) -> Any:
-        """The entity description (max_delivery_count, dead-lettering on expiry)."""
-
-    @property
-    def seqs(self) -> list[Iterator[int]]:
-        """The sequence number counter of each fragment."""
-
-    @property
-    def session_waiters(self) -> list[asyncio.Future[None]]:
-        """Receivers waiting for the next available session."""
-
-    bytes: int
-    """The bytes held over every store of the entity."""
-
-    def deliver(self, rec: _Record, now: float, hops: int, keep_seq: bool = False) -> None:
-        """Take ``rec`` in: forward it, fan it out, or store it."""
-
-    def dead_letter(
-        self,
-        fragment: int,
-        rec: _Record,
-        reason: str | None,
-        description: str | None,
-        now: float,
-    ) -> None:
-        """Dead-letter ``rec`` (already removed from a store of ``fragment``)."""
 
 
 _state = attrgetter("state")

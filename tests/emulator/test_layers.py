@@ -96,7 +96,11 @@ def test_the_parts_and_the_journal_never_reach_the_broker(part: str) -> None:
 
 def test_the_store_and_the_record_know_nothing_above_them() -> None:
     emulator = {m for m in _reach("aiosb.emulator._store") if m.startswith("aiosb.emulator")}
-    assert emulator == {"aiosb.emulator._record", "aiosb.emulator._held"}
+    assert emulator == {
+        "aiosb.emulator._record", "aiosb.emulator._held", "aiosb.emulator._surroundings"
+    }
+    around = {m for m in _reach("aiosb.emulator._surroundings") if m.startswith("aiosb.emulator")}
+    assert around == {"aiosb.emulator._record"}
     held = {m for m in _reach("aiosb.emulator._held") if m.startswith("aiosb.emulator")}
     assert held == {"aiosb.emulator._record"}
     assert not any(m.startswith("aiosb.emulator") for m in _reach("aiosb.emulator._record"))
