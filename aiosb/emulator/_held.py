@@ -111,6 +111,43 @@ class Held:
         self._len += 1
         return True
 
+    def add_run(self, recs: list[_Record]) -> None:
+        """Hold ``recs``, numbered consecutively and above every number held (a send's
+        batch for one store): a page at a time, not a record at a time (#16). Records
+        numbered otherwise are held one by one, as :meth:`add` holds them."""
+        n = len(recs)
+        if not n:
+            return
+        first = recs[0].seq
+        pages, keys = self._pages, self._keys
+        if recs[-1].seq - first != n - 1 or not self._sorted or (
+            keys and first >> SHIFT < keys[-1]
+        ):
+            for rec in recs:
+                self.add(rec)
+            return
+        at = 0
+        while at < n:
+            seq = first + at
+            key = seq >> SHIFT
+            end = min(n, at + ((key + 1) << SHIFT) - seq)
+            page = pages.get(key)
+            if page is None:
+                pages[key] = recs[at] if end - at == 1 else recs[at:end]
+                if not keys or key > keys[-1]:  # or equal: listed already
+                    keys.append(key)
+            elif page.__class__ is list and page[-1].seq < seq:
+                page += recs[at:end]
+            elif page.__class__ is not list and page.seq < seq:  # type: ignore[union-attr]
+                pages[key] = [page, *recs[at:end]]  # type: ignore[list-item]
+            else:  # a number held already: replaced, as add does
+                for rec in recs[at:end]:
+                    self.add(rec)
+                at = end
+                continue
+            self._len += end - at
+            at = end
+
     def pop(self, seq: int, default: Any = None) -> Any:
         """Drop the record numbered ``seq`` and return it (``default`` if none is)."""
         for rec in self.discard((seq,)):

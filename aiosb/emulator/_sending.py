@@ -35,6 +35,12 @@ async def send(
 ) -> None:
     """Enqueue ``messages`` on a queue or topic as one batch (all or none)."""
     entity, records, now = await prepare(ns, path, messages, transaction)
+    # A plain queue's records are stored a fragment's run at a time (#16): numbered
+    # here, in order, and handed to their store together.
+    runs: dict[int, list[_Record]] = {}
+    run_frag = -1
+    run: list[_Record] = []
+    seqs = None
     for rec in records:
         if rec is None:  # a ping: accepted, never delivered (PN-14)
             continue
@@ -49,11 +55,16 @@ async def send(
             ttl = rec.ttl if rec.ttl < entity.ttl else entity.ttl
             rec.ttl = ttl
             rec.expires = None if ttl == INF else now + ttl
-            store = entity.fragments[rec.frag]
-            rec.seq = next(store.seqs)
-            store.add(rec, now)
+            if rec.frag != run_frag:
+                run_frag = rec.frag
+                run = runs.setdefault(run_frag, [])
+                seqs = entity.fragments[run_frag].seqs
+            rec.seq = next(seqs)  # type: ignore[arg-type]
+            run.append(rec)
         else:
             entity.deliver(rec, now, 0)
+    for frag, recs in runs.items():
+        entity.fragments[frag].add_run(recs, now)
 
 
 async def schedule(ns: Namespace, path: str, messages: Sequence[Message]) -> list[int]:

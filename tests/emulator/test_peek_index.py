@@ -94,3 +94,39 @@ def test_held_discards_runs_of_numbers_as_a_dict_would():
         assert [r.seq for r in held.values()] == sorted(model)
         for page in held._pages.values():  # a page of one is the record, never a list
             assert not isinstance(page, list) or len(page) > 1
+
+
+def test_held_takes_a_run_as_a_dict_would():
+    """A send's batch is held a page at a time (``add_run``, #16): runs that start on a
+    page held already or a fresh one, cross pages, follow sparse numbers, or (taken one
+    by one, as ``add`` takes them) are not consecutive, lie below numbers held, or
+    repeat numbers held; whatever the run, the answer is a dict's."""
+    rng = random.Random(19)
+    for _ in range(300):
+        held, model = Held(), {}
+
+        def record(seq: int) -> _Record:
+            rec = _Record(Message(b"x"), f"m{seq}", 1)
+            rec.seq = seq
+            return rec
+
+        for seq in sorted(rng.sample(range(1, 400), rng.randint(0, 60))):
+            held.add(rec := record(seq))
+            model[seq] = rec
+        for _ in range(rng.randint(1, 4)):
+            top = max(model, default=0)
+            start = rng.choice([top + 1, top + rng.randint(1, 200), rng.randint(1, top + 1)])
+            seqs = list(range(start, start + rng.randint(1, 170)))
+            if rng.random() < 0.2:
+                seqs.insert(rng.randrange(len(seqs)), seqs[0] + 500)  # not consecutive
+            recs = [record(seq) for seq in seqs]
+            held.add_run(recs)
+            model.update((rec.seq, rec) for rec in recs)
+            assert len(held) == len(model) and held == model
+            assert [r.seq for r in held.values()] == sorted(model)
+            for seq in rng.sample(range(1, 1200), 50):
+                assert held.get(seq) is model.get(seq)
+            for page in held._pages.values():
+                assert not isinstance(page, list) or len(page) > 1
+        start = rng.randint(0, max(model) + 2)
+        assert [r.seq for r in held.from_sequence(start)] == sorted(s for s in model if s >= start)
