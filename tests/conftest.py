@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+# The transports and the pairing layer, imported now rather than by the first test that
+# connects: pytest rewrites aiosb's modules (a plugin's) with ast.parse, which CPython
+# 3.11 can fail deep in a running test ("AST constructor recursion depth mismatch",
+# python/cpython#106905); at collection nothing else is running.
+import aiosb.pairing
+import aiosb.transport.amqp
+import aiosb.transport.http
+import aiosb.transport.memory  # noqa: F401
 from aiosb import emulator
 
 

@@ -382,6 +382,12 @@ JSON_BATCH = {"Content-Type": _rest.BATCH_CONTENT_TYPE}
         ("POST", "/contoso/q/$aiosb/receive", {}, b'{"session_id": "s"}', 400, "unknown field"),
         ("POST", "/contoso/q/$aiosb/settle", {}, b'{"action": "burn", "lock_tokens": ["x"]}',
          400, "action"),
+        *(
+            ("POST", "/contoso/q/$aiosb/settle", {},
+             b'{"action": "complete", "lock_tokens": %s}' % tokens, 400, "lock_tokens must")
+            for tokens in [b'[]', b'["x", ""]', b'["x", 7]', b'["%s"]' % (b"x" * 257), b'"x"',
+                           b'["x", null]']
+        ),
         ("POST", "/contoso/q/$aiosb/send", {}, b'{"messages": [{"body": "%%%"}]}', 400,
          "base64"),
         ("POST", "/contoso/q/$aiosb/send", {},

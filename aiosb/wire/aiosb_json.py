@@ -477,10 +477,14 @@ def _valid(columns: dict[str, list[Any]]) -> bool:
     if types is not None and not all(map(content_type_ok, types)):
         return False
     props = columns.get(_PROPS)
-    if props is not None and not all(
-        property_name_ok(k) and _utf8(v) for p in props for k, v in p.items()
-    ):
-        return False
+    if props is not None:
+        # Each name once (a batch's messages mostly share theirs), and the text values
+        # joined: one check in C unless some text is not ASCII (#16).
+        if not all(map(property_name_ok, set().union(*props))):
+            return False
+        texts = [v for v in _chain(map(_values_of, props)) if type(v) is str]
+        if not "".join(texts).isascii() and not all(map(_utf8, texts)):
+            return False
     ttls = columns.get(_TTL)
     return ttls is None or all(t is None or t > _ZERO for t in ttls)
 

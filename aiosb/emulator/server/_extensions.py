@@ -166,7 +166,8 @@ def _settlement(body: bytes) -> Settlement:
         not isinstance(tokens, list)
         or not tokens
         or len(tokens) > 10_000
-        or not all(isinstance(t, str) and 0 < len(t) <= 256 for t in tokens)
+        or set(map(type, tokens)) != {str}
+        or not 0 < min(map(len, tokens)) <= max(map(len, tokens)) <= 256
     ):
         raise InvalidArgument("lock_tokens must be a non-empty list of lock token strings.")
     if fields["sub_queue"] not in (None, "deadletter"):
