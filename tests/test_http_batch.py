@@ -177,6 +177,18 @@ def test_columns_are_compact():
     assert _json.decode_received_batch({"body": "", "body_sizes": []}) == []
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(message_kw, min_size=1, max_size=5))
+def test_a_record_counts_the_size_its_message_counts(kws):
+    """The emulator works out a record's size as it reads the message's fields (#16):
+    the size Message.size gives, whichever fields are set."""
+    sent = one_at_a_time(kws)
+    if isinstance(sent, type):
+        return
+    for msg in sent:
+        assert _Record(msg, msg.message_id or 7).size == msg.size
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(message_kw, min_size=1, max_size=5), st.booleans(), st.data())
 def test_the_servers_columns_say_what_the_messages_of_a_receive_say(kws, peek, data):

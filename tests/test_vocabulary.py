@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pickle
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -22,6 +22,19 @@ def test_message_size_counts_body_and_properties():
     assert plain.size == 100
     rich = Message(b"x" * 100, message_id="id", application_properties={"key": "value", "n": 1})
     assert rich.size == 100 + 2 + 3 + 5 + 1 + 8
+
+
+def test_message_size_counts_each_text_field_once_in_utf8_and_no_times():
+    """Every text field counts its UTF-8 bytes, once; the schedule and the time to live
+    count nothing (what the emulator's records and the sender's batch limit rely on)."""
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    msg = Message(
+        b"xy", message_id="m", session_id="\u00e9", partition_key="\u00e9", content_type="c",
+        correlation_id="co", subject="sub", reply_to="rt", reply_to_session_id="rs",
+        to="\u20ac", scheduled_enqueue_time=at, time_to_live=timedelta(seconds=5),
+        application_properties={"k": "\u20ac", "f": 1.5, "b": True, "n": None},
+    )
+    assert msg.size == 2 + 1 + 2 + 2 + 1 + 2 + 3 + 2 + 2 + 3 + (1 + 3) + (1 + 8) + (1 + 8) + (1 + 1)
 
 
 def test_received_message_is_plain_data_that_pickles():

@@ -15,7 +15,7 @@ import os
 from typing import Any, Generic, TypeVar, overload
 
 from ..entities import NEVER
-from ..message import Message, ReceivedMessage
+from ..message import Message, ReceivedMessage, properties_size, texts_size
 
 T = TypeVar("T")
 
@@ -112,12 +112,12 @@ FIELDS = (
 # a record with none of them set shares :data:`_NO_OPT` (#16: a resident message costs
 # one slot for all of them, not twelve).
 _OPT = (
-    "session_id", "partition_key", "scheduled", "content_type", "correlation_id",
-    "subject", "reply_to", "reply_to_session_id", "to", "dl_reason", "dl_desc",
-    "dl_source",
+    "session_id", "partition_key", "content_type", "correlation_id", "subject", "reply_to",
+    "reply_to_session_id", "to", "scheduled", "dl_reason", "dl_desc", "dl_source",
 )
 _NO_OPT: tuple[Any, ...] = (None,) * len(_OPT)
-#: Where ``scheduled`` is in ``_opt`` (read inline on the send path).
+#: Where ``scheduled`` is in ``_opt`` (read inline on the send path); the text fields a
+#: message's size counts come before it.
 AT = _OPT.index("scheduled")
 
 #: A broker-assigned MessageId is kept as its number (an int, not a 36-character
@@ -196,21 +196,24 @@ class _Record:
     _opt: tuple[Any, ...]
     _mid: str | int
 
-    session_id = _Opt[str | None](0)
-    partition_key = _Opt[str | None](1)
-    scheduled = _Opt[_dt.datetime | None](2)
-    content_type = _Opt[str | None](3)
-    correlation_id = _Opt[str | None](4)
-    subject = _Opt[str | None](5)
-    reply_to = _Opt[str | None](6)
-    reply_to_session_id = _Opt[str | None](7)
-    to = _Opt[str | None](8)
-    dl_reason = _Opt[str | None](9)
-    dl_desc = _Opt[str | None](10)
-    dl_source = _Opt[str | None](11)
+    session_id = _Opt[str | None](_OPT.index("session_id"))
+    partition_key = _Opt[str | None](_OPT.index("partition_key"))
+    content_type = _Opt[str | None](_OPT.index("content_type"))
+    correlation_id = _Opt[str | None](_OPT.index("correlation_id"))
+    subject = _Opt[str | None](_OPT.index("subject"))
+    reply_to = _Opt[str | None](_OPT.index("reply_to"))
+    reply_to_session_id = _Opt[str | None](_OPT.index("reply_to_session_id"))
+    to = _Opt[str | None](_OPT.index("to"))
+    scheduled = _Opt[_dt.datetime | None](AT)
+    dl_reason = _Opt[str | None](_OPT.index("dl_reason"))
+    dl_desc = _Opt[str | None](_OPT.index("dl_desc"))
+    dl_source = _Opt[str | None](_OPT.index("dl_source"))
 
-    def __init__(self, msg: Message, message_id: str | int, size: int) -> None:
-        self.body = msg.body
+    def __init__(self, msg: Message, message_id: str | int, size: int | None = None) -> None:
+        """A record of ``msg``, with ``message_id`` (the message's, or a number the broker
+        gives it) and ``size`` (by default the message's :attr:`~aiosb.Message.size`,
+        worked out here from the fields as they are read: the send path, #16)."""
+        self.body = body = msg.body
         self._mid = message_id
         ttl = msg.time_to_live
         if ttl is None:
@@ -221,11 +224,20 @@ class _Record:
                 _DELTAS.setdefault(seconds, ttl)
         props = msg.application_properties
         opt: tuple[Any, ...] = (
-            msg.session_id, msg.partition_key, msg.scheduled_enqueue_time, msg.content_type,
-            msg.correlation_id, msg.subject, msg.reply_to, msg.reply_to_session_id, msg.to,
-            None, None, None,
+            msg.session_id, msg.partition_key, msg.content_type, msg.correlation_id,
+            msg.subject, msg.reply_to, msg.reply_to_session_id, msg.to,
+            msg.scheduled_enqueue_time, None, None, None,
         )
-        self._opt = _NO_OPT if opt == _NO_OPT else opt
+        if opt == _NO_OPT:
+            opt = _NO_OPT
+        self._opt = opt
+        if size is None:
+            size = len(body)
+            user_id = msg.message_id
+            if user_id is not None or opt is not _NO_OPT:
+                size += texts_size((user_id, *opt[:AT]))
+            if props:
+                size += properties_size(props)
         # Slots of their own: a tuple holding a dict is tracked by the garbage collector,
         # and a key is set on every message of an entity with duplicate detection.
         self.props = dict(props) if props else None
@@ -293,8 +305,8 @@ class _Record:
         mid = self._mid
         m.message_id = mid if mid.__class__ is str else _AUTO_ID % mid
         (
-            m.session_id, m.partition_key, m.scheduled_enqueue_time, m.content_type,
-            m.correlation_id, m.subject, m.reply_to, m.reply_to_session_id, m.to,
+            m.session_id, m.partition_key, m.content_type, m.correlation_id, m.subject,
+            m.reply_to, m.reply_to_session_id, m.to, m.scheduled_enqueue_time,
             m.dead_letter_reason, m.dead_letter_error_description, m.dead_letter_source,
         ) = self._opt
         ttl = self.ttl
@@ -330,9 +342,9 @@ class _Record:
 #: The fields of :class:`~aiosb.ReceivedMessage` that ``_opt`` holds, in its order
 #: (:meth:`_Record.received` sets them in this order too).
 _OPT_FIELDS = (
-    "session_id", "partition_key", "scheduled_enqueue_time", "content_type",
-    "correlation_id", "subject", "reply_to", "reply_to_session_id", "to",
-    "dead_letter_reason", "dead_letter_error_description", "dead_letter_source",
+    "session_id", "partition_key", "content_type", "correlation_id", "subject", "reply_to",
+    "reply_to_session_id", "to", "scheduled_enqueue_time", "dead_letter_reason",
+    "dead_letter_error_description", "dead_letter_source",
 )
 
 

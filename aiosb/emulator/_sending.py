@@ -155,7 +155,8 @@ def build(
     for msg in messages:
         if not isinstance(msg, Message):
             raise InvalidArgument(f"can only send Message objects, not {type(msg).__name__}.")
-        size = msg.size
+        rec = _Record(msg, msg.message_id or auto_ids())  # its size worked out as it reads
+        size = rec.size
         if size > limit:
             raise MessageSizeExceeded(
                 f"A message of {size} bytes is over the {limit} byte limit of "
@@ -165,19 +166,20 @@ def build(
         if msg.content_type == PING_CONTENT_TYPE:
             out.append(None)
             continue
-        if requires_session and msg.session_id is None:
+        # The partition key (PT-6 to PT-8), chosen here, inline: this runs per message.
+        key = msg.partition_key
+        session_id = msg.session_id
+        if session_id is not None:
+            if key is not None:
+                check_partition_key(session_id, key)  # PT-7 (fields may change after checks)
+            key = session_id
+        elif requires_session:
             raise InvalidOperation(
                 f"{entity.path!r} requires sessions (or has a subscription that does): "
                 "set session_id on every message."
             )
-        check_partition_key(msg.session_id, msg.partition_key)  # fields may change
-        rec = _Record(msg, msg.message_id or auto_ids(), size)
-        # The partition key (PT-6 to PT-8), chosen here, inline: this runs per message.
-        key = msg.session_id
-        if key is None:
-            key = msg.partition_key
-            if key is None and by_message_id:
-                key = rec.message_id
+        elif key is None and by_message_id:
+            key = rec.message_id
         rec.key = key
         out.append(rec)
     if transaction:
