@@ -274,14 +274,15 @@ class HttpTransport:
         )
 
     async def _extension(
-        self, entity: str, op: str, payload: dict[str, Any], *, batch: bool = False
+        self, entity: str, op: str, payload: dict[str, Any], *, finite: bool = False
     ) -> Any:
-        """POST ``payload`` to an aiosb extension; ``batch``: it holds a batch (see
-        :func:`_json.dumps`), and nothing else that is a float."""
+        """POST ``payload`` to an aiosb extension; ``finite``: every float in it is finite
+        (a batch, values :func:`_json.encode_value` wrote), so :func:`_json.dumps` writes
+        it; otherwise :mod:`json` does (a bare NaN is its, not orjson's null)."""
         _, _, body = await self._request(
             "POST",
             f"{_quote(entity)}/$aiosb/{op}",
-            data=_json.dumps(payload) if batch
+            data=_json.dumps(payload) if finite
             else json.dumps(payload, separators=(",", ":")).encode(),
             headers=_JSON_HEADERS,
         )
@@ -305,7 +306,7 @@ class HttpTransport:
             payload = _json.encode_messages(messages)
             if transaction:
                 payload["transaction"] = True
-            await self._extension(entity, "send", payload, batch=True)
+            await self._extension(entity, "send", payload, finite=True)
             return
         if len(messages) == 1 and messages[0].content_type != _rest.BATCH_CONTENT_TYPE:
             msg = messages[0]
@@ -356,7 +357,7 @@ class HttpTransport:
                 "scheduled_enqueue_time instead)"
             )
         answer = await self._extension(
-            entity, "schedule", _json.encode_messages(messages), batch=True
+            entity, "schedule", _json.encode_messages(messages), finite=True
         )
         return list(answer["sequence_numbers"])
 
@@ -447,6 +448,7 @@ class HttpTransport:
                     if props is None
                     else {k: _json.encode_value(v) for k, v in props.items()},
                 },
+                finite=True,  # floats only in the encoded properties (#16: orjson)
             )
             locked: list[float] | None = answer["locked_until"]
             return locked
