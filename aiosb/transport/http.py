@@ -57,6 +57,7 @@ from ..protocol import (
     Settlement,
 )
 from ..wire import aiosb_json as _json
+from ..wire import frames as _frames
 from ..wire import rest as _rest
 from ..wire import status as _status
 from ._http_manage import NO_SESSIONS as _NO_SESSIONS
@@ -68,6 +69,7 @@ __all__ = ["HttpTransport", "RemoteFaults"]
 
 _JSON = "application/json"
 _JSON_HEADERS = {"Content-Type": _JSON}
+_ACCEPT_FRAMES = f"{_frames.CONTENT_TYPE}, {_JSON}"
 
 
 class HttpTransport(HttpManagement):
@@ -133,6 +135,8 @@ class HttpTransport(HttpManagement):
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
         self._answered = False  # has anything at this address ever answered?
+        #: The server said it takes framed batches (raw bodies: :mod:`aiosb.wire.frames`).
+        self._frames = False
         self._locations: dict[str, int] = {}  # lock token -> sequence number (REST mode)
 
     def __repr__(self) -> str:
@@ -257,18 +261,35 @@ class HttpTransport(HttpManagement):
         )
 
     async def _extension(
-        self, entity: str, op: str, payload: dict[str, Any], *, finite: bool = False
+        self, entity: str, op: str, payload: dict[str, Any], *, finite: bool = False,
+        framed: bool = False, frames_back: bool = False,
     ) -> Any:
         """POST ``payload`` to an aiosb extension; ``finite``: every float in it is finite
         (a batch, values :func:`_json.encode_value` wrote), so :func:`_json.dumps` writes
-        it; otherwise :mod:`json` does (a bare NaN is its, not orjson's null)."""
-        _, _, body = await self._request(
-            "POST",
-            f"{_quote(entity)}/$aiosb/{op}",
-            data=_json.dumps(payload) if finite
-            else json.dumps(payload, separators=(",", ":")).encode(),
-            headers=_JSON_HEADERS,
+        it; otherwise :mod:`json` does (a bare NaN is its, not orjson's null). ``framed``:
+        its batch's bodies are raw bytes, sent after the JSON; ``frames_back``: a framed
+        answer is welcome (:mod:`aiosb.wire.frames`)."""
+        headers = _JSON_HEADERS
+        if framed:
+            data, length = _frames.frame(payload)
+            headers = {"Content-Type": _frames.CONTENT_TYPE, _frames.LENGTH_HEADER: str(length)}
+        elif finite:
+            data = _json.dumps(payload)
+        else:
+            data = json.dumps(payload, separators=(",", ":")).encode()
+        if frames_back:
+            headers = {**headers, "Accept": _ACCEPT_FRAMES}
+        _, answer, body = await self._request(
+            "POST", f"{_quote(entity)}/$aiosb/{op}", data=data, headers=headers
         )
+        if not self._frames and answer.get(_frames.TAKES_FRAMES):
+            self._frames = True
+        length = answer.get(_frames.LENGTH_HEADER)
+        if length is not None:
+            try:
+                return _frames.unframe(body, length)
+            except InvalidArgument as exc:
+                raise TransientError(f"the server's framed answer is bad: {exc}") from None
         return _json.loads(body) if body else None
 
     def _lacks(self, what: str) -> InvalidOperation:
@@ -286,10 +307,13 @@ class HttpTransport(HttpManagement):
         (PT-16 to PT-18 apply there) and to a real namespace as one atomic batch, since
         the REST protocol has no transactions."""
         if self.extensions:
-            payload = _json.encode_messages(messages)
+            frames = self._frames
+            payload = _json.encode_messages(messages, raw=frames)
             if transaction:
                 payload["transaction"] = True
-            await self._extension(entity, "send", payload, finite=True)
+            await self._extension(
+                entity, "send", payload, finite=True, framed=frames and "batch" in payload
+            )
             return
         if len(messages) == 1 and messages[0].content_type != _rest.BATCH_CONTENT_TYPE:
             msg = messages[0]
@@ -339,8 +363,10 @@ class HttpTransport(HttpManagement):
                 "schedule operation that returns sequence numbers (send a message with "
                 "scheduled_enqueue_time instead)"
             )
+        frames = self._frames
+        payload = _json.encode_messages(messages, raw=frames)
         answer = await self._extension(
-            entity, "schedule", _json.encode_messages(messages), finite=True
+            entity, "schedule", payload, finite=True, framed=frames and "batch" in payload
         )
         return list(answer["sequence_numbers"])
 
@@ -371,6 +397,7 @@ class HttpTransport(HttpManagement):
                     else list(request.sequence_numbers),
                     "batch": True,
                 },
+                frames_back=True,
             )
             return _json.decode_received_batch(answer["batch"])
         if request.peek:

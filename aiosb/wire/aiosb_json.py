@@ -259,17 +259,17 @@ def _encode_properties(props: list[dict[str, PropertyValue]]) -> list[Any] | Non
 
 
 def _encode_columns(
-    bodies: list[bytes], columns: dict[str, Any], names: tuple[str, ...]
+    bodies: list[bytes], columns: dict[str, Any], names: tuple[str, ...], raw: bool = False
 ) -> dict[str, Any]:
     """``bodies`` and the columns of the sent fields and of ``names`` (received fields)
-    in the batch encoding.
+    in the batch encoding (``raw``: the bodies as bytes, for :func:`~.frames.frame`).
 
     ``columns`` holds, by field name (``application_properties`` for the properties),
     a list with each message's value, or one value every message has; a field it leaves
     out has its default for every message (``None``; 0, 0.0 or ``"active"`` for a
     received message's numbers and state)."""
     out: dict[str, Any] = {
-        "body": base64.b64encode(b"".join(bodies)).decode("ascii"),
+        "body": b"".join(bodies) if raw else base64.b64encode(b"".join(bodies)).decode(),
         "body_sizes": list(map(len, bodies)),
     }
     n = len(bodies)
@@ -308,20 +308,22 @@ def _listed(values: Any, n: int) -> list[Any]:
     return values if type(values) is list else [values] * n if values is not None else []
 
 
-def encode_batch(messages: Sequence[Message]) -> dict[str, Any]:
-    """Messages in the aiosb batch encoding (what aiosb's client sends)."""
+def encode_batch(messages: Sequence[Message], raw: bool = False) -> dict[str, Any]:
+    """Messages in the aiosb batch encoding (what aiosb's client sends; ``raw``: the
+    bodies as bytes, to be framed)."""
     # A column per field (a tuple per message would cost as much again in allocations).
     columns = dict(zip(_SENT_FIELDS, _sent_values(messages), strict=True))
-    return _encode_columns([m.body for m in messages], columns, ())
+    return _encode_columns([m.body for m in messages], columns, (), raw)
 
 
-def encode_messages(messages: Sequence[Message]) -> dict[str, Any]:
+def encode_messages(messages: Sequence[Message], raw: bool = False) -> dict[str, Any]:
     """The messages of a send or schedule as the server takes them: one in the
     per-message encoding (``messages``), whose writing and reading cost less than a
-    batch's columns do for one (S-3: about 4 us a send); more as a ``batch``."""
+    batch's columns do for one (S-3: about 4 us a send); more as a ``batch`` (``raw``:
+    its bodies as bytes, to be framed)."""
     if len(messages) == 1:
         return {"messages": [encode_message(messages[0])]}
-    return {"batch": encode_batch(messages)}
+    return {"batch": encode_batch(messages, raw)}
 
 
 def encode_received_batch(messages: Sequence[ReceivedMessage]) -> dict[str, Any]:
@@ -332,15 +334,18 @@ def encode_received_batch(messages: Sequence[ReceivedMessage]) -> dict[str, Any]
     return encode_received_columns([m.body for m in messages], columns)
 
 
-def encode_received_columns(bodies: list[bytes], columns: dict[str, Any]) -> dict[str, Any]:
+def encode_received_columns(
+    bodies: list[bytes], columns: dict[str, Any], raw: bool = False
+) -> dict[str, Any]:
     """Received messages in the aiosb batch encoding, given as columns: their bodies,
     and by field name of :class:`~aiosb.ReceivedMessage` (``application_properties``
     for the properties) a list with each message's value, or one value every message
     has; a field left out has its default (``None``, or the dataclass's for the broker
     fields: 0, 0.0, ``"active"``, ``""``) for every message. What aiosb's server answers:
     the emulator reads the columns straight from the messages it holds, with no
-    :class:`~aiosb.ReceivedMessage` per message (#16)."""
-    return _encode_columns(bodies, columns, _RECEIVED_NAMES)
+    :class:`~aiosb.ReceivedMessage` per message (#16). ``raw``: the bodies as bytes,
+    to be framed."""
+    return _encode_columns(bodies, columns, _RECEIVED_NAMES, raw)
 
 
 def _bodies(data: dict[str, Any]) -> list[bytes]:
@@ -350,12 +355,15 @@ def _bodies(data: dict[str, Any]) -> list[bytes]:
     ):
         raise InvalidArgument("body_sizes must be a list of body lengths in bytes.")
     blob = data.get("body", "")
-    if not isinstance(blob, str):
+    if type(blob) is bytes:  # framed: the bodies as they came after the JSON
+        raw = blob
+    elif not isinstance(blob, str):
         raise InvalidArgument("body must be a base64 string.")
-    try:
-        raw = base64.b64decode(blob, validate=True)
-    except (binascii.Error, ValueError):
-        raise InvalidArgument("body is not valid base64.") from None
+    else:
+        try:
+            raw = base64.b64decode(blob, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidArgument("body is not valid base64.") from None
     total = sum(sizes)
     if total != len(raw):
         raise InvalidArgument(f"body_sizes add up to {total} bytes, but body has {len(raw)}.")

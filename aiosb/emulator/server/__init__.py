@@ -64,6 +64,15 @@ in one of two shapes:
   with the same subject: ``{"body": "YWJhYmFi", "body_sizes": [2, 2, 2], "subject": "s",
   "properties": [{"i": 0}, {"i": 1}, {"i": 2}]}``.
 
+A batch may travel **framed** instead (:mod:`aiosb.wire.frames`): the body of the
+request or answer is the JSON with no ``body`` in its batch, then the bodies, raw, one
+after another; its content type is ``application/vnd.aiosb.frame`` and the header
+``Aiosb-Json-Length`` gives the JSON's length in bytes. The server takes framed sends and
+schedules, says so on every ``$aiosb`` answer (``Aiosb-Takes-Frames: 1``), and frames a
+batch receive's answer when the request's ``Accept`` names the frame type; aiosb's
+client frames from the first answer that says so. Base64 is a third larger than the
+bytes and costs more than the rest of a 1 KB message's encoding.
+
 Property values are JSON where JSON has the type, else tagged: ``{"bytes": BASE64}``,
 ``{"datetime": ISO_8601}``, ``{"timedelta": MICROSECONDS}``, ``{"uuid": TEXT}``,
 ``{"float": "nan"|"inf"|"-inf"}``. The operations:

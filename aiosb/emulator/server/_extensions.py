@@ -19,6 +19,7 @@ from ...protocol import (
     Settlement,
 )
 from ...wire import aiosb_json as _json
+from ...wire import frames as _frames
 from .. import EmulatorNamespace
 from ._http import (
     MAX_WAIT,
@@ -30,9 +31,16 @@ from ._http import (
 )
 
 
-def _batch_response(data: dict[str, Any], status: int = 200) -> web.Response:
-    """A JSON answer of the batch encoding's kind (see :func:`aiosb.transport._json.dumps`)."""
-    return web.Response(status=status, body=_json.dumps(data), content_type="application/json")
+def _batch_response(data: dict[str, Any], framed: bool) -> web.Response:
+    """An answer holding a batch, framed (its bodies raw, :mod:`aiosb.wire.frames`) or
+    as JSON (see :func:`aiosb.wire.json_values.dumps`)."""
+    if framed:
+        body, length = _frames.frame(data)
+        return web.Response(
+            body=body, content_type=_frames.CONTENT_TYPE,
+            headers={_frames.LENGTH_HEADER: str(length)},
+        )
+    return web.Response(body=_json.dumps(data), content_type="application/json")
 
 
 def _messages(payload: dict[str, Any]) -> list[Message]:
@@ -52,9 +60,21 @@ async def extension(
     request: web.Request, ns: EmulatorNamespace, path: str, op: str,
     limit: float | None,
 ) -> web.StreamResponse:
+    response = await _extension(request, ns, path, op, limit)
+    response.headers[_frames.TAKES_FRAMES] = "1"  # framed sends welcome
+    return response
+
+
+async def _extension(
+    request: web.Request, ns: EmulatorNamespace, path: str, op: str,
+    limit: float | None,
+) -> web.StreamResponse:
     body = await request.read()
+    frame = request.headers.get(_frames.LENGTH_HEADER)  # a framed batch: its JSON's length
     if op == "send":
-        payload = object_body(body, {"messages": None, "batch": None, "transaction": False})
+        payload = object_body(
+            body, {"messages": None, "batch": None, "transaction": False}, frame
+        )
         transaction = payload["transaction"]
         if not isinstance(transaction, bool):
             raise InvalidArgument(f"transaction must be true or false, not {transaction!r}.")
@@ -63,7 +83,7 @@ async def extension(
         )
         return web.Response(status=201)
     if op == "schedule":
-        payload = object_body(body, {"messages": None, "batch": None})
+        payload = object_body(body, {"messages": None, "batch": None}, frame)
         messages = _messages(payload)
         if any(m.scheduled_enqueue_time is None for m in messages):
             raise InvalidArgument("every message to schedule needs scheduled_enqueue_time.")
@@ -86,7 +106,10 @@ async def extension(
             bodies, columns = await bounded(
                 bound, ns.receive_columns(path, receive), receive.max_wait or 0.0
             )
-            return _batch_response({"batch": _json.encode_received_columns(bodies, columns)})
+            framed = _frames.CONTENT_TYPE in request.headers.get("Accept", "")
+            return _batch_response(
+                {"batch": _json.encode_received_columns(bodies, columns, framed)}, framed
+            )
         got = await bounded(bound, ns.receive(path, receive), receive.max_wait or 0.0)
         return web.json_response(
             {"messages": [_json.encode_received(m) for m in got]}

@@ -27,6 +27,7 @@ from ...protocol import (
     MAX_RECEIVE_WAIT,
 )
 from ...wire import aiosb_json as _aiosb_json
+from ...wire import frames as _frames
 from ...wire import status as _status
 from .._broker import NAMESPACE_NAME
 
@@ -171,9 +172,12 @@ def json_body(data: bytes) -> Any:
         raise InvalidArgument(f"the body is not valid JSON: {str(exc)[:120]}.") from None
 
 
-def object_body(data: bytes, allowed: dict[str, Any]) -> dict[str, Any]:
-    """A JSON object whose keys are all in ``allowed`` (name -> default)."""
-    value = json_body(data)
+def object_body(
+    data: bytes, allowed: dict[str, Any], frame: str | None = None
+) -> dict[str, Any]:
+    """A JSON object whose keys are all in ``allowed`` (name -> default); ``frame``: the
+    body is framed (:mod:`aiosb.wire.frames`), this the JSON's length."""
+    value = json_body(data) if frame is None else _frames.unframe(data, frame)
     if not isinstance(value, dict):
         raise InvalidArgument("the body must be a JSON object.")
     unknown = value.keys() - allowed.keys()
