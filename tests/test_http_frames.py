@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aiosb
-from aiosb import Message, ReceivedMessage, SasCredential
+from aiosb import Message, ReceivedMessage, SasCredential, errors
 from aiosb.emulator.server import DEV_KEY, DEV_KEY_NAME, serve
 from aiosb.errors import InvalidArgument
 from aiosb.wire import aiosb_json as _json
@@ -59,6 +59,7 @@ BAD_FRAMES = [
     (GOOD, "-3", "must be the length"),
     (GOOD, str(len(GOOD) + 2), "must be the length"),  # past the end of the body
     (GOOD, "\u0661", "must be the length"),  # a digit, but not an ASCII one
+    (GOOD, "9" * 4400, "must be the length"),  # more digits than int() takes
     (b'{"batch": {"body_sizes"', None, "not valid"),
     (b"[1, 2]", None, "a batch object"),
     (b'{"batch": 1}', None, "a batch object"),
@@ -71,6 +72,23 @@ BAD_FRAMES = [
 def test_a_bad_frame_is_refused_with_what_is_wrong(json_part, length, match):
     with pytest.raises(InvalidArgument, match=match):
         frames.unframe(json_part + b"x", length or str(len(json_part)))
+
+
+@pytest.mark.parametrize(
+    ("accept", "framed"),
+    [
+        (frames.CONTENT_TYPE, True),
+        (f"application/json, {frames.CONTENT_TYPE.upper()}", True),
+        (f"{frames.CONTENT_TYPE}; q=0.5, application/json", True),
+        (f"{frames.CONTENT_TYPE};q=0, application/json", False),
+        (f"{frames.CONTENT_TYPE}; Q = 0", False),
+        (f"{frames.CONTENT_TYPE}x", False),
+        ("application/json", False),
+        ("", False),
+    ],
+)
+def test_a_framed_answer_is_what_accept_asks_for(accept, framed):
+    assert frames.asks_for_frames(accept) is framed
 
 
 @pytest.fixture
@@ -156,37 +174,109 @@ async def test_the_client_frames_once_the_server_said_it_takes_frames(server, mo
             await receiver.complete(got)
 
 
-async def test_the_client_talks_json_to_a_server_that_knows_no_frames():
-    """An aiosb serve from before frames: no header says it takes them, and it answers
-    JSON whatever the Accept; the client never frames, and reads its answers."""
-    requests: list[tuple[str, str]] = []
+class Stub:
+    """An HTTP server standing in for aiosb serve: ``new`` (it takes frames and says
+    so, as today's does) or not (one from before frames: JSON only, whatever the
+    Accept, and a framed body is no JSON to it); every request is kept."""
 
-    async def handler(request: web.Request) -> web.Response:
-        requests.append((request.path.rsplit("/", 1)[-1], request.content_type))
-        payload = json.loads(await request.read())  # a framed body would fail here
-        if request.path.endswith("/receive"):
+    def __init__(self) -> None:
+        self.new = False
+        self.bad_frame = False  # answer receives with a frame whose length is wrong
+        self.requests: list[tuple[str, str]] = []
+
+    async def handle(self, request: web.Request) -> web.Response:
+        op = request.path.rsplit("/", 1)[-1]
+        self.requests.append((op, request.content_type))
+        body = await request.read()
+        if frames.LENGTH_HEADER in request.headers and self.new:
+            payload = frames.unframe(body, request.headers[frames.LENGTH_HEADER])
+        else:
+            try:
+                payload = json.loads(body)
+            except ValueError:
+                return web.Response(
+                    status=400, text="<Error><Code>400</Code><Detail>the body is not valid "
+                    "JSON.</Detail></Error>", content_type="application/xml",
+                    headers={"x-aiosb-error": "InvalidArgument"},  # as aiosb serve says
+                )
+        headers = {frames.TAKES_FRAMES: "1"} if self.new else {}
+        if op == "receive":
             batch = _json.encode_received_batch([ReceivedMessage(b"x", lock_token="t")])
-            return web.json_response({"batch": batch})
-        assert "body" in payload["batch"]
-        return web.Response(status=201)
+            if self.bad_frame:
+                headers[frames.LENGTH_HEADER] = "999"
+                return web.Response(body=b"{}", headers=headers,
+                                    content_type=frames.CONTENT_TYPE)
+            return web.json_response({"batch": batch}, headers=headers)
+        assert _json.decode_batch(payload["batch"])  # a send's batch, readable
+        return web.Response(status=201, headers=headers)
 
+
+@pytest.fixture
+async def stub():
+    server = Stub()
     app = web.Application()
-    app.router.add_post("/{tail:.*}", handler)
+    app.router.add_post("/{tail:.*}", server.handle)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
+    transport = aiosb.transport.http.HttpTransport(f"http://127.0.0.1:{port}/ns")
+    await transport.open()
     try:
-        transport = aiosb.transport.http.HttpTransport(f"http://127.0.0.1:{port}/ns")
-        await transport.open()
-        try:
-            for _ in range(3):
-                await transport.send("q", [Message(b"a"), Message(b"b")])
-            got = await transport.receive("q", aiosb.protocol.ReceiveRequest(max_messages=5))
-        finally:
-            await transport.aclose()
+        yield server, transport
     finally:
+        await transport.aclose()
         await runner.cleanup()
+
+
+async def test_the_client_talks_json_to_a_server_that_knows_no_frames(stub):
+    """An aiosb serve from before frames: no header says it takes them, and it answers
+    JSON whatever the Accept; the client never frames, and reads its answers."""
+    server, transport = stub
+    for _ in range(3):
+        await transport.send("q", [Message(b"a"), Message(b"b")])
+    got = await transport.receive("q", aiosb.protocol.ReceiveRequest(max_messages=5))
     assert [m.body for m in got] == [b"x"]
-    assert requests == [("send", "application/json")] * 3 + [("receive", "application/json")]
+    assert server.requests == [("send", "application/json")] * 3 + [
+        ("receive", "application/json")
+    ]
+
+
+async def test_a_server_replaced_by_one_from_before_frames_gets_json_again(stub):
+    """A restart or a rollback at the same address: the first framed batch it refuses
+    goes again as JSON (a refused body stores nothing), and the client frames no more
+    until a server says it takes frames again."""
+    server, transport = stub
+    server.new = True
+    batch = [Message(b"a"), Message(b"b")]
+    await transport.send("q", batch)
+    await transport.send("q", batch)
+    assert server.requests[-1] == ("send", frames.CONTENT_TYPE)
+    server.new = False
+    server.requests.clear()
+    await transport.send("q", batch)
+    await transport.send("q", batch)
+    assert server.requests == [
+        ("send", frames.CONTENT_TYPE), ("send", "application/json"),
+        ("send", "application/json"),
+    ]
+    server.new = True
+    await transport.send("q", batch)  # told again on this answer
+    await transport.send("q", batch)
+    assert server.requests[-1] == ("send", frames.CONTENT_TYPE)
+    server.new = False  # replaced again, and first asked for a receive: its answer
+    server.requests.clear()  # says nothing of frames, so the next batch is JSON at once
+    await transport.receive("q", aiosb.protocol.ReceiveRequest(max_messages=5))
+    await transport.send("q", batch)
+    assert server.requests == [("receive", "application/json"), ("send", "application/json")]
+
+
+async def test_a_bad_framed_answer_is_an_error_not_retried(stub):
+    """The server took the messages a receive asked for: retrying would lose them (or
+    hold their locks), so a framed answer the client cannot read is not retryable."""
+    server, transport = stub
+    server.new = server.bad_frame = True
+    with pytest.raises(errors.MessagingError, match="framed answer is bad") as caught:
+        await transport.receive("q", aiosb.protocol.ReceiveRequest(max_messages=5))
+    assert caught.value.retryable is False

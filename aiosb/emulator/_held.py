@@ -112,9 +112,10 @@ class Held:
         return True
 
     def add_run(self, recs: list[_Record]) -> None:
-        """Hold ``recs``, numbered consecutively and above every number held (a send's
-        batch for one store): a page at a time, not a record at a time (#16). Records
-        numbered otherwise are held one by one, as :meth:`add` holds them."""
+        """Hold ``recs``, numbered in increasing order (no number twice: a send numbers
+        its batch from one counter); numbered consecutively and above every number held
+        (a send's batch for one store), a page at a time, not a record at a time (#16).
+        Records numbered otherwise are held one by one, as :meth:`add` holds them."""
         n = len(recs)
         if not n:
             return

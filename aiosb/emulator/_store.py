@@ -245,7 +245,8 @@ class _Store:
 
     def add_run(self, recs: list[_Record], now: float) -> None:
         """Store ``recs`` as available: :meth:`add` for a send's batch to this store
-        (numbered consecutively above every number held, times set), in one pass (#16)."""
+        (numbered in increasing order, mostly consecutively above every number held;
+        times set), in one pass (#16)."""
         for rec in recs:
             rec.state = AVAILABLE
         self.records.add_run(recs)

@@ -45,6 +45,7 @@ from ..errors import (
     EntityUnavailable,
     InvalidArgument,
     InvalidOperation,
+    MessagingError,
     OperationTimeout,
     ServiceBusError,
     TransientError,
@@ -282,15 +283,34 @@ class HttpTransport(HttpManagement):
         _, answer, body = await self._request(
             "POST", f"{_quote(entity)}/$aiosb/{op}", data=data, headers=headers
         )
-        if not self._frames and answer.get(_frames.TAKES_FRAMES):
-            self._frames = True
+        # Said on every answer of a server that takes frames: one replaced at this
+        # address by an older one stops the framing at its first answer.
+        self._frames = answer.get(_frames.TAKES_FRAMES) == "1"
         length = answer.get(_frames.LENGTH_HEADER)
         if length is not None:
             try:
                 return _frames.unframe(body, length)
             except InvalidArgument as exc:
-                raise TransientError(f"the server's framed answer is bad: {exc}") from None
+                # Not retried: what the operation took (a receive's messages) is taken.
+                raise MessagingError(f"the server's framed answer is bad: {exc}") from None
         return _json.loads(body) if body else None
+
+    async def _post_messages(
+        self, entity: str, op: str, messages: Sequence[Message], **fields: Any
+    ) -> Any:
+        """POST ``messages`` to send or schedule, with ``fields``: a batch framed while
+        the server takes frames. A framed batch refused (400: a server from before frames
+        now at this address) goes again once as JSON; a refused body stores nothing."""
+        framed = self._frames and len(messages) > 1
+        payload = {**_json.encode_messages(messages, raw=framed), **fields}
+        try:
+            return await self._extension(entity, op, payload, finite=True, framed=framed)
+        except InvalidArgument:
+            if not framed:
+                raise
+            self._frames = False
+        payload = {**_json.encode_messages(messages), **fields}
+        return await self._extension(entity, op, payload, finite=True)
 
     def _lacks(self, what: str) -> InvalidOperation:
         return InvalidOperation(
@@ -307,13 +327,10 @@ class HttpTransport(HttpManagement):
         (PT-16 to PT-18 apply there) and to a real namespace as one atomic batch, since
         the REST protocol has no transactions."""
         if self.extensions:
-            frames = self._frames
-            payload = _json.encode_messages(messages, raw=frames)
             if transaction:
-                payload["transaction"] = True
-            await self._extension(
-                entity, "send", payload, finite=True, framed=frames and "batch" in payload
-            )
+                await self._post_messages(entity, "send", messages, transaction=True)
+            else:
+                await self._post_messages(entity, "send", messages)
             return
         if len(messages) == 1 and messages[0].content_type != _rest.BATCH_CONTENT_TYPE:
             msg = messages[0]
@@ -363,11 +380,7 @@ class HttpTransport(HttpManagement):
                 "schedule operation that returns sequence numbers (send a message with "
                 "scheduled_enqueue_time instead)"
             )
-        frames = self._frames
-        payload = _json.encode_messages(messages, raw=frames)
-        answer = await self._extension(
-            entity, "schedule", payload, finite=True, framed=frames and "batch" in payload
-        )
+        answer = await self._post_messages(entity, "schedule", messages)
         return list(answer["sequence_numbers"])
 
     async def cancel_scheduled(self, entity: str, sequence_numbers: Sequence[int]) -> None:

@@ -262,14 +262,15 @@ def _encode_columns(
     bodies: list[bytes], columns: dict[str, Any], names: tuple[str, ...], raw: bool = False
 ) -> dict[str, Any]:
     """``bodies`` and the columns of the sent fields and of ``names`` (received fields)
-    in the batch encoding (``raw``: the bodies as bytes, for :func:`~.frames.frame`).
+    in the batch encoding (``raw``: ``body`` is the list of bodies, for
+    :func:`~.frames.frame`).
 
     ``columns`` holds, by field name (``application_properties`` for the properties),
     a list with each message's value, or one value every message has; a field it leaves
     out has its default for every message (``None``; 0, 0.0 or ``"active"`` for a
     received message's numbers and state)."""
     out: dict[str, Any] = {
-        "body": b"".join(bodies) if raw else base64.b64encode(b"".join(bodies)).decode(),
+        "body": bodies if raw else base64.b64encode(b"".join(bodies)).decode(),
         "body_sizes": list(map(len, bodies)),
     }
     n = len(bodies)

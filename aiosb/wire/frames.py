@@ -29,12 +29,25 @@ TAKES_FRAMES = "Aiosb-Takes-Frames"
 
 
 def frame(payload: dict[str, Any]) -> tuple[bytes, int]:
-    """``payload``, whose ``batch`` holds its bodies as raw bytes in ``body`` (the
-    batch encoders' ``raw`` form), framed: the bytes to send and the JSON's length. The
-    ``body`` is taken out of the batch."""
-    blob: bytes = payload["batch"].pop("body")
+    """``payload``, whose ``batch`` holds its bodies as a list of bytes in ``body`` (the
+    batch encoders' ``raw`` form), framed: the bytes to send (one copy of the bodies)
+    and the JSON's length. The ``body`` is taken out of the batch."""
+    bodies: list[bytes] = payload["batch"].pop("body")
     data = dumps(payload)
-    return b"".join((data, blob)), len(data)
+    return b"".join([data, *bodies]), len(data)
+
+
+def asks_for_frames(accept: str) -> bool:
+    """Whether an ``Accept`` header names :data:`CONTENT_TYPE` (in any case, and not
+    with ``q=0``)."""
+    for item in accept.split(","):
+        kind, *params = item.split(";")
+        if kind.strip().lower() == CONTENT_TYPE:
+            return not any(
+                p.strip().lower().replace(" ", "") in ("q=0", "q=0.0", "q=0.00", "q=0.000")
+                for p in params
+            )
+    return False
 
 
 def unframe(data: bytes, length: str) -> dict[str, Any]:
@@ -45,7 +58,11 @@ def unframe(data: bytes, length: str) -> dict[str, Any]:
         InvalidArgument: A length that is not a whole number within the body, JSON
             that is not an object with a ``batch`` object, or a ``body`` in that batch.
     """
-    if not (length.isascii() and length.isdigit()) or not 0 < int(length) <= len(data):
+    if (
+        not (length.isascii() and length.isdigit())
+        or len(length) > 19  # int() of thousands of digits is refused, and slow
+        or not 0 < int(length) <= len(data)
+    ):
         raise InvalidArgument(
             f"{LENGTH_HEADER} is {length[:40]!r}: it must be the length in bytes of the "
             f"JSON at the start of the body ({len(data)} bytes)."

@@ -106,7 +106,7 @@ async def _extension(
             bodies, columns = await bounded(
                 bound, ns.receive_columns(path, receive), receive.max_wait or 0.0
             )
-            framed = _frames.CONTENT_TYPE in request.headers.get("Accept", "")
+            framed = _frames.asks_for_frames(request.headers.get("Accept", ""))
             return _batch_response(
                 {"batch": _json.encode_received_columns(bodies, columns, framed)}, framed
             )
