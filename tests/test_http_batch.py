@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import uuid
 from datetime import UTC, timedelta, timezone
@@ -326,3 +327,17 @@ async def test_r4_a_send_has_messages_or_a_batch(post, body, match):
 async def test_r4_receive_batch_flag_is_a_boolean(post):
     status, text = await post("/ns/q/$aiosb/receive", b'{"batch": 1}')
     assert status == 400 and "batch must be true or false" in text, (status, text)
+
+
+@pytest.mark.parametrize("odd", [float("nan"), float("inf"), float("-inf")])
+def test_a_float_json_cannot_write_survives_a_batch_beside_plain_ones(odd):
+    """A batch whose property values JSON carries as they are goes as it is (#16); a
+    float JSON has no number for is tagged instead, or orjson would write null."""
+    sent = [Message(b"a", application_properties={"f": 1.5}),
+            Message(b"b", application_properties={"f": odd})]
+    batch = _json.encode_batch(sent)
+    assert batch["properties"][1]["f"] != odd  # tagged, not a bare float
+    first, second = _json.decode_batch(wire(batch))
+    assert first.application_properties == {"f": 1.5}
+    got = second.application_properties["f"]
+    assert got == odd or (math.isnan(got) and math.isnan(odd))

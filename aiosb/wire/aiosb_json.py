@@ -236,24 +236,26 @@ def _column(values: list[Any]) -> Any:
     return values
 
 
-def _plain(props: Sequence[Any]) -> bool:
-    """Whether ``props`` are all dicts whose values JSON carries as they are."""
+def _plain(props: Sequence[Any]) -> set[type] | None:
+    """The types of the values of ``props`` if they are all dicts whose values JSON
+    carries as they are (``None``: they are not)."""
     try:
-        values = list(_chain(map(_values_of, props)))
+        types = set(map(type, _chain(map(_values_of, props))))
     except TypeError:  # not all dicts
-        return False
-    types = set(map(type, values))
+        return None
     if not types <= _PLAIN:
-        return False
-    return float not in types or all(
-        math.isfinite(v) for v in values if type(v) is float
-    )
+        return None
+    if float in types and not all(
+        math.isfinite(v) for v in _chain(map(_values_of, props)) if type(v) is float
+    ):
+        return None
+    return types
 
 
 def _encode_properties(props: list[dict[str, PropertyValue]]) -> list[Any] | None:
     if not any(props):
         return None
-    if _plain(props):
+    if _plain(props) is not None:
         return props
     return [{k: encode_value(v) for k, v in p.items()} if p else None for p in props]
 
@@ -393,12 +395,15 @@ def _values(
     )
 
 
-def _properties_column(props: Any, n: int) -> list[dict[str, PropertyValue]]:
+def _properties_column(props: Any, n: int) -> tuple[list[dict[str, PropertyValue]], bool]:
+    """The properties column decoded, and whether its values may hold text."""
     if not isinstance(props, list) or len(props) != n:
         raise InvalidArgument(f"{_PROPS} must be a list of {n} objects or nulls.")
-    if set(map(type, props)) == {dict} and _plain(props):
-        return props  # parsed JSON: every message has a dict of its own
-    return list(map(_decode_properties, props))
+    if set(map(type, props)) == {dict}:
+        types = _plain(props)
+        if types is not None:  # parsed JSON: every message has a dict of its own
+            return props, str in types
+    return list(map(_decode_properties, props)), True
 
 
 def _decode_properties(props: Any) -> dict[str, PropertyValue]:
@@ -443,8 +448,10 @@ def decode_batch(data: Any) -> list[Message]:
         columns[_AT] = [None if t is None else _parse_iso(_AT, t) for t in ats]
     props = data.get(_PROPS)
     if props is not None:
-        columns[_PROPS] = _properties_column(props, n)
-    if not _valid(columns):
+        columns[_PROPS], texts = _properties_column(props, n)
+    else:
+        texts = False
+    if not _valid(columns, texts):
         # Something Message refuses: let it say what, exactly as it always does.
         names = [_FIELD_OF.get(name, name) for name in columns]
         return [
@@ -460,9 +467,10 @@ def decode_batch(data: Any) -> list[Message]:
     )
 
 
-def _valid(columns: dict[str, list[Any]]) -> bool:
+def _valid(columns: dict[str, list[Any]], texts_in_properties: bool = True) -> bool:
     """Whether :class:`~aiosb.Message` takes every message of these columns as it is
-    (the types are right already): ids within the limit, PT-7, positive times to live."""
+    (the types are right already): ids within the limit, PT-7, positive times to live;
+    ``texts_in_properties``: whether property values may be text (to check as UTF-8)."""
     if not columns:
         return True  # bodies only: nothing Message could refuse
     for name in _ID_FIELDS:
@@ -493,9 +501,10 @@ def _valid(columns: dict[str, list[Any]]) -> bool:
         # joined: one check in C unless some text is not ASCII (#16).
         if not all(map(property_name_ok, set().union(*props))):
             return False
-        texts = [v for v in _chain(map(_values_of, props)) if type(v) is str]
-        if not "".join(texts).isascii() and not all(map(_utf8, texts)):
-            return False
+        if texts_in_properties:
+            texts = [v for v in _chain(map(_values_of, props)) if type(v) is str]
+            if not "".join(texts).isascii() and not all(map(_utf8, texts)):
+                return False
     ttls = columns.get(_TTL)
     return ttls is None or all(t is None or t > _ZERO for t in ttls)
 
@@ -533,7 +542,7 @@ def decode_received_batch(data: dict[str, Any]) -> list[ReceivedMessage]:
                           for t in _expand(column, n)]
         elif name == _PROPS:
             if column is not None:
-                column = _properties_column(column, n)
+                column = _properties_column(column, n)[0]
         elif column is None:
             column = _RECEIVED_DEFAULTS.get(name)
         if type(column) is list:
