@@ -297,10 +297,12 @@ class Message:
     def size(self) -> int:
         """The size Service Bus counts against its limit: body plus properties, in bytes."""
         size = len(self.body)
+        mid = self.message_id
+        if mid is not None:  # often the one text set: spelled out (#16)
+            size += len(mid) if mid.__class__ is str and mid.isascii() else texts_size((mid,))
         texts = (
-            self.message_id, self.session_id, self.partition_key, self.content_type,
-            self.correlation_id, self.subject, self.reply_to, self.reply_to_session_id,
-            self.to,
+            self.session_id, self.partition_key, self.content_type, self.correlation_id,
+            self.subject, self.reply_to, self.reply_to_session_id, self.to,
         )
         if texts != _NO_TEXTS:  # mostly none are set: one comparison in C (#16)
             size += texts_size(texts)
@@ -308,7 +310,7 @@ class Message:
         return size + properties_size(props) if props else size
 
 
-_NO_TEXTS = (None,) * len(TEXT_FIELDS)
+_NO_TEXTS = (None,) * (len(TEXT_FIELDS) - 1)
 
 
 def texts_size(texts: Iterable[Any]) -> int:

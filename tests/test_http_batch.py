@@ -190,6 +190,21 @@ def test_a_record_counts_the_size_its_message_counts(kws):
         assert _Record(msg, msg.message_id or 7).size == msg.size
 
 
+@pytest.mark.parametrize(
+    ("msg", "size"),
+    [
+        (Message(b"xy"), 2),
+        (Message(b"xy", message_id="m"), 3),  # an id alone: the record's short cut
+        (Message(b"", message_id="\u00e9t\u00e9"), 5),  # UTF-8 bytes, not characters
+        (Message(b"x", message_id="m", to="t"), 3),
+        (Message(b"x", subject="\u20ac"), 4),
+        (Message(b"x", application_properties={"k": 1}), 1 + 1 + 8),
+    ],
+)
+def test_a_records_size_is_its_messages_for_each_shape(msg, size):
+    assert _Record(msg, msg.message_id or 7).size == msg.size == size
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(message_kw, min_size=1, max_size=5), st.booleans(), st.data())
 def test_the_servers_columns_say_what_the_messages_of_a_receive_say(kws, peek, data):

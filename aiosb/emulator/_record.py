@@ -234,8 +234,13 @@ class _Record:
         if size is None:
             size = len(body)
             user_id = msg.message_id
-            if user_id is not None or opt is not _NO_OPT:
+            if opt is not _NO_OPT:
                 size += texts_size((user_id, *opt[:AT]))
+            elif user_id is not None:  # an id alone, the common case: spelled out
+                size += (
+                    len(user_id) if user_id.__class__ is str and user_id.isascii()
+                    else texts_size((user_id,))
+                )
             if props:
                 size += properties_size(props)
         # Slots of their own: a tuple holding a dict is tracked by the garbage collector,
