@@ -76,13 +76,13 @@ async def test_a_woken_receive_that_is_cancelled_passes_its_wake_up_on(monkeypat
         await ns.create_queue("q")
         async with ns.sender("q") as sender, ns.receiver("q") as receiver:
             first, second = await _waiting(receiver, 2)
-            add = _Store.add_run  # how a send's batch reaches a plain queue's store
+            add = _Store.add
 
             def add_then_cancel_the_first(self: _Store, *args: Any) -> None:
                 add(self, *args)  # wakes ``first``, which has not run yet
                 first.cancel()
 
-            monkeypatch.setattr(_Store, "add_run", add_then_cancel_the_first)
+            monkeypatch.setattr(_Store, "add", add_then_cancel_the_first)
             start = asyncio.get_running_loop().time()
             await sender.send(Message(b"one"))
             got = await second  # its deadline is 60 s away (on the loop's clock)
@@ -101,16 +101,16 @@ async def test_a_woken_receive_that_finds_nothing_keeps_its_place_and_deadline(m
             start = loop.time()
             (first,) = await _waiting(receiver, 1, max_wait=10)
             others = await _waiting(receiver, 3)
-            add = _Store.add_run  # how a send's batch reaches a plain queue's store
+            add = _Store.add
 
-            def add_then_steal(self: _Store, recs: Any, now: float) -> None:
-                add(self, recs, now)  # wakes ``first``, which has not run yet
+            def add_then_steal(self: _Store, rec: Any, now: float) -> None:
+                add(self, rec, now)  # wakes ``first``, which has not run yet
                 self.take(1, None, now)  # taken by someone who did not wait
 
-            monkeypatch.setattr(_Store, "add_run", add_then_steal)
+            monkeypatch.setattr(_Store, "add", add_then_steal)
             await sender.send(Message(b"stolen"))
             await asyncio.sleep(1)
-            monkeypatch.setattr(_Store, "add_run", add)
+            monkeypatch.setattr(_Store, "add", add)
             assert not any(t.done() for t in [first, *others])
             await sender.send(Message(b"next"))
             await asyncio.sleep(1)
@@ -122,7 +122,7 @@ async def test_a_woken_receive_that_finds_nothing_keeps_its_place_and_deadline(m
             await _cancel(others)
             late_start = loop.time()
             add_steal = add_then_steal
-            monkeypatch.setattr(_Store, "add_run", add_steal)
+            monkeypatch.setattr(_Store, "add", add_steal)
             await asyncio.sleep(5)
             await sender.send(Message(b"stolen again"))  # wakes ``late`` at 5 s
             assert await late == []
