@@ -254,8 +254,8 @@ class _Store:
         self.size += size
         self.entity.bytes += size
         ready = self.ready
-        if (ready and recs[0].seq < ready[-1].seq) or recs[-1].seq - recs[0].seq >= len(recs):
-            for rec in recs:  # numbered otherwise: each in its place, as add puts it
+        if ready and recs[0].seq < ready[-1].seq:
+            for rec in recs:  # numbered below some here: each in its place, as add puts it
                 heappush(self.returned, (rec.seq, rec))
         else:
             ready.extend(recs)

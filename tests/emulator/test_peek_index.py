@@ -4,6 +4,7 @@ scan, through removals, activations of scheduled messages and the index's compac
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import random
 
@@ -130,3 +131,23 @@ def test_held_takes_a_run_as_a_dict_would():
                 assert not isinstance(page, list) or len(page) > 1
         start = rng.randint(0, max(model) + 2)
         assert [r.seq for r in held.from_sequence(start)] == sorted(s for s in model if s >= start)
+
+
+async def test_a_batch_with_a_scheduled_message_in_it_keeps_sequence_order():
+    """A send's batch is stored as a run (#16) around the scheduled message numbered in
+    its middle: what is available comes in sequence order, then the scheduled one."""
+    async with aiosb.connect("memory://run-order") as ns:
+        await ns.create_queue("q")
+        later = _dt.datetime.now(_dt.UTC) + _dt.timedelta(seconds=30)
+        async with ns.sender("q") as sender, ns.receiver("q") as receiver:
+            await sender.send([Message(b"a0")])
+            await sender.send([Message(b"a"), Message(b"b", scheduled_enqueue_time=later),
+                               Message(b"c"), Message(b"d")])
+            got = await receiver.receive(max_messages=10, max_wait=0)
+            assert [m.body for m in got] == [b"a0", b"a", b"c", b"d"]
+            seqs = [m.sequence_number for m in got]
+            assert seqs == sorted(seqs) and seqs[2] - seqs[1] == 2  # b took the one between
+            await receiver.complete(got)
+            await asyncio.sleep(31)
+            (b,) = await receiver.receive(max_messages=10, max_wait=0)
+            assert b.body == b"b" and b.sequence_number == seqs[1] + 1
