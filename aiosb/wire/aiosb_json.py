@@ -188,13 +188,14 @@ def decode_received(data: dict[str, Any]) -> ReceivedMessage:
 
 # A batch of messages as one JSON object of columns, one column per field, instead of
 # one object per message: what the aiosb extensions send and answer, for throughput.
-# The bodies travel joined in one base64 string (``body``), cut by ``body_sizes``, whose
-# length is the number of messages. Any other column is absent (every message has the
-# default: null; 0, 0.0 or "active" for a received message's numbers and state), a JSON
-# array with one value per message, or a single value that every message has. Times to
-# live are whole microseconds, scheduled times ISO 8601 with a UTC offset, broker times
-# UTC epoch seconds. ``properties`` is an array with one object (or null) per message,
-# values as :func:`encode_value` writes them.
+# The bodies travel joined in one base64 string (``body``), or raw after the JSON when
+# framed (:mod:`.frames`), cut by ``body_sizes``, whose length is the number of
+# messages. Any other column is absent (every message has the default: null; 0, 0.0 or
+# "active" for a received message's numbers and state), a JSON array with one value per
+# message, or a single value that every message has. Times to live are whole
+# microseconds, scheduled times ISO 8601 with a UTC offset, broker times UTC epoch
+# seconds. ``properties`` is an array with one object (or null) per message, values as
+# :func:`encode_value` writes them.
 
 _TTL = "time_to_live"
 _AT = "scheduled_enqueue_time"
