@@ -64,10 +64,7 @@ async def send(
         else:
             entity.deliver(rec, now, 0)
     for frag, recs in runs.items():
-        if len(recs) == 1:  # a single send: one record, no run to gather
-            entity.fragments[frag].add(recs[0], now)
-        else:
-            entity.fragments[frag].add_run(recs, now)
+        entity.fragments[frag].add_run(recs, now)
 
 
 async def schedule(ns: Namespace, path: str, messages: Sequence[Message]) -> list[int]:

@@ -8,9 +8,10 @@ activation) goes on the store's timeline, a heap with lazy deletion that is comp
 as it grows; the store registers its earliest deadline with the namespace's timer,
 which calls :meth:`_Store.on_due`.
 
-A store knows its surroundings only through the small protocols below: the namespace
-(:class:`StoreHost`: timer, lock-token ids, journal), its entity (:class:`StoreOwner`:
-where messages go next, its settings) and its session (:class:`StoreSession`).
+A store knows its surroundings only through the small protocols of
+:mod:`._surroundings`: the namespace (:class:`StoreHost`: timer, lock-token ids,
+journal), its entity (:class:`StoreOwner`: where messages go next, its settings) and its
+session (:class:`StoreSession`).
 
 Imports: :mod:`._record`, :mod:`._held` and :mod:`._surroundings` only (never the
 entity or the broker).
@@ -246,7 +247,11 @@ class _Store:
     def add_run(self, recs: list[_Record], now: float) -> None:
         """Store ``recs`` as available: :meth:`add` for a send's batch to this store
         (numbered in increasing order, mostly consecutively above every number held;
-        times set), in one pass (#16)."""
+        times set), in one pass (#16); one record (a single send) as :meth:`add` stores it,
+        which costs it less."""
+        if len(recs) == 1:
+            self.add(recs[0], now)
+            return
         for rec in recs:
             rec.state = AVAILABLE
         self.records.add_run(recs)

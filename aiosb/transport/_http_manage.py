@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import urllib.parse
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..entities import _check_name
@@ -40,19 +41,8 @@ class HttpManagement:
 
     namespace: str
     extensions: bool
-
-    async def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        data: bytes | None = None,
-        headers: dict[str, str] | None = None,
-        params: dict[str, str] | None = None,
-        settling: bool = False,
-        no_content_type: bool = False,
-    ) -> tuple[int, Any, bytes]:
-        raise NotImplementedError  # the transport's
+    #: :meth:`~.http.HttpTransport._request`: a signed request; (status, headers, body).
+    _request: Callable[..., Awaitable[tuple[int, Any, bytes]]]
 
     async def manage(self, request: ManagementRequest) -> Any:
         action, kind, path = request.action, request.kind, request.path

@@ -10,7 +10,8 @@ body each way, and four times as much memory traffic as the bytes themselves.
 Who frames what: aiosb's server answers a batch receive framed when the request's
 ``Accept`` names :data:`CONTENT_TYPE`, and says on every ``$aiosb`` answer
 (:data:`TAKES_FRAMES`) that it takes framed sends; aiosb's client frames its batch sends
-once a server said so. Either side talks plain JSON to one that does not know frames.
+while the answers say so (a framed batch refused with 400 goes once more as JSON).
+Either side talks plain JSON to one that does not know frames.
 Imports only the vocabulary.
 """
 

@@ -70,7 +70,8 @@ after another; its content type is ``application/vnd.aiosb.frame`` and the heade
 ``Aiosb-Json-Length`` gives the JSON's length in bytes. The server takes framed sends and
 schedules, says so on every ``$aiosb`` answer (``Aiosb-Takes-Frames: 1``), and frames a
 batch receive's answer when the request's ``Accept`` names the frame type; aiosb's
-client frames from the first answer that says so. Base64 is a third larger than the
+client frames while the answers say so, and sends a framed batch refused with 400 once
+more as JSON. Base64 is a third larger than the
 bytes and costs more than the rest of a 1 KB message's encoding.
 
 Property values are JSON where JSON has the type, else tagged: ``{"bytes": BASE64}``,
