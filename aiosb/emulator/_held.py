@@ -158,10 +158,45 @@ class Held:
     def discard(self, seqs: Iterable[int]) -> list[_Record]:
         """Drop the records numbered ``seqs`` (those held); return them, in that order.
         One call for a batch: every settled message comes through here (#16). A batch
-        is mostly a run of numbers at the front of a page (received in order), so such
-        a run is cut from the page at once."""
-        pages = self._pages
+        is mostly a run of consecutive numbers at the front of its pages (received in
+        order): such a run is cut from each page at once, with no step per record."""
         out: list[_Record] = []
+        nums = seqs if isinstance(seqs, list) else list(seqs)
+        n = len(nums)
+        first = nums[0] if n else 0
+        if n < 2 or nums != list(range(first, first + n)):
+            self._discard_each(nums, out)
+        else:
+            pages = self._pages
+            at = 0
+            while at < n:
+                seq = first + at
+                key = seq >> SHIFT
+                end = min(n, at + ((key + 1) << SHIFT) - seq)
+                count = end - at
+                page = pages.get(key)
+                # A sorted page of distinct numbers whose first and count-th records
+                # are seq and seq + count - 1 holds exactly the numbers between.
+                if (
+                    page.__class__ is list
+                    and len(page) >= count
+                    and page[0].seq == seq
+                    and page[count - 1].seq == seq + count - 1
+                ):
+                    self._cut(key, page, count, out)
+                else:
+                    self._discard_each(nums[at:end], out)
+                at = end
+        if len(self._keys) > 2 * len(self._pages) + 64:
+            self._keys = sorted(self._pages)
+            self._sorted = True
+        self._len -= len(out)
+        return out
+
+    def _discard_each(self, seqs: Iterable[int], out: list[_Record]) -> None:
+        """Drop the records numbered ``seqs`` into ``out``, number by number (a run at
+        the front of a page still cut at once)."""
+        pages = self._pages
         run: list[_Record] = []  # the page whose front is being cut, and how far
         run_key = -1
         cut = 0
@@ -193,11 +228,6 @@ class Held:
                 del pages[key]
         if cut:
             self._cut(run_key, run, cut, out)
-        if len(self._keys) > 2 * len(pages) + 64:
-            self._keys = sorted(pages)
-            self._sorted = True
-        self._len -= len(out)
-        return out
 
     def _cut(self, key: int, page: list[_Record], count: int, out: list[_Record]) -> None:
         """Move the first ``count`` records of list page ``key`` to ``out``."""

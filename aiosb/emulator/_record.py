@@ -40,7 +40,7 @@ MAX_DELIVERY_EXCEEDED = "MaxDeliveryCountExceeded"
 #: description).
 FILTER_EXCEPTION = "FilterException"
 
-# Record states.
+# Record states. AVAILABLE is 0, the one falsy state: a store tests a batch with any().
 AVAILABLE, LOCKED, DEFERRED, SCHEDULED, GONE = range(5)
 
 _STATE_NAMES = {
@@ -303,30 +303,8 @@ class _Record:
         return new
 
     def received(self, entity_path: str) -> ReceivedMessage:
-        """The plain-data view handed to a receiver (built slot by slot: this is the
-        hot path of every receive, and a keyword call costs four times as much)."""
-        m = _new(ReceivedMessage)
-        m.body = self.body
-        mid = self._mid
-        m.message_id = mid if mid.__class__ is str else _AUTO_ID % mid
-        (
-            m.session_id, m.partition_key, m.content_type, m.correlation_id, m.subject,
-            m.reply_to, m.reply_to_session_id, m.to, m.scheduled_enqueue_time,
-            m.dead_letter_reason, m.dead_letter_error_description, m.dead_letter_source,
-        ) = self._opt
-        ttl = self.ttl
-        m.time_to_live = None if ttl == INF else _delta(ttl)
-        props = self.props
-        m.application_properties = props.copy() if props else {}
-        m.sequence_number = self.seq
-        m.enqueued_timestamp = self.enqueued
-        m.expires_timestamp = self.expires
-        m.delivery_count = self.delivery_count
-        m.lock_token = self.lock_token
-        m.locked_until_timestamp = self.locked_until
-        m.state = "deferred" if self.deferred else _STATE_NAMES[self.state]
-        m.entity_path = entity_path
-        return m
+        """The plain-data view handed to a receiver (:func:`received_messages`)."""
+        return received_messages([self], entity_path)[0]
 
     @property
     def time_to_live(self) -> _dt.timedelta | None:
@@ -360,12 +338,38 @@ _NO_PROPS: dict[str, Any] = {}
 def received_messages(
     recs: list[_Record], entity_path: str, peek: bool = False
 ) -> list[ReceivedMessage]:
-    """The messages a receive (or, with ``peek``, a peek: no lock) hands out."""
-    out = [rec.received(entity_path) for rec in recs]
-    if peek:
-        for msg in out:
-            msg.lock_token = None
-            msg.locked_until_timestamp = None
+    """The messages a receive (or, with ``peek``, a peek: no lock) hands out, one per
+    record: built slot by slot (a keyword call costs four times as much), in one loop
+    with no call per message (every receive comes through here, #16)."""
+    out: list[ReceivedMessage] = []
+    append = out.append
+    new, cls, auto, names, inf, delta = _new, ReceivedMessage, _AUTO_ID, _STATE_NAMES, INF, _delta
+    for rec in recs:
+        m = new(cls)
+        m.body = rec.body
+        mid = rec._mid
+        m.message_id = mid if mid.__class__ is str else auto % mid
+        (
+            m.session_id, m.partition_key, m.content_type, m.correlation_id, m.subject,
+            m.reply_to, m.reply_to_session_id, m.to, m.scheduled_enqueue_time,
+            m.dead_letter_reason, m.dead_letter_error_description, m.dead_letter_source,
+        ) = rec._opt
+        ttl = rec.ttl
+        m.time_to_live = None if ttl == inf else delta(ttl)
+        props = rec.props
+        m.application_properties = props.copy() if props else {}
+        m.sequence_number = rec.seq
+        m.enqueued_timestamp = rec.enqueued
+        m.expires_timestamp = rec.expires
+        m.delivery_count = rec.delivery_count
+        if peek:
+            m.lock_token = m.locked_until_timestamp = None
+        else:
+            m.lock_token = rec.lock_token
+            m.locked_until_timestamp = rec.locked_until
+        m.state = "deferred" if rec.deferred else names[rec.state]
+        m.entity_path = entity_path
+        append(m)
     return out
 
 

@@ -49,3 +49,24 @@ async def test_a_lock_still_ends_after_the_rest_of_its_receive_is_settled():
             await asyncio.sleep(20)  # every lock has ended
             again = await receiver.receive(max_messages=10, max_wait=0)
     assert sorted(m.body for m in again) == [b"5", b"7", b"8", b"9"]
+
+
+async def test_a_lock_past_its_end_is_lost_even_before_the_timer_runs():
+    """A settlement checks each lock's end itself (checked for a whole batch at once,
+    #16): at or past it, the lock is lost even if the timer that ends it has not run yet,
+    and nothing of the batch is settled."""
+    async with aiosb.connect("memory://lock-end") as ns:
+        await ns.create_queue("q", lock_duration=datetime.timedelta(seconds=30))
+        async with ns.sender("q") as sender, ns.receiver("q") as receiver:
+            await sender.send([Message(b"%d" % i) for i in range(5)])
+            got = await receiver.receive(max_messages=5, max_wait=0)
+            broker = emulator.namespace("lock-end")
+            until = got[0].locked_until_timestamp
+            assert until is not None
+            broker.now = lambda: until  # type: ignore[method-assign]  # the timer is late
+            with pytest.raises(aiosb.errors.MessageLockLost):
+                await receiver.complete(got)
+            broker.now = lambda: until - 0.001  # type: ignore[method-assign]
+            await receiver.complete(got)
+            del broker.now
+        assert (await ns.runtime_properties("q")).active_message_count == 0

@@ -97,6 +97,32 @@ def test_held_discards_runs_of_numbers_as_a_dict_would():
             assert not isinstance(page, list) or len(page) > 1
 
 
+def test_held_discards_one_consecutive_run_as_a_dict_would():
+    """A settlement of one receive's batch is a run of consecutive numbers, cut a page
+    at a time (#16): runs from any number, within a page or across several, over pages
+    full, with holes (numbers settled already), or held a record alone; the answer is a
+    dict's."""
+    rng = random.Random(20)
+    for _ in range(300):
+        held, model = Held(), {}
+        top = rng.randint(1, 500)
+        for seq in range(1, top + 1):
+            rec = _Record(Message(b"x"), f"m{seq}", 1)
+            rec.seq = seq
+            held.add(rec)
+            model[seq] = rec
+        for seq in rng.sample(range(1, top + 1), rng.randint(0, top // 3)):
+            assert held.pop(seq) is model.pop(seq)
+        start = rng.randint(0, top + 1)
+        batch = list(range(start, start + rng.randint(2, 200)))
+        expected = [model.pop(seq) for seq in batch if seq in model]
+        assert held.discard(batch) == expected
+        assert len(held) == len(model) and held == model
+        assert [r.seq for r in held.values()] == sorted(model)
+        for page in held._pages.values():  # a page of one is the record, never a list
+            assert not isinstance(page, list) or len(page) > 1
+
+
 def test_held_takes_a_run_as_a_dict_would():
     """A send's batch is held a page at a time (``add_run``, #16): runs that start on a
     page held already or a fresh one, cross pages, follow sparse numbers, or (taken one

@@ -193,6 +193,23 @@ def test_an_expired_message_is_never_handed_out_even_before_the_timer_runs() -> 
     assert entity.dead == [] and "a" not in {r.message_id for r in store.records.values()}
 
 
+def test_messages_gone_from_the_front_of_the_line_are_passed_over_and_the_rest_taken() -> None:
+    """A take hands out the front of the line at once when nothing is due (#16); records
+    expired off the line by the timer (still in it, no longer available) send it the
+    long way, which passes over them: every live message is handed out, in order."""
+    store, _ = make_store(dead_lettering=False)
+    for name in "abc":
+        put(store, name, expires=5.0)
+    for name in "defg":
+        put(store, name)
+    store.on_due(5.0)  # a, b, c expire: gone, though the line still holds them
+    assert store.due == float("inf") and len(store.ready) == 7
+    assert names(take(store, 5, LOCK, now=6.0)) == ["d", "e", "f", "g"]
+    assert take(store, 10, LOCK, now=6.0) == [] and len(store.records) == 4
+    put(store, "h")  # the line is clean now: the next take is the quick one
+    assert names(take(store, 10, LOCK, now=6.0)) == ["h"]
+
+
 def test_a_locked_message_expires_when_its_lock_ends_not_before() -> None:
     """EX-3, EX-11: expiry does not touch a locked message; when the lock ends the
     message, past its expiry, is dead-lettered for expiry."""
