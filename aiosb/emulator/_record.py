@@ -323,7 +323,7 @@ class _Record:
 
 
 #: The fields of :class:`~aiosb.ReceivedMessage` that ``_opt`` holds, in its order
-#: (:meth:`_Record.received` sets them in this order too).
+#: (:func:`received_messages` sets them in this order too).
 _OPT_FIELDS = (
     "session_id", "partition_key", "content_type", "correlation_id", "subject", "reply_to",
     "reply_to_session_id", "to", "scheduled_enqueue_time", "dead_letter_reason",

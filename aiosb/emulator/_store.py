@@ -456,7 +456,10 @@ class _Store:
         if not returned and self.due > now and ready:
             # The common case, with no step per record in Python (#16): nothing returned
             # to take in order among the new, nothing due (so nothing has expired: every
-            # expiry is on the timeline), and the front of the line all available.
+            # expiry is on the timeline), and the front of the line all available. One
+            # expiry leaves the timeline undone: a session's, waiting for a listener
+            # (EX-13); a take from a session's store holds the session's lock, and taking
+            # it made a listener, which carried out the waiting expiries first.
             popleft = ready.popleft
             recs = [popleft() for _ in range(min(count, len(ready)))]
             if not any(map(_state, recs)):  # AVAILABLE is 0
