@@ -52,9 +52,8 @@ async def test_a_lock_still_ends_after_the_rest_of_its_receive_is_settled():
 
 
 async def test_a_lock_past_its_end_is_lost_even_before_the_timer_runs():
-    """A settlement checks each lock's end itself (checked for a whole batch at once,
-    #16): at or past it, the lock is lost even if the timer that ends it has not run yet,
-    and nothing of the batch is settled."""
+    """A settlement checks each lock's end itself: at or past it, the lock is lost even if
+    the timer that ends it has not run yet, and nothing of the batch is settled."""
     async with aiosb.connect("memory://lock-end") as ns:
         await ns.create_queue("q", lock_duration=datetime.timedelta(seconds=30))
         async with ns.sender("q") as sender, ns.receiver("q") as receiver:

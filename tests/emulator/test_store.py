@@ -207,7 +207,7 @@ def test_messages_gone_from_the_front_of_the_line_are_passed_over_and_the_rest_t
     assert store.due == float("inf") and len(store.ready) == 7
     assert names(take(store, 5, LOCK, now=6.0)) == ["d", "e", "f", "g"]
     assert take(store, 10, LOCK, now=6.0) == [] and len(store.records) == 4
-    put(store, "h")  # the line is clean now: the next take is the quick one
+    put(store, "h")  # the line holds h alone now
     assert names(take(store, 10, LOCK, now=6.0)) == ["h"]
 
 
