@@ -375,6 +375,7 @@ class Namespace(Management):
         limit = self.operation_timeout if timeout is None else timeout
         deadline = None if wait is None else loop.time() + limit + wait
         attempt = 0
+        failed: ServiceBusError | None = None  # the last attempt's retryable error
         while True:
             try:
                 # The timer is armed only if the operation waits (#16): on an emulator
@@ -384,18 +385,34 @@ class Namespace(Management):
                 if not exc.retryable or isinstance(exc, OperationTimeout):
                     raise
                 attempt += 1
+                failed = exc
                 delay = self.retry_delay(attempt) * random.uniform(0.8, 1.2)
                 if deadline is not None and loop.time() + delay >= deadline:
-                    raise OperationTimeout(
-                        f"{fn.__name__} on namespace {self.name!r} did not succeed within "
-                        f"{limit:g} s: {attempt} attempts failed, the last "
-                        f"with: {exc.message}"
-                    ) from exc
+                    raise self._gave_up(fn, limit, attempt, exc) from exc
                 await asyncio.sleep(delay)
             except TimeoutError:
+                if failed is not None:
+                    # The time ran out during a retry: the failures before it are the
+                    # reason, and a caller classifying the timeout needs them (PT-9).
+                    raise self._gave_up(
+                        fn, limit, attempt, failed, " and the retry after it got no answer"
+                    ) from failed
                 raise OperationTimeout(
                     f"{fn.__name__} on namespace {self.name!r} got no answer within {limit:g} s."
                 ) from None
+
+    def _gave_up(
+        self,
+        fn: Callable[..., Any],
+        limit: float,
+        attempts: int,
+        last: ServiceBusError,
+        then: str = "",
+    ) -> OperationTimeout:
+        return OperationTimeout(
+            f"{fn.__name__} on namespace {self.name!r} did not succeed within {limit:g} s: "
+            f"{attempts} attempts failed, the last with: {last.message}{then}"
+        )
 
     # -- data ------------------------------------------------------------------------
 

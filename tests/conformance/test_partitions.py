@@ -130,7 +130,9 @@ async def test_keyed_send_to_a_down_fragment_fails_and_never_moves(ns, broker, r
                     await sender.send(Message(b"pinned", partition_key="customer-7"))
                 assert isinstance(info.value.__cause__, errors.PartitionUnavailable)
                 assert info.value.__cause__.retryable is True
-                assert 1 < loop.time() - start <= 2  # retried until the timeout
+                # retried until the timeout; over the SDK in real time the retry in flight
+                # at the deadline takes a moment to be cancelled
+                assert 1 < loop.time() - start < 2.5
                 assert (await short.runtime_properties("p")).active_message_count == 0
                 await sender.send(Message(b"elsewhere", partition_key=other))
             await sender.send(Message(b"after heal", partition_key="customer-7"))
