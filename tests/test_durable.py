@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -21,6 +22,7 @@ import aiosb
 from aiosb import Message, emulator
 from aiosb.emulator._durable import Journal
 from aiosb.emulator.server import serve
+from aiosb.protocol import ManagementRequest
 
 LOCK = 30
 
@@ -146,6 +148,7 @@ async def test_session_state_and_background_expiry_are_kept(tmp_path):
         await ns.create_queue("sq", requires_session=True)
         await ns.create_queue("ttl", dead_lettering_on_message_expiration=True)
         async with ns.receiver("sq", session_id="cart") as receiver:
+            set_at = emulator.namespace("sess").now()
             await receiver.session.set_state(b"3 items")
         async with ns.sender("ttl") as sender:
             await sender.send(Message(b"short", time_to_live=timedelta(seconds=5)))
@@ -161,10 +164,39 @@ async def test_session_state_and_background_expiry_are_kept(tmp_path):
     async with aiosb.connect("memory://sess") as ns:
         async with ns.receiver("sq", session_id="cart") as receiver:
             assert await receiver.session.get_state() == b"3 items"
+        # When the state was set is kept too: get-message-sessions with a last-updated
+        # time still finds the session after the restart.
+        assert await _sessions_set_after(ns, "sq", set_at - 1) == ["cart"]
+        assert await _sessions_set_after(ns, "sq", set_at + 1) == []
         props = await ns.runtime_properties("ttl")
         assert (props.active_message_count, props.dead_letter_message_count) == (0, 1)
     emulator.use_journal(None)
     await journal.aclose()
+
+
+async def _sessions_set_after(ns: aiosb.Namespace, entity: str, after: float) -> list[str]:
+    request = ManagementRequest("sessions", None, entity, after)
+    listed: list[str] = await ns.transport.manage(request)
+    return listed
+
+
+async def test_a_database_from_before_session_times_were_kept_opens(tmp_path):
+    """A data directory written before the sessions table had its ``state_set`` column
+    opens with the column added: its session states load, as set at no known time."""
+    db = sqlite3.connect(tmp_path / "aiosb.sqlite3")
+    db.executescript(
+        "CREATE TABLE sessions (ns TEXT NOT NULL, entity TEXT NOT NULL, sid TEXT NOT NULL,"
+        " state BLOB, PRIMARY KEY (ns, entity, sid));"
+        "INSERT INTO sessions VALUES ('old', 'sq', 'cart', x'6869');"
+    )
+    db.close()
+    journal = Journal(tmp_path)
+    await journal.open()
+    try:
+        _, _, _, _, sessions, _ = await journal._run(journal._read)
+        assert sessions == [("old", "sq", "cart", b"hi", 0.0)]
+    finally:
+        await journal.aclose()
 
 
 async def test_concurrent_sends_share_disk_writes(tmp_path):

@@ -73,8 +73,11 @@ CREATE TABLE IF NOT EXISTS rules (
     ns TEXT NOT NULL, entity TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (ns, entity));
 CREATE TABLE IF NOT EXISTS sessions (
     ns TEXT NOT NULL, entity TEXT NOT NULL, sid TEXT NOT NULL, state BLOB,
-    PRIMARY KEY (ns, entity, sid));
+    state_set REAL NOT NULL DEFAULT 0, PRIMARY KEY (ns, entity, sid));
 """
+#: Columns added to a table since its first release: a database written before one was
+#: added gets it, with its default, when it is opened.
+_ADDED_COLUMNS = {"sessions": ("state_set", "REAL NOT NULL DEFAULT 0")}
 _KIND_ORDER = {"queue": 0, "topic": 0, "subscription": 1}  # topics before subscriptions
 
 
@@ -115,6 +118,10 @@ class Journal:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
         db.executescript(_SCHEMA)
+        for table, (column, kind) in _ADDED_COLUMNS.items():
+            have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         self._db = db
 
     async def aclose(self) -> None:
@@ -216,7 +223,11 @@ class Journal:
             self._ops.append(("DELETE FROM sessions WHERE ns = ? AND entity = ? AND sid = ?", key))
         else:
             self._ops.append(
-                ("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?)", (*key, session.state))
+                (
+                    "INSERT OR REPLACE INTO sessions (ns, entity, sid, state, state_set) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (*key, session.state, session.state_set),
+                )
             )
         self._changed()
 
@@ -342,7 +353,7 @@ class Journal:
             ).fetchall(),
             db.execute("SELECT ns, entity, seq, store, data FROM messages ORDER BY seq").fetchall(),
             db.execute("SELECT ns, entity, fragment, high FROM sequences").fetchall(),
-            db.execute("SELECT ns, entity, sid, state FROM sessions").fetchall(),
+            db.execute("SELECT ns, entity, sid, state, state_set FROM sessions").fetchall(),
             db.execute("SELECT ns, entity, data FROM rules").fetchall(),
         )
 
@@ -429,10 +440,11 @@ def _rebuild(
         owner = built[ns_name]._entities.get(key)
         if owner is not None and owner.rules is not None:
             owner.rules.restore(decode_rules(data))
-    for ns_name, key, sid, state in sessions:
+    for ns_name, key, sid, state, state_set in sessions:
         owner = built[ns_name]._entities.get(key)
         if owner is not None:
-            owner.session(sid).state = state
+            session = owner.session(sid)
+            session.state, session.state_set = state, state_set
     for (ns_name, key, fragment), high in highs.items():
         owner = built[ns_name]._entities.get(key)
         if owner is not None and fragment < owner.nfrag:
