@@ -51,6 +51,24 @@ async def test_the_javascript_client_sends_and_receives(js_client: Path):
     assert [m["messageId"] for m in got[1:]] == [f"m{i}" for i in range(10)]
 
 
+async def test_the_javascript_client_knows_a_missing_entity_at_once(js_client: Path):
+    """A send (a refused link) and a peek (a $management request) on a queue that does
+    not exist fail with MessagingEntityNotFound, not retried: the service's sentence,
+    which the SDK recognises (amqp:not-found alone is a communication problem to it)."""
+    async with serve_amqp(namespace="jsmissing") as server:
+        node = await asyncio.create_subprocess_exec(
+            "node", str(js_client / "missing.mjs"), server.connection_string(), "nope",
+            cwd=js_client, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(node.communicate(), 90)
+    assert node.returncode == 0, err.decode()[-3000:]
+    got = json.loads(out.decode().strip().splitlines()[-1])
+    for what in ("send", "peek"):
+        assert got[what]["code"] == "MessagingEntityNotFound", got[what]
+        assert got[what]["retryable"] is False
+        assert "'nope'" in got[what]["message"]
+
+
 async def test_the_javascript_admin_client_manages_entities_over_https(js_client, tmp_path):
     """ServiceBusAdministrationClient of @azure/service-bus, with aiosb serve's certificate
     trusted through NODE_EXTRA_CA_CERTS: queues, topics, subscriptions, rules, counts and

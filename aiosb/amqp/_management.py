@@ -131,7 +131,7 @@ class Management:
             code = next((s for cls, s in _STATUS if isinstance(exc, cls)), 500)
             # A management reply's error reaches the SDK's exception only as condition,
             # status and description: the exact class rides at the description's end.
-            described = f"{exc.message} [{p.ERROR_INFO}: {type(exc).__name__}]"
+            described = f"{p.description(exc, path)} [{p.ERROR_INFO}: {type(exc).__name__}]"
             return _reply(message_id, code, described, p.condition(exc))
         except (DecodeError, ValueError, TypeError) as exc:
             return _reply(message_id, 400, f"a malformed {operation} request: {exc}",
@@ -265,8 +265,8 @@ class Management:
     async def _add_rule(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
         self._check(request, "Manage")
         rule = rule_of(request.get("rule-name"), request.get("rule-description"))
-        await self._rule(ManagementRequest("create", "rule", self._rule_path(request, rule.name),
-                                           rule))
+        path = self._rule_path(request, rule.name)
+        await self.ns.manage(ManagementRequest("create", "rule", path, rule))
         return 200, None
 
     async def _remove_rule(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
@@ -274,7 +274,7 @@ class Management:
         name = request.get("rule-name")
         if not isinstance(name, str) or not name:
             raise InvalidArgument("remove-rule needs the rule-name.")
-        await self._rule(ManagementRequest("delete", "rule", self._rule_path(request, name)))
+        await self.ns.manage(ManagementRequest("delete", "rule", self._rule_path(request, name)))
         return 200, None
 
     async def _enumerate_rules(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
@@ -282,7 +282,7 @@ class Management:
         skip, top = int(request.get("skip", 0)), int(request.get("top", 2**31 - 1))
         if skip < 0 or top < 1:
             raise InvalidArgument(f"skip is {skip} and top {top}; skip >= 0 and top >= 1.")
-        rules = await self._rule(ManagementRequest("list", "rule", self._rule_path(request)))
+        rules = await self.ns.manage(ManagementRequest("list", "rule", self._rule_path(request)))
         page = rules[skip:skip + top]
         if not page:
             return 204, None
@@ -295,16 +295,6 @@ class Management:
                 f"{request.path!r} is not a subscription: rules belong to subscriptions."
             )
         return rule_path("/".join(path[:-2]), path[-1], name)
-
-    async def _rule(self, request: ManagementRequest) -> Any:
-        try:
-            return await self.ns.manage(request)
-        except errors.EntityNotFound as exc:
-            # The service's sentence, which the JS SDK reads as MessagingEntityNotFound
-            # (it maps amqp:not-found alone to a retried communication error).
-            raise errors.EntityNotFound(
-                f"The messaging entity {request.path!r} could not be found. {exc.message}"
-            ) from exc
 
     def _session(self, request: _Request) -> tuple[str, str | None]:
         sid, lock = self._lock(request)

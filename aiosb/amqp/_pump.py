@@ -133,7 +133,7 @@ class ReceiverLinks:
                 session.links.pop(link.handle, None)
                 self._send(session.channel, p.performative(
                     p.DETACH, UInt(link.our_handle), True,
-                    p.error_of(exc),
+                    p.error_of(exc, link.path),
                 ))
                 return
             settled = link.mode == "receive_and_delete"
@@ -169,7 +169,7 @@ class ReceiverLinks:
             try:
                 await self.ns.settle(link.path, settlement)
             except ServiceBusError as exc:
-                outcome = p.rejected_with(exc)
+                outcome = p.rejected_with(exc, link.path)
             replies.append((delivery_id, outcome))
         if replies and self.journal is not None:
             await self.journal.commit()

@@ -289,7 +289,7 @@ class Connection(ReceiverLinks):
         if refusal is not None:
             self._send(session.channel, p.performative(
                 p.DETACH, UInt(link.our_handle), True,
-                p.error_of(refusal),
+                p.error_of(refusal, link.path or link.address),
             ))
             return
         if receiving:
@@ -452,7 +452,7 @@ class Connection(ReceiverLinks):
         except DecodeError as exc:
             return p.rejected("amqp:decode-error", str(exc))
         except ServiceBusError as exc:
-            return p.rejected_with(exc)
+            return p.rejected_with(exc, link.path)
         return _ACCEPTED
 
     def _on_cbs(self, session: Session, payload: bytes) -> Described:

@@ -107,10 +107,27 @@ def amqp_error(condition_: str, description: str | None = None,
 ERROR_INFO = "x-aiosb-error"
 
 
-def error_of(exc: errors.ServiceBusError) -> Described:
-    """The AMQP error for an aiosb error: its condition, sentence and class."""
-    return amqp_error(condition(exc), exc.message,
+def error_of(exc: errors.ServiceBusError, path: str | None = None) -> Described:
+    """The AMQP error for an aiosb error met on entity ``path``: its condition, sentence
+    (:func:`description`) and class."""
+    return amqp_error(condition(exc), description(exc, path),
                       {Symbol(ERROR_INFO): type(exc).__name__})
+
+
+#: The service's sentence for a missing entity. The JavaScript SDK knows a missing
+#: entity by it (MessagingEntityNotFound): it takes ``amqp:not-found`` alone for a
+#: communication problem.
+_NOT_FOUND = "The messaging entity {path!r} could not be found: {message}"
+
+
+def description(exc: errors.ServiceBusError, path: str | None = None) -> str:
+    """The sentence an AMQP error carries for ``exc``, met on entity ``path``: its
+    message, which for a missing entity (or rule, or subscription) begins as the
+    service's does."""
+    message = exc.message
+    if isinstance(exc, errors.EntityNotFound) and path and "could not be found" not in message:
+        return _NOT_FOUND.format(path=path, message=message)
+    return message
 
 
 def rejected(condition_: str, description: str | None = None) -> Described:
@@ -118,9 +135,9 @@ def rejected(condition_: str, description: str | None = None) -> Described:
     return performative(REJECTED, amqp_error(condition_, description))
 
 
-def rejected_with(exc: errors.ServiceBusError) -> Described:
-    """The rejected outcome carrying an aiosb error (:func:`error_of`)."""
-    return performative(REJECTED, error_of(exc))
+def rejected_with(exc: errors.ServiceBusError, path: str | None = None) -> Described:
+    """The rejected outcome carrying an aiosb error met on ``path`` (:func:`error_of`)."""
+    return performative(REJECTED, error_of(exc, path))
 
 
 _VENDOR = "com.microsoft:"

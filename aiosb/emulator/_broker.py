@@ -288,8 +288,8 @@ class EmulatorNamespace:
             self._paths[(path, sub_queue)] = cached
         entity = self._entities.get(cached[0])
         if entity is None:
-            raise EntityNotFound(
-                f"The messaging entity {path!r} does not exist in namespace {self.name!r}."
+            raise EntityNotFound(  # the service's sentence, which SDKs recognise
+                f"The messaging entity {path!r} could not be found in namespace {self.name!r}."
             )
         return entity, cached[1]
 
