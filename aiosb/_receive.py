@@ -19,7 +19,7 @@ from ._duration import Duration, to_seconds
 from ._inflight import InFlight
 from .entities import EntityPath
 from .errors import ClientClosed, InvalidArgument, InvalidOperation, ServiceBusError
-from .message import PING_CONTENT_TYPE, ReceivedMessage
+from .message import PING_CONTENT_TYPE, ReceivedMessage, one_or_many
 from .protocol import (
     ReceiveRequest,
     SessionAction,
@@ -318,9 +318,7 @@ class Receiver:
         tokens = []
         # A batch comes from one entity: its path is lowered once, not per message (#16).
         seen = None
-        for msg in messages:
-            if not isinstance(msg, ReceivedMessage):
-                raise InvalidArgument(f"can only settle received messages, not {msg!r}.")
+        for msg in messages:  # each a ReceivedMessage (one_or_many)
             if msg.lock_token is None:
                 raise InvalidOperation(
                     f"Message {msg.sequence_number} holds no lock (peeked, or received and "
@@ -341,7 +339,7 @@ class Receiver:
         self, action: SettleAction, messages: ReceivedMessage | Sequence[ReceivedMessage], **kw: Any
     ) -> list[float] | None:
         self._check()
-        msgs = [messages] if isinstance(messages, ReceivedMessage) else list(messages)
+        msgs = one_or_many(messages, ReceivedMessage, "renew_lock" if action == "renew" else action)
         tokens = self._tokens(msgs)
         if not tokens:
             return None
@@ -399,7 +397,7 @@ class Receiver:
     ) -> _dt.datetime | list[_dt.datetime]:
         """Extend the lock of a message (or of a list, in one request) by the entity's
         lock duration; return the new expiry (a list for a list)."""
-        messages = [message] if isinstance(message, ReceivedMessage) else list(message)
+        messages = one_or_many(message, ReceivedMessage, "renew_lock")
         until = await self._settle("renew", messages) or []
         for msg, ts in zip(messages, until, strict=True):
             msg.locked_until_timestamp = ts

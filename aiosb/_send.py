@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Self
 
 from .errors import ClientClosed, InvalidArgument, InvalidOperation
-from .message import Message
+from .message import Message, one_or_many
 
 if TYPE_CHECKING:
     from .client import Namespace
@@ -97,7 +97,7 @@ class SendingLink:
             OperationTimeout: No success within the operation timeout.
         """
         self._check()
-        messages = [message] if isinstance(message, Message) else list(message)
+        messages = one_or_many(message, Message, "send")
         if not messages:
             return
         tx = self._transaction.get()
@@ -154,7 +154,7 @@ class Sender(SendingLink):
         if not isinstance(at, _dt.datetime) or at.tzinfo is None:
             raise InvalidArgument(f"schedule needs a timezone-aware datetime, not {at!r}.")
         single = isinstance(message, Message)
-        messages = [message] if isinstance(message, Message) else list(message)
+        messages = one_or_many(message, Message, "schedule")
         stamped = [dataclasses.replace(m, scheduled_enqueue_time=at) for m in messages]
         ns = self.namespace
         seqs = await ns.execute(ns.transport.schedule, self.entity, stamped)

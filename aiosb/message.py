@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import itertools
 import re
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, TypeVar
 
@@ -30,9 +31,11 @@ __all__ = [
     "copier",
     "field_of",
     "fields_of",
+    "one_or_many",
 ]
 
 M = TypeVar("M", bound="Message")
+T = TypeVar("T")
 
 #: MessageId, SessionId and PartitionKey are at most this many characters.
 MAX_ID_LENGTH = 128
@@ -497,3 +500,30 @@ def column_reader(names: Sequence[str]) -> Callable[[Sequence[Any]], tuple[list[
 
 
 _ALL_FIELDS = (*MESSAGE_FIELDS, *RECEIVED_FIELDS)
+
+
+def one_or_many(value: object, cls: type[T], what: str) -> list[T]:
+    """``value`` as a list of ``cls``: itself alone, or the items of a list (any iterable
+    but text, bytes and mappings), every one a ``cls``; ``what`` names the operation for
+    the error. The check runs in C for a batch: sends and settlements come through here.
+
+    Raises:
+        InvalidArgument: Not a ``cls`` nor an iterable of them; the sentence names the
+            type given (and the first item that is not one).
+    """
+    if isinstance(value, cls):
+        return [value]
+    if isinstance(value, str | bytes | bytearray | memoryview | Mapping) or not isinstance(
+        value, Iterable
+    ):
+        raise InvalidArgument(
+            f"{what} takes a {cls.__name__} or a list of them, not {type(value).__name__}."
+        )
+    items = list(value)
+    if not all(map(isinstance, items, itertools.repeat(cls))):
+        at, bad = next((i, v) for i, v in enumerate(items) if not isinstance(v, cls))
+        raise InvalidArgument(
+            f"{what} takes {cls.__name__} objects; item {at} of the list is a "
+            f"{type(bad).__name__}."
+        )
+    return items

@@ -210,3 +210,39 @@ async def test_receive_limits_are_checked_alike_on_every_backend(ns, kw, match):
         if "max_messages" in kw:
             with pytest.raises(errors.InvalidArgument, match=match):
                 await receiver.peek(kw["max_messages"])
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        ("hello", "send takes a Message or a list of them, not str"),
+        (b"hello", "not bytes"),
+        ({"body": "x"}, "not dict"),
+        (None, "not NoneType"),
+        ([Message(b"ok"), "hello"], "item 1 of the list is a str"),
+    ],
+)
+async def test_sending_what_is_not_a_message_is_refused_and_sends_nothing(ns, value, match):
+    """R-7: the same sentence on every backend, naming what was given, before anything
+    is sent (a list is not half-sent)."""
+    await ns.create_queue("q")
+    async with ns.sender("q") as sender:
+        with pytest.raises(errors.InvalidArgument, match=match):
+            await sender.send(value)
+        with pytest.raises(errors.InvalidArgument, match=match.replace("send", "schedule")):
+            await sender.schedule(value, datetime.now(UTC) + timedelta(hours=1))
+    props = await ns.runtime_properties("q")
+    assert (props.active_message_count, props.scheduled_message_count) == (0, 0)
+
+
+async def test_settling_what_was_not_received_is_refused(ns):
+    """R-7: text is not iterated into characters; a plain Message is not a received one."""
+    await ns.create_queue("q")
+    async with ns.receiver("q") as receiver:
+        with pytest.raises(errors.InvalidArgument, match="complete takes a ReceivedMessage or "
+                           "a list of them, not str"):
+            await receiver.complete("abc")
+        with pytest.raises(errors.InvalidArgument, match="item 0 of the list is a Message"):
+            await receiver.abandon([Message(b"sent, not received")])
+        with pytest.raises(errors.InvalidArgument, match="renew_lock takes a ReceivedMessage"):
+            await receiver.renew_lock(7)
