@@ -85,9 +85,15 @@ def _check_name(kind: str, name: Any) -> str:
             f"{kind} name {name!r} is not valid: use {allowed}, starting and ending "
             "with a letter or digit."
         )
-    if kind != "subscription" and "subscriptions" in name.lower().split("/"):
+    segments = name.lower().split("/")
+    if kind != "subscription" and "subscriptions" in segments:
         raise InvalidArgument(
             f"{kind} name {name!r} contains the reserved segment 'subscriptions'."
+        )
+    dots = next((s for s in segments if s in (".", "..")), None)
+    if dots is not None:  # an address would lose it: a URL resolves it away
+        raise InvalidArgument(
+            f"{kind} name {name!r} is not valid: it contains the path segment {dots!r}."
         )
     return name
 

@@ -48,6 +48,8 @@ async def test_out_of_range_queue_properties_are_refused(ns, props, match):
         ("a//b", "not valid"),
         ("x" * 261, "limit is 260"),
         ("a/subscriptions/b", "subscriptions"),
+        ("a/../b", "path segment '..'"),  # over HTTP it became queue 'b'
+        ("a/./b", "path segment '.'"),
     ],
 )
 async def test_bad_entity_names_are_refused(ns, name, match):
