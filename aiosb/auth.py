@@ -76,11 +76,26 @@ def sign(key: str, text: str) -> str:
     return base64.b64encode(digest).decode()
 
 
+#: The parts a Service Bus connection string may have, by their lower-cased names (the
+#: SDKs read the names without regard to case).
+_CONNECTION_PARTS = {
+    name.lower(): name
+    for name in (
+        "Endpoint", "SharedAccessKeyName", "SharedAccessKey", "SharedAccessSignature",
+        "EntityPath", "UseDevelopmentEmulator",
+    )
+}
+
+
 def parse_connection_string(text: str) -> dict[str, str]:
-    """Split ``Endpoint=sb://...;SharedAccessKeyName=...;SharedAccessKey=...``.
+    """Split ``Endpoint=sb://...;SharedAccessKeyName=...;SharedAccessKey=...`` into its
+    parts, named as Service Bus spells them (whatever their case in ``text``).
 
     Raises:
-        InvalidArgument: No ``Endpoint``, or a part without ``=``.
+        InvalidArgument: No ``Endpoint``, a part without ``=``, a part Service Bus does
+            not know (a misspelt name would otherwise be ignored), or a key name without
+            its key or the other way round (a half-given key would otherwise fall back
+            to another credential).
     """
     parts: dict[str, str] = {}
     for chunk in text.strip().strip(";").split(";"):
@@ -89,9 +104,24 @@ def parse_connection_string(text: str) -> dict[str, str]:
         key, sep, value = chunk.partition("=")
         if not sep:
             raise InvalidArgument(f"connection string part {chunk!r} has no '='.")
-        parts[key.strip()] = value.strip()
+        name = _CONNECTION_PARTS.get(key.strip().lower())
+        if name is None:
+            raise InvalidArgument(
+                f"the connection string has a part {key.strip()!r} that Service Bus does not "
+                f"know; the parts are {', '.join(_CONNECTION_PARTS.values())}."
+            )
+        parts[name] = value.strip()
     if "Endpoint" not in parts:
         raise InvalidArgument("the connection string has no Endpoint=sb://... part.")
+    if ("SharedAccessKeyName" in parts) != ("SharedAccessKey" in parts):
+        given, missing = (
+            ("SharedAccessKeyName", "SharedAccessKey") if "SharedAccessKeyName" in parts
+            else ("SharedAccessKey", "SharedAccessKeyName")
+        )
+        raise InvalidArgument(
+            f"the connection string gives {given} but no {missing}: a shared access key "
+            "needs both."
+        )
     return parts
 
 

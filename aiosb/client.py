@@ -117,7 +117,17 @@ def connect(
         InvalidArgument: A URL or option aiosb does not understand.
     """
     if isinstance(credential, tuple):
+        if len(credential) != 2 or not all(isinstance(part, str) for part in credential):
+            raise InvalidArgument(
+                "a credential tuple is (key_name, key), two strings; not "
+                f"{len(credential)} values."
+            )
         credential = SasCredential(*credential)
+    elif isinstance(credential, str | bytes):
+        raise InvalidArgument(
+            "credential is (key_name, key) or a SasCredential (an SDK credential object "
+            "for AMQP), not a bare key: which key name signs with it?"
+        )
     timeout = to_seconds("operation_timeout", operation_timeout)
     if not timeout:
         raise InvalidArgument("operation_timeout must be positive.")

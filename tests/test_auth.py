@@ -9,6 +9,7 @@ import urllib.parse
 
 import pytest
 
+import aiosb
 from aiosb import SasCredential, errors
 from aiosb.auth import parse_connection_string
 
@@ -48,3 +49,58 @@ def test_connection_string_parts():
     }
     with pytest.raises(errors.InvalidArgument, match="Endpoint"):
         parse_connection_string("SharedAccessKeyName=Root")
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        # Each of these once fell back to the emulator's full-rights development key.
+        ("Endpoint=http://127.0.0.1:5380/x/;SharedAccessKeyName=Sender",
+         "gives SharedAccessKeyName but no SharedAccessKey"),
+        ("Endpoint=http://127.0.0.1:5380/x/;SharedAccessKey=abc=",
+         "gives SharedAccessKey but no SharedAccessKeyName"),
+        ("Endpoint=http://127.0.0.1:5380/x/;SharedAccessKeyName=Root;SharedAcessKey=typo=",
+         "part 'SharedAcessKey' that Service Bus does not know"),
+        ("Endpoint=sb://contoso.servicebus.windows.net/;Garbage=1", "part 'Garbage'"),
+    ],
+)
+def test_connection_strings_with_half_a_key_or_an_unknown_part_are_refused(text, match):
+    """R-7: a misspelt or missing part is an error, not a silent default credential."""
+    with pytest.raises(errors.InvalidArgument, match=match):
+        parse_connection_string(text)
+    with pytest.raises(errors.InvalidArgument, match=match):
+        aiosb.connect(text)
+
+
+def test_connection_string_parts_are_named_whatever_their_case():
+    """The SDKs read part names without regard to case; so does aiosb."""
+    parts = parse_connection_string(
+        "endpoint=sb://contoso.servicebus.windows.net/;sharedaccesskeyname=Root;"
+        "SHAREDACCESSKEY=abc=;UseDevelopmentEmulator=true"
+    )
+    assert parts == {
+        "Endpoint": "sb://contoso.servicebus.windows.net/",
+        "SharedAccessKeyName": "Root",
+        "SharedAccessKey": "abc=",
+        "UseDevelopmentEmulator": "true",
+    }
+
+
+@pytest.mark.parametrize(
+    ("credential", "match"),
+    [("justakey", "not a bare key"), (("Root",), "two strings; not 1 values"),
+     (42, "not int")],
+)
+def test_a_credential_that_cannot_sign_is_refused_at_connect(credential, match):
+    with pytest.raises(errors.InvalidArgument, match=match):
+        aiosb.connect("https://contoso.servicebus.windows.net", credential=credential)
+
+
+async def test_what_the_sdk_refuses_in_a_connection_string_is_an_aiosb_error():
+    """Every error is a ServiceBusError: the SDK's ValueError arrives as InvalidArgument."""
+    ns = aiosb.connect(
+        "Endpoint=sb://contoso.servicebus.windows.net/;SharedAccessKeyName=Root;"
+        "SharedAccessKey=abc=;SharedAccessSignature=sig"
+    )
+    with pytest.raises(errors.InvalidArgument, match="SDK cannot use it: Only one"):
+        await ns.open()

@@ -221,8 +221,11 @@ class AmqpTransport(AdminOperations):
             raise ClientClosed(f"sb://{self.host} was closed; connect again.")
         if self._open:
             return
-        self._client = self._make_client()
-        self._admin = self._make_admin()
+        try:
+            self._client = self._make_client()
+            self._admin = self._make_admin()
+        except (ValueError, TypeError) as exc:  # the SDK's word on a connection string
+            raise InvalidArgument(f"the Service Bus SDK cannot use it: {exc}") from exc
         self._open = True
 
     def _client_kwargs(self) -> dict[str, Any]:

@@ -122,6 +122,11 @@ class HttpTransport(HttpManagement):
                     f"{url} needs a credential: credential=('KeyName', 'key') or a SasCredential."
                 )
             credential = SasCredential(DEV_KEY_NAME, DEV_KEY)
+        elif not isinstance(credential, SasCredential):
+            raise InvalidArgument(
+                f"the HTTP transport signs with a shared access key: credential=('KeyName', "
+                f"'key') or a SasCredential, not {type(credential).__name__}."
+            )
         self.namespace = name
         self.url = url
         self.max_message_size = max_message_size
