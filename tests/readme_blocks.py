@@ -11,6 +11,8 @@ Each block is preceded by ``<!-- readme-test: KIND -->``, which says what it nee
   README states;
 - ``spark``: code with a SparkSession ``spark`` and a DataFrame ``events``
   (tests/spark/test_readme_spark.py runs it);
+- ``sdk``: the official SDK against ``aiosb serve``'s AMQP port ``localhost:5672`` (and
+  aiosb at ``http://127.0.0.1:5380``), run against one on free ports;
 - ``azure``: needs a real Azure namespace: compiled (it must parse), not run.
 """
 
@@ -24,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 README = Path(__file__).parent.parent / "README.md"
-KINDS = {"script", "ns", "async", "server", "pytest", "spark", "azure"}
+KINDS = {"script", "ns", "async", "server", "sdk", "pytest", "spark", "azure"}
 #: The address README blocks use for ``aiosb serve``.
 SERVER = "http://127.0.0.1:5380"
+#: The AMQP address README blocks use for ``aiosb serve`` (the official SDKs).
+AMQP = "localhost:5672"
 _BLOCK = re.compile(r"(?:<!-- readme-test: (\w+) -->\n)?```python\n(.*?)```", re.S)
 
 

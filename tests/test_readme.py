@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from readme_blocks import KINDS, SERVER, Block, blocks, of_kind
+from readme_blocks import AMQP, KINDS, SERVER, Block, blocks, of_kind
 
 import aiosb
 from aiosb import Message, emulator
@@ -57,6 +57,17 @@ def test_blocks_against_aiosb_serve_run(block: Block, tmp_path: Path):
         changed = Block(block.kind, code, block.line)
         asyncio.run(changed.run(_names()))
     Bridge.shared().close()  # its connections were to that server
+
+
+@pytest.mark.parametrize("block", of_kind("sdk"), ids=str)
+def test_official_sdk_blocks_run_against_aiosb_serve(block: Block, capsys):
+    """Verbatim but for the addresses: a fresh server, as a reader has after starting it
+    (the block makes what it uses)."""
+    with ServerProcess() as server:
+        amqp = server.amqp_connection_string.split("sb://", 1)[1].split(";", 1)[0]
+        code = block.code.replace(SERVER, server.url).replace(AMQP, amqp)
+        exec(Block(block.kind, code, block.line).compiled(), {"__name__": "__main__"})
+    assert "hello" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("block", of_kind("pytest"), ids=str)
