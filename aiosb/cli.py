@@ -91,9 +91,17 @@ async def serve_forever(
     ) as served, contextlib.AsyncExitStack() as stack:
         amqp = None
         if amqp_port is not None:
-            amqp = await stack.enter_async_context(serve_amqp(
-                host, amqp_port, namespace=namespace, keys=table, journal=served.journal
-            ))
+            try:
+                amqp = await stack.enter_async_context(serve_amqp(
+                    host, amqp_port, namespace=namespace, keys=table, journal=served.journal
+                ))
+            except OSError as exc:  # say which of the two ports, and what to do
+                raise OSError(
+                    exc.errno,
+                    f"{exc.strerror or exc}; choose another port with --amqp-port, or serve "
+                    "HTTP alone with --no-amqp",
+                    f"{host}:{amqp_port} (AMQP)",
+                ) from exc
         stopped = _Stopped()  # before the banner: a signal may follow it at once
         _tune_gc()
         _say(f"aiosb emulator server listening on {served.url}")
@@ -295,8 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"aiosb: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # the port is taken, the host unknown ...
-        print(f"aiosb: cannot serve on {args.host}:{args.port}: {exc.strerror or exc}",
-              file=sys.stderr)
+        where = exc.filename or f"{args.host}:{args.port}"
+        print(f"aiosb: cannot serve on {where}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     return 0
 

@@ -144,7 +144,12 @@ def test_serve_refuses_a_taken_port(capsys):
         taken.listen()
         port = taken.getsockname()[1]
         assert main(["serve", "--port", str(port)]) == 1
-    assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err
+        assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err
+        # The AMQP port taken, the HTTP one free: the message names the one in the way.
+        assert main(["serve", "--port", "0", "--amqp-port", str(port)]) == 1
+        err = capsys.readouterr().err
+        assert f"cannot serve on 127.0.0.1:{port} (AMQP)" in err
+        assert "--amqp-port" in err and "--no-amqp" in err
 
 
 async def _loop_module() -> str:
