@@ -17,7 +17,7 @@ import urllib.parse
 from ..auth import parse_connection_string
 from ..errors import InvalidArgument
 
-__all__ = ["AMQPS_PORT", "AMQP_PORT", "endpoint", "namespace_name"]
+__all__ = ["AMQPS_PORT", "AMQP_PORT", "address", "endpoint", "namespace_name"]
 
 #: Plain AMQP, as the development emulators speak it (the SDK's default for them).
 AMQP_PORT = 5672
@@ -90,3 +90,11 @@ def endpoint(
         return split.hostname or "", namespace_name(split.netloc.lower(), emulator=emulator)
     host = (fully_qualified_namespace or "").split("://")[-1].strip("/")
     return host, namespace_name(host)
+
+
+def address(connection_string: str | None, fully_qualified_namespace: str | None) -> str:
+    """``host[:port]`` as the connection string (or the namespace) gives it, for
+    sentences about where the transport connects."""
+    if connection_string is not None:
+        return urllib.parse.urlsplit(parse_connection_string(connection_string)["Endpoint"]).netloc
+    return (fully_qualified_namespace or "").split("://")[-1].strip("/")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,7 @@ from .. import errors
 from ._amqp_convert import sdk
 
 __all__ = ["ERROR_NAME", "IDLE_CONDITIONS", "condition_of", "is_idle_detach", "map_error",
-           "named_error"]
+           "named_error", "refused"]
 
 IDLE_CONDITIONS = frozenset(
     {"amqp:link:detach-forced", "amqp:connection:forced", "com.microsoft:container-close"}
@@ -234,3 +235,20 @@ def map_error(exc: BaseException, what: str = "") -> errors.ServiceBusError:
         return errors.InvalidOperation(text)
     return errors.MessagingError(text)
 
+
+
+def refused(exc: BaseException) -> str | None:
+    """What said no, if ``exc`` comes of a connection refused (nothing listens at the
+    port) or a host name that does not resolve, anywhere in its chain; else ``None``."""
+    seen: set[int] = set()
+    queue: list[Any] = [exc]
+    while queue:
+        candidate = queue.pop(0)
+        if candidate is None or id(candidate) in seen:
+            continue
+        seen.add(id(candidate))
+        if isinstance(candidate, ConnectionRefusedError | socket.gaierror):
+            return str(candidate)
+        queue += [getattr(candidate, "inner_exception", None), getattr(candidate, "os_error", None),
+                  candidate.__cause__, candidate.__context__]
+    return None

@@ -42,10 +42,12 @@ from ..auth import SasCredential
 from ..entities import parse_entity_path
 from ..errors import (
     ClientClosed,
+    EntityUnavailable,
     InvalidArgument,
     MessageLockLost,
     ServiceBusError,
     SessionLockLost,
+    TransientError,
 )
 from ..message import Message, ReceivedMessage
 from ..protocol import ManagementRequest, ReceiveRequest, SessionInfo, SessionRequest, Settlement
@@ -56,8 +58,8 @@ from ._amqp_convert import (
     properties_to_sdk,
     sdk,
 )
-from ._amqp_endpoint import endpoint
-from ._amqp_errors import is_idle_detach, map_error
+from ._amqp_endpoint import address, endpoint
+from ._amqp_errors import is_idle_detach, map_error, refused
 
 __all__ = ["RECEIVE_SLICE", "AmqpTransport"]
 
@@ -84,6 +86,33 @@ async def _close_quietly(handler: Any) -> None:
         await handler.close()
 
 
+class _Reached:
+    """Whether the namespace has answered the transport once (shared by its links and its
+    management): until it has, a refused connection is a server not started or a wrong
+    address, said at once as the HTTP transport says it (issue 17), not retried for the
+    operation timeout; it is still an outage for pairing (PN-6). Once the namespace has
+    answered, a refusal is transient (a restart, a move)."""
+
+    __slots__ = ("address", "yes")
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.yes = False
+
+    def error(self, exc: BaseException, what: str) -> ServiceBusError:
+        """The aiosb error for an SDK failure of ``what``."""
+        mapped = map_error(exc, what)
+        if self.yes or not isinstance(mapped, TransientError):
+            return mapped
+        refusal = refused(exc)
+        if refusal is None:
+            return mapped
+        return EntityUnavailable(
+            f"nothing is listening at sb://{self.address}; is the server started, and is the "
+            f"address right? ({refusal})"
+        )
+
+
 class _Link:
     """One SDK sender or receiver: opened on first use, used by one operation at a time.
 
@@ -92,9 +121,12 @@ class _Link:
         factory: Makes a new SDK handler (no I/O; the SDK opens it on first use).
     """
 
-    def __init__(self, name: str, factory: Callable[[], Any], open_first: bool = False) -> None:
+    def __init__(
+        self, name: str, factory: Callable[[], Any], reached: _Reached, open_first: bool = False
+    ) -> None:
         self.name = name
         self._factory = factory
+        self.reached = reached
         #: Open the SDK handler before its first operation: a receiver otherwise opens
         #: inside its first receive, whose short wait (0 s asks for 0.25) the opening
         #: (about half a second) uses up, so that receive never gets a message.
@@ -117,7 +149,9 @@ class _Link:
                 try:
                     if self._open_first and getattr(handler, "_running", True) is False:
                         await handler.__aenter__()
-                    return await operation(handler)
+                    result = await operation(handler)
+                    self.reached.yes = True
+                    return result
                 except asyncio.CancelledError:
                     # Given up on (aiosb's operation timeout): close the link, so that a
                     # transfer still in flight is dropped by the broker rather than done
@@ -134,7 +168,7 @@ class _Link:
                         await self._discard(handler)
                         self.reopened += 1
                         continue
-                    raise map_error(exc, f"{what} on {self.name}") from exc
+                    raise self.reached.error(exc, f"{what} on {self.name}") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _discard(self, handler: Any) -> None:
@@ -194,6 +228,7 @@ class AmqpTransport(AdminOperations):
             raise InvalidArgument(f"max_message_size is {max_message_size!r}; it must be positive.")
         self.host = host
         self.max_message_size = max_message_size
+        self._reached = _Reached(address(connection_string, fully_qualified_namespace))
         self._connection_string = connection_string
         self._credential = credential
         self._client_factory = client_factory
@@ -298,7 +333,9 @@ class AmqpTransport(AdminOperations):
         link = self._links.get(key)
         if link is None:
             client = self._client
-            link = _Link(f"{self.namespace}/{entity}", lambda: client.get_queue_sender(entity))
+            link = _Link(
+                f"{self.namespace}/{entity}", lambda: client.get_queue_sender(entity), self._reached
+            )
             self._links[key] = link
         return link
 
@@ -342,7 +379,7 @@ class AmqpTransport(AdminOperations):
             def factory() -> Any:
                 return client.get_subscription_receiver(path.entity, path.subscription, **options)
 
-        return _Link(f"{self.namespace}/{path}", factory,
+        return _Link(f"{self.namespace}/{path}", factory, self._reached,
                      open_first="session_id" not in options)
 
     # -- sessions --------------------------------------------------------------------
@@ -515,11 +552,13 @@ class AmqpTransport(AdminOperations):
         self._check()
         what = f"{request.action} {request.kind or 'entity'} {request.path!r}"
         try:
-            return await self._manage(request)
+            result = await self._manage(request)
         except ServiceBusError:
             raise
         except Exception as exc:
-            raise map_error(exc, what) from exc
+            raise self._reached.error(exc, what) from exc
+        self._reached.yes = True
+        return result
 
 
 def _settle_operation(
