@@ -108,7 +108,10 @@ async def demo(
                     for i in range(orders):
                         await asyncio.sleep(max(0.0, start + i * interval - loop.time()))
                         before = paired.stats.backlog_sends
-                        sent_at = loop.time() - start
+                        # Its slot, or later: the loop runs a timer up to its clock's
+                        # resolution early, so the clock may read just before the slot
+                        # (and the outage, due at the same instant, may have run first).
+                        sent_at = max(loop.time() - start, i * interval)
                         await sender.send(Message(f"order {i}".encode(), message_id=f"order-{i}"))
                         went = "B" if paired.stats.backlog_sends > before else "P"
                         where.append((sent_at, went))

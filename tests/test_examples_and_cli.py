@@ -50,6 +50,11 @@ async def test_demo_fails_over_recovers_and_accounts_for_every_message(tmp_path,
     assert report["moved_home"] == report["to_backlog"]
     out = capsys.readouterr().out
     assert out.rstrip().splitlines()[-1] == "160 sent, 160 arrived, 0 lost, 0 duplicates"
+    # The text picture: no send went to the backlog in a column before the outage.
+    rows = {line[:9].strip(): line[9:] for line in out.splitlines()
+            if line[:9].strip() in ("outage", "backlog")}
+    first_b, first_down = rows["backlog"].index("B"), rows["outage"].index("#")
+    assert first_b >= first_down, (rows["outage"], rows["backlog"])
     import xml.etree.ElementTree as ET
 
     root = ET.parse(svg).getroot()
