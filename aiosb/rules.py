@@ -209,6 +209,10 @@ class RuleProperties:
             raise InvalidArgument(
                 f"rule name {name!r} has a character a rule name cannot have (/ \\ ? # %)."
             )
+        if name in (".", ".."):  # a URL resolves it away: the rule's address would be
+            raise InvalidArgument(  # its subscription's (deleting the rule deleted that)
+                f"rule name {name!r} is not valid: a rule cannot be named '.' or '..'."
+            )
         if not isinstance(
             self.filter, (SqlRuleFilter, CorrelationRuleFilter, TrueRuleFilter, FalseRuleFilter)
         ):

@@ -267,3 +267,16 @@ async def test_names_that_look_like_rule_paths_are_still_what_they_say(ns):
         await ns.update_rule("app/rules/t", "rules", "rules", name="other")
     with pytest.raises(errors.InvalidArgument, match="time zone"):
         SqlRuleFilter("a = @t", {"t": datetime.datetime(2024, 1, 1)})
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+async def test_a_rule_named_dot_or_dot_dot_is_refused_and_its_subscription_stays(ns, name):
+    """Over HTTP ``.../Rules/..`` resolved to the subscription's own address: deleting
+    such a 'rule' deleted the subscription."""
+    await ns.create_topic("t")
+    await ns.create_subscription("t", "s")
+    for attempt in (ns.delete_rule("t", "s", name), ns.create_rule("t", "s", name),
+                    ns.get_rule("t", "s", name)):
+        with pytest.raises(errors.InvalidArgument, match=r"cannot be named '\.' or '\.\.'"):
+            await attempt
+    assert [r.name for r in await ns.list_rules("t", "s")] == ["$Default"]
