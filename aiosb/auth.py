@@ -5,6 +5,7 @@ emulator. Vocabulary: imports only :mod:`aiosb.errors`."""
 from __future__ import annotations
 
 import base64
+import difflib
 import hashlib
 import hmac
 import time
@@ -23,6 +24,7 @@ __all__ = [
     "SasCredential",
     "hostname",
     "key_table",
+    "is_connection_string",
     "parse_connection_string",
 ]
 
@@ -76,26 +78,36 @@ def sign(key: str, text: str) -> str:
     return base64.b64encode(digest).decode()
 
 
-#: The parts a Service Bus connection string may have, by their lower-cased names (the
-#: SDKs read the names without regard to case).
+#: The parts of a Service Bus connection string aiosb reads, by their lower-cased names
+#: (the SDKs read the names without regard to case). ``HostName`` stands for ``Endpoint``
+#: where that is missing, as the SDK has it.
 _CONNECTION_PARTS = {
     name.lower(): name
     for name in (
-        "Endpoint", "SharedAccessKeyName", "SharedAccessKey", "SharedAccessSignature",
-        "EntityPath", "UseDevelopmentEmulator",
+        "Endpoint", "HostName", "SharedAccessKeyName", "SharedAccessKey",
+        "SharedAccessSignature", "EntityPath", "UseDevelopmentEmulator",
     )
 }
 
 
+def is_connection_string(text: str) -> bool:
+    """Whether ``text`` is a connection string (``Part=value;...``, parts in any order)
+    rather than a URL, which has no ``=`` before its ``://``."""
+    return "=" in text.split("://", 1)[0]
+
+
 def parse_connection_string(text: str) -> dict[str, str]:
     """Split ``Endpoint=sb://...;SharedAccessKeyName=...;SharedAccessKey=...`` into its
-    parts, named as Service Bus spells them (whatever their case in ``text``).
+    parts, named as Service Bus spells them (whatever their case in ``text``). Parts
+    other tools add (``TransportType``, ``OperationTimeout`` ...) are kept as they are
+    and play no part, as in the SDK.
 
     Raises:
-        InvalidArgument: No ``Endpoint``, a part without ``=``, a part Service Bus does
-            not know (a misspelt name would otherwise be ignored), or a key name without
-            its key or the other way round (a half-given key would otherwise fall back
-            to another credential).
+        InvalidArgument: No ``Endpoint`` (nor ``HostName``), a part without ``=``, a part
+            given twice, a part named almost as one aiosb reads (a misspelt key would
+            otherwise be ignored), or an empty key, key name, or a key name without its
+            key or the other way round (a half-given key would otherwise fall back to
+            another credential).
     """
     parts: dict[str, str] = {}
     for chunk in text.strip().strip(";").split(";"):
@@ -104,15 +116,27 @@ def parse_connection_string(text: str) -> dict[str, str]:
         key, sep, value = chunk.partition("=")
         if not sep:
             raise InvalidArgument(f"connection string part {chunk!r} has no '='.")
-        name = _CONNECTION_PARTS.get(key.strip().lower())
+        key = key.strip()
+        name = _CONNECTION_PARTS.get(key.lower())
         if name is None:
-            raise InvalidArgument(
-                f"the connection string has a part {key.strip()!r} that Service Bus does not "
-                f"know; the parts are {', '.join(_CONNECTION_PARTS.values())}."
-            )
+            near = difflib.get_close_matches(key.lower(), _CONNECTION_PARTS, n=1, cutoff=0.8)
+            if near:
+                raise InvalidArgument(
+                    f"the connection string has a part {key!r}: did you mean "
+                    f"{_CONNECTION_PARTS[near[0]]}?"
+                )
+            name = key
+        if name.lower() in (k.lower() for k in parts):
+            raise InvalidArgument(f"the connection string gives {name} twice.")
         parts[name] = value.strip()
+    if "Endpoint" not in parts and "HostName" in parts:
+        host = parts["HostName"]
+        parts["Endpoint"] = host if "://" in host else f"sb://{host}"
     if "Endpoint" not in parts:
         raise InvalidArgument("the connection string has no Endpoint=sb://... part.")
+    for name in ("SharedAccessKeyName", "SharedAccessKey"):
+        if name in parts and not parts[name]:
+            raise InvalidArgument(f"the connection string's {name} is empty.")
     if ("SharedAccessKeyName" in parts) != ("SharedAccessKey" in parts):
         given, missing = (
             ("SharedAccessKeyName", "SharedAccessKey") if "SharedAccessKeyName" in parts

@@ -27,7 +27,7 @@ from ._duration import Duration, to_seconds
 from ._inflight import InFlight
 from ._receive import NEXT_AVAILABLE_SESSION, Receiver, ReceiverSession, _NextAvailableSession
 from ._send import Sender, SendingLink, Transaction
-from .auth import SasCredential, parse_connection_string
+from .auth import SasCredential, is_connection_string, parse_connection_string
 from .entities import (
     parse_entity_path,
 )
@@ -118,9 +118,9 @@ def connect(
     """
     if isinstance(credential, tuple):
         if len(credential) != 2 or not all(isinstance(part, str) for part in credential):
+            kinds = ", ".join(type(part).__name__ for part in credential)
             raise InvalidArgument(
-                "a credential tuple is (key_name, key), two strings; not "
-                f"{len(credential)} values."
+                f"a credential tuple is (key_name, key), two strings; not ({kinds})."
             )
         credential = SasCredential(*credential)
     elif isinstance(credential, str | bytes):
@@ -151,7 +151,8 @@ def _open_transport(
 ) -> Transport:
     if not isinstance(url, str) or not url:
         raise InvalidArgument(f"connect needs a URL or connection string, not {url!r}.")
-    if url.lower().startswith("endpoint="):
+    connection_string = is_connection_string(url)
+    if connection_string:
         parts = parse_connection_string(url)
         endpoint = parts["Endpoint"]
         if urllib.parse.urlsplit(endpoint).scheme.lower() in ("http", "https"):
@@ -160,10 +161,15 @@ def _open_transport(
                 credential = SasCredential(
                     parts.get("SharedAccessKeyName", ""), parts["SharedAccessKey"]
                 )
+            elif credential is None and "SharedAccessSignature" in parts:
+                raise InvalidArgument(
+                    "over HTTP aiosb signs each request with a shared access key: give "
+                    "SharedAccessKeyName and SharedAccessKey, not a SharedAccessSignature."
+                )
             return _open_transport(endpoint.rstrip("/"), credential, options, operation_timeout)
     parsed = urllib.parse.urlsplit(url)
     scheme = parsed.scheme.lower()
-    if url.lower().startswith("endpoint=") or scheme == "sb":
+    if connection_string or scheme == "sb":
         return _amqp_transport(url, parsed, credential, options)
     if scheme == "memory":
         from .transport.memory import MemoryTransport

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import client
-from .auth import parse_connection_string
+from .auth import is_connection_string, parse_connection_string
 from .entities import DEAD_LETTER_SUFFIX, parse_entity_path
 from .errors import ServiceBusError
 from .message import PING_CONTENT_TYPE
@@ -186,7 +186,7 @@ def _server(namespace: Namespace) -> dict[str, Any]:
     """The attributes every operation of ``namespace`` shares."""
     url = namespace.url
     try:
-        if url.lower().startswith("endpoint="):
+        if is_connection_string(url):
             url = parse_connection_string(url)["Endpoint"]
         parts = urllib.parse.urlsplit(url)
         host, port = parts.hostname, parts.port

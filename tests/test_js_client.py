@@ -155,6 +155,8 @@ async def test_the_javascript_rule_manager_adds_lists_and_removes_rules_that_rou
     assert errors == {"duplicate": "MessagingEntityAlreadyExists", "badSql": "GeneralError",
                       "missing": "MessagingEntityNotFound"}
     assert "the SQL filter has a problem" in got["errors"]["badSql"]
+    # What was not found is the rule, named by its path, not its subscription (which is).
+    assert "/rules/$Default' could not be found" in got["errors"]["missing"]
     # A JS string body travels as an amqp-value, which aiosb reads as its JSON text.
     assert [(json.loads(m.body), m.application_properties.get("tagged"))
             for m in took["eu"]] == [("m-eu", "yes")]

@@ -266,7 +266,7 @@ class Management:
         self._check(request, "Manage")
         rule = rule_of(request.get("rule-name"), request.get("rule-description"))
         path = self._rule_path(request, rule.name)
-        await self.ns.manage(ManagementRequest("create", "rule", path, rule))
+        await self._rule(ManagementRequest("create", "rule", path, rule))
         return 200, None
 
     async def _remove_rule(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
@@ -274,7 +274,7 @@ class Management:
         name = request.get("rule-name")
         if not isinstance(name, str) or not name:
             raise InvalidArgument("remove-rule needs the rule-name.")
-        await self.ns.manage(ManagementRequest("delete", "rule", self._rule_path(request, name)))
+        await self._rule(ManagementRequest("delete", "rule", self._rule_path(request, name)))
         return 200, None
 
     async def _enumerate_rules(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
@@ -282,11 +282,19 @@ class Management:
         skip, top = int(request.get("skip", 0)), int(request.get("top", 2**31 - 1))
         if skip < 0 or top < 1:
             raise InvalidArgument(f"skip is {skip} and top {top}; skip >= 0 and top >= 1.")
-        rules = await self.ns.manage(ManagementRequest("list", "rule", self._rule_path(request)))
+        rules = await self._rule(ManagementRequest("list", "rule", self._rule_path(request)))
         page = rules[skip:skip + top]
         if not page:
             return 204, None
         return 200, {"rules": [{"rule-description": describe(r)} for r in page]}
+
+    async def _rule(self, request: ManagementRequest) -> Any:
+        """A rule operation; what it does not find is named by the rule's own path (the
+        reply would name the subscription, which exists)."""
+        try:
+            return await self.ns.manage(request)
+        except errors.EntityNotFound as exc:
+            raise errors.EntityNotFound(p.description(exc, request.path)) from exc
 
     def _rule_path(self, request: _Request, name: str | None = None) -> str:
         path = request.path.split("/")

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..auth import is_connection_string
 from ..errors import InvalidArgument
 from ..pairing import PairedNamespaceOptions
 
@@ -160,7 +161,7 @@ class _Reader:
         namespace = self.text("namespace", required=True)
         entity = self.text("entity", required=True)
         if not namespace.lower().startswith(("memory://", "http://", "https://", "sb://")) and (
-            not namespace.lower().startswith("endpoint=")
+            not is_connection_string(namespace)
         ):
             raise InvalidArgument(
                 f"the option 'namespace' is {namespace!r}; give a URL (http://HOST:PORT/NAME "

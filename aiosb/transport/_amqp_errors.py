@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import re
-import socket
 from collections.abc import Callable
 from typing import Any
 
 from .. import errors
 from ._amqp_convert import sdk
 
-__all__ = ["ERROR_NAME", "IDLE_CONDITIONS", "condition_of", "is_idle_detach", "map_error",
-           "named_error", "refused"]
+__all__ = ["ERROR_NAME", "IDLE_CONDITIONS", "Reached", "condition_of", "is_idle_detach",
+           "map_error", "named_error", "refused"]
 
 IDLE_CONDITIONS = frozenset(
     {"amqp:link:detach-forced", "amqp:connection:forced", "com.microsoft:container-close"}
@@ -239,7 +238,8 @@ def map_error(exc: BaseException, what: str = "") -> errors.ServiceBusError:
 
 def refused(exc: BaseException) -> str | None:
     """What said no, if ``exc`` comes of a connection refused (nothing listens at the
-    port) or a host name that does not resolve, anywhere in its chain; else ``None``."""
+    port) anywhere in its chain; else ``None``. A host name that does not resolve is not
+    one: a name service starting up fails for a while, and is retried."""
     seen: set[int] = set()
     queue: list[Any] = [exc]
     while queue:
@@ -247,8 +247,37 @@ def refused(exc: BaseException) -> str | None:
         if candidate is None or id(candidate) in seen:
             continue
         seen.add(id(candidate))
-        if isinstance(candidate, ConnectionRefusedError | socket.gaierror):
+        if isinstance(candidate, ConnectionRefusedError):
             return str(candidate)
         queue += [getattr(candidate, "inner_exception", None), getattr(candidate, "os_error", None),
                   candidate.__cause__, candidate.__context__]
     return None
+
+
+class Reached:
+    """Whether the namespace has answered the transport once (shared by its links and its
+    management): until it has, a refused connection is a server not started or a wrong
+    address, said at once as the HTTP transport says it (issue 17), not retried for the
+    operation timeout; it is still an outage for pairing (PN-6). Once the namespace has
+    answered, a refusal is transient (a restart, a move)."""
+
+    __slots__ = ("address", "yes")
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.yes = False
+
+    def error(self, exc: BaseException, what: str) -> errors.ServiceBusError:
+        """The aiosb error for an SDK failure of ``what``."""
+        mapped = map_error(exc, what)
+        refusal = refused(exc)
+        if refusal is None:
+            if not isinstance(mapped, errors.TransientError):
+                self.yes = True  # the broker answered, if only to say no
+            return mapped
+        if self.yes or not isinstance(mapped, errors.TransientError):
+            return mapped
+        return errors.EntityUnavailable(
+            f"nothing is listening at sb://{self.address}; is the server started, and is the "
+            f"address right? ({refusal})"
+        )

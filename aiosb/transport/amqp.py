@@ -42,12 +42,10 @@ from ..auth import SasCredential
 from ..entities import parse_entity_path
 from ..errors import (
     ClientClosed,
-    EntityUnavailable,
     InvalidArgument,
     MessageLockLost,
     ServiceBusError,
     SessionLockLost,
-    TransientError,
 )
 from ..message import Message, ReceivedMessage
 from ..protocol import ManagementRequest, ReceiveRequest, SessionInfo, SessionRequest, Settlement
@@ -59,7 +57,8 @@ from ._amqp_convert import (
     sdk,
 )
 from ._amqp_endpoint import address, endpoint
-from ._amqp_errors import is_idle_detach, map_error, refused
+from ._amqp_errors import Reached
+from ._amqp_link import Link
 
 __all__ = ["RECEIVE_SLICE", "AmqpTransport"]
 
@@ -77,112 +76,6 @@ LOCK_GRACE = _dt.timedelta(minutes=1)
 DEFAULT_MAX_MESSAGE_SIZE = 256 * 1024
 
 _MODES = {"peek_lock": "peeklock", "receive_and_delete": "receiveanddelete"}
-#: Links being closed after their operation was given up on (kept until closed).
-_closing: set[asyncio.Future[None]] = set()
-
-
-async def _close_quietly(handler: Any) -> None:
-    with contextlib.suppress(Exception):
-        await handler.close()
-
-
-class _Reached:
-    """Whether the namespace has answered the transport once (shared by its links and its
-    management): until it has, a refused connection is a server not started or a wrong
-    address, said at once as the HTTP transport says it (issue 17), not retried for the
-    operation timeout; it is still an outage for pairing (PN-6). Once the namespace has
-    answered, a refusal is transient (a restart, a move)."""
-
-    __slots__ = ("address", "yes")
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-        self.yes = False
-
-    def error(self, exc: BaseException, what: str) -> ServiceBusError:
-        """The aiosb error for an SDK failure of ``what``."""
-        mapped = map_error(exc, what)
-        if self.yes or not isinstance(mapped, TransientError):
-            return mapped
-        refusal = refused(exc)
-        if refusal is None:
-            return mapped
-        return EntityUnavailable(
-            f"nothing is listening at sb://{self.address}; is the server started, and is the "
-            f"address right? ({refusal})"
-        )
-
-
-class _Link:
-    """One SDK sender or receiver: opened on first use, used by one operation at a time.
-
-    Args:
-        name: What it is, for error sentences.
-        factory: Makes a new SDK handler (no I/O; the SDK opens it on first use).
-    """
-
-    def __init__(
-        self, name: str, factory: Callable[[], Any], reached: _Reached, open_first: bool = False
-    ) -> None:
-        self.name = name
-        self._factory = factory
-        self.reached = reached
-        #: Open the SDK handler before its first operation: a receiver otherwise opens
-        #: inside its first receive, whose short wait (0 s asks for 0.25) the opening
-        #: (about half a second) uses up, so that receive never gets a message.
-        self._open_first = open_first
-        self.handler: Any = None
-        self.lock = asyncio.Lock()
-        self.reopened = 0
-
-    async def run(self, operation: Callable[[Any], Awaitable[T]], what: str) -> T:
-        """Run ``operation(handler)`` alone on this link.
-
-        A link the broker closed is reopened and the operation tried once more; every
-        other failure is raised as an :mod:`aiosb.errors` instance.
-        """
-        async with self.lock:
-            for attempt in (1, 2):
-                if self.handler is None:
-                    self.handler = self._factory()
-                handler = self.handler
-                try:
-                    if self._open_first and getattr(handler, "_running", True) is False:
-                        await handler.__aenter__()
-                    result = await operation(handler)
-                    self.reached.yes = True
-                    return result
-                except asyncio.CancelledError:
-                    # Given up on (aiosb's operation timeout): close the link, so that a
-                    # transfer still in flight is dropped by the broker rather than done
-                    # after its sender was told it failed.
-                    if self.handler is handler:
-                        self.handler = None
-                    _closing.add(task := asyncio.ensure_future(_close_quietly(handler)))
-                    task.add_done_callback(_closing.discard)
-                    raise
-                except ServiceBusError:
-                    raise
-                except Exception as exc:
-                    if attempt == 1 and is_idle_detach(exc):
-                        await self._discard(handler)
-                        self.reopened += 1
-                        continue
-                    raise self.reached.error(exc, f"{what} on {self.name}") from exc
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _discard(self, handler: Any) -> None:
-        if self.handler is handler:
-            self.handler = None
-        with contextlib.suppress(Exception):
-            await handler.close()
-
-    async def aclose(self) -> None:
-        """Close the SDK handler, if open."""
-        if self.handler is not None:
-            await self._discard(self.handler)
-
-
 class AmqpTransport(AdminOperations):
     """A :class:`~aiosb.transport.Transport` over the ``azure-servicebus`` aio SDK.
 
@@ -228,17 +121,17 @@ class AmqpTransport(AdminOperations):
             raise InvalidArgument(f"max_message_size is {max_message_size!r}; it must be positive.")
         self.host = host
         self.max_message_size = max_message_size
-        self._reached = _Reached(address(connection_string, fully_qualified_namespace))
+        self._reached = Reached(address(connection_string, fully_qualified_namespace))
         self._connection_string = connection_string
         self._credential = credential
         self._client_factory = client_factory
         self._admin_factory = admin_factory
         self._client: Any = None
         self._admin: Any = None
-        self._links: dict[tuple[Any, ...], _Link] = {}
-        self._sessions: dict[str, _Link] = {}
+        self._links: dict[tuple[Any, ...], Link] = {}
+        self._sessions: dict[str, Link] = {}
         #: Lock token -> (the link that received it, the SDK message, its entity path).
-        self._locks: collections.OrderedDict[str, tuple[_Link, Any, str]] = (
+        self._locks: collections.OrderedDict[str, tuple[Link, Any, str]] = (
             collections.OrderedDict()
         )
         self._open = False
@@ -328,18 +221,18 @@ class AmqpTransport(AdminOperations):
 
     # -- links -----------------------------------------------------------------------
 
-    def _sender(self, entity: str) -> _Link:
+    def _sender(self, entity: str) -> Link:
         key = ("send", entity.lower())
         link = self._links.get(key)
         if link is None:
             client = self._client
-            link = _Link(
+            link = Link(
                 f"{self.namespace}/{entity}", lambda: client.get_queue_sender(entity), self._reached
             )
             self._links[key] = link
         return link
 
-    def _receiver(self, entity: str, request: ReceiveRequest) -> _Link:
+    def _receiver(self, entity: str, request: ReceiveRequest) -> Link:
         if request.session_lock is not None:
             link = self._sessions.get(request.session_lock)
             if link is None:
@@ -368,7 +261,7 @@ class AmqpTransport(AdminOperations):
             raise InvalidArgument(f"mode is {mode!r}; use 'peek_lock' or 'receive_and_delete'.")
         return sdk_mode
 
-    def _new_receiver(self, path: Any, options: dict[str, Any]) -> _Link:
+    def _new_receiver(self, path: Any, options: dict[str, Any]) -> Link:
         client = self._client
         if path.subscription is None:
 
@@ -379,7 +272,7 @@ class AmqpTransport(AdminOperations):
             def factory() -> Any:
                 return client.get_subscription_receiver(path.entity, path.subscription, **options)
 
-        return _Link(f"{self.namespace}/{path}", factory, self._reached,
+        return Link(f"{self.namespace}/{path}", factory, self._reached,
                      open_first="session_id" not in options)
 
     # -- sessions --------------------------------------------------------------------
@@ -489,7 +382,7 @@ class AmqpTransport(AdminOperations):
             if got or (deadline is not None and loop.time() + 1e-3 >= deadline):
                 return self._received(link, got, path, request.mode)
 
-    def _received(self, link: _Link, got: list[Any], path: str, mode: str) -> list[ReceivedMessage]:
+    def _received(self, link: Link, got: list[Any], path: str, mode: str) -> list[ReceivedMessage]:
         locked = mode == "peek_lock"
         out = []
         for sdk_message in got:
@@ -499,7 +392,7 @@ class AmqpTransport(AdminOperations):
             out.append(message)
         return out
 
-    def _remember(self, token: str, link: _Link, sdk_message: Any, path: str) -> None:
+    def _remember(self, token: str, link: Link, sdk_message: Any, path: str) -> None:
         self._locks[token] = (link, sdk_message, path.lower())
         self._locks.move_to_end(token)
         while len(self._locks) > MAX_TRACKED_LOCKS:

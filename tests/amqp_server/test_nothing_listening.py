@@ -43,14 +43,20 @@ async def test_nothing_listening_is_said_at_once_for_data_and_management():
     assert is_outage(info.value)
 
 
-async def test_a_refusal_after_the_namespace_answered_is_retried_as_transient():
+@pytest.mark.parametrize("first", ["q1", "missing"])
+async def test_a_refusal_after_the_namespace_answered_is_retried_as_transient(first):
+    """Answered with success, or with a no (a missing entity): it was listening."""
     async with aiosb.connect(f"memory://{NAMESPACE}") as local:
         await local.create_queue("q1")
         async with serve_amqp(namespace=NAMESPACE) as running:
             ns = aiosb.connect(running.connection_string(), operation_timeout=2)
             await ns.open()
             sender = ns.sender("q1")
-            await sender.send(Message(b"answered"))
+            if first == "q1":
+                await sender.send(Message(b"answered"))
+            else:
+                with pytest.raises(errors.EntityNotFound):
+                    await ns.sender("missing").send(Message(b"answered no"))
         try:  # the server went away after it answered
             with pytest.raises(errors.OperationTimeout) as info:
                 await sender.send(Message(b"refused"))
