@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import errors
@@ -175,13 +175,7 @@ def named_error(exc: BaseException) -> type[errors.ServiceBusError] | None:
     finer classes apart (a fragment that is down sends ``server-busy``, which the SDK
     retries, and names :class:`~aiosb.errors.PartitionUnavailable`).
     """
-    seen: set[int] = set()
-    queue: list[Any] = [exc]
-    while queue:
-        candidate = queue.pop(0)
-        if candidate is None or id(candidate) in seen:
-            continue
-        seen.add(id(candidate))
+    for candidate in _chain(exc, ("inner_exception", "__cause__", "error")):
         info = getattr(candidate, "info", None)
         name = None
         if isinstance(info, dict):
@@ -198,9 +192,21 @@ def named_error(exc: BaseException) -> type[errors.ServiceBusError] | None:
         cls = _ERROR_CLASSES.get(name) if isinstance(name, str) else None
         if cls is not None:
             return cls
-        queue += [getattr(candidate, "inner_exception", None), candidate.__cause__,
-                  getattr(candidate, "error", None)]
     return None
+
+
+def _chain(exc: BaseException, links: tuple[str, ...]) -> Iterator[Any]:
+    """``exc`` and every exception reached from it through the attributes ``links``,
+    each once, nearest first."""
+    seen: set[int] = set()
+    queue: list[Any] = [exc]
+    while queue:
+        candidate = queue.pop(0)
+        if candidate is None or id(candidate) in seen:
+            continue
+        seen.add(id(candidate))
+        yield candidate
+        queue += [getattr(candidate, link, None) for link in links]
 
 
 def map_error(exc: BaseException, what: str = "") -> errors.ServiceBusError:
@@ -240,18 +246,10 @@ def refused(exc: BaseException) -> str | None:
     """What said no, if ``exc`` comes of a connection refused (nothing listens at the
     port) anywhere in its chain; else ``None``. A host name that does not resolve is not
     one: a name service starting up fails for a while, and is retried."""
-    seen: set[int] = set()
-    queue: list[Any] = [exc]
-    while queue:
-        candidate = queue.pop(0)
-        if candidate is None or id(candidate) in seen:
-            continue
-        seen.add(id(candidate))
-        if isinstance(candidate, ConnectionRefusedError):
-            return str(candidate)
-        queue += [getattr(candidate, "inner_exception", None), getattr(candidate, "os_error", None),
-                  candidate.__cause__, candidate.__context__]
-    return None
+    links = ("inner_exception", "os_error", "__cause__", "__context__")
+    return next(
+        (str(c) for c in _chain(exc, links) if isinstance(c, ConnectionRefusedError)), None
+    )
 
 
 class Reached:
