@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,17 +35,24 @@ def js_client() -> Path:
     return JS
 
 
+async def _node(js_client: Path, script: str, *args: str, env: dict[str, str] | None = None
+                ) -> Any:
+    """Run ``script`` of tests/js with ``args``; what it printed last, as JSON (a failed
+    run fails the test with the end of its stderr)."""
+    node = await asyncio.create_subprocess_exec(
+        "node", str(js_client / script), *args, cwd=js_client,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )
+    out, err = await asyncio.wait_for(node.communicate(), 90)
+    assert node.returncode == 0, err.decode()[-3000:]
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
 async def test_the_javascript_client_sends_and_receives(js_client: Path):
     async with serve_amqp(namespace="jsclient") as server:
         async with aiosb.connect("memory://jsclient") as ns:
             await ns.create_queue("orders")
-        node = await asyncio.create_subprocess_exec(
-            "node", str(js_client / "sendreceive.mjs"), server.connection_string(), "orders",
-            cwd=js_client, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(node.communicate(), 90)
-    assert node.returncode == 0, err.decode()[-3000:]
-    got = json.loads(out.decode().strip().splitlines()[-1])
+        got = await _node(js_client, "sendreceive.mjs", server.connection_string(), "orders")
     assert got[0] == {"body": "from node", "subject": "js", "messageId": got[0]["messageId"],
                       "n": 7}
     assert [m["body"] for m in got[1:]] == [f"b{i}" for i in range(10)]
@@ -56,13 +64,7 @@ async def test_the_javascript_client_knows_a_missing_entity_at_once(js_client: P
     not exist fail with MessagingEntityNotFound, not retried: the service's sentence,
     which the SDK recognises (amqp:not-found alone is a communication problem to it)."""
     async with serve_amqp(namespace="jsmissing") as server:
-        node = await asyncio.create_subprocess_exec(
-            "node", str(js_client / "missing.mjs"), server.connection_string(), "nope",
-            cwd=js_client, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(node.communicate(), 90)
-    assert node.returncode == 0, err.decode()[-3000:]
-    got = json.loads(out.decode().strip().splitlines()[-1])
+        got = await _node(js_client, "missing.mjs", server.connection_string(), "nope")
     for what in ("send", "peek"):
         assert got[what]["code"] == "MessagingEntityNotFound", got[what]
         assert got[what]["retryable"] is False
@@ -86,14 +88,9 @@ async def test_the_javascript_admin_client_manages_entities_over_https(js_client
         port = server.url.rsplit(":", 1)[1]
         connection = (f"Endpoint=sb://localhost:{port};SharedAccessKeyName={DEV_KEY_NAME};"
                       f"SharedAccessKey={DEV_KEY}")
-        node = await asyncio.create_subprocess_exec(
-            "node", str(js_client / "admin.mjs"), connection, cwd=js_client,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env={**os.environ, "NODE_EXTRA_CA_CERTS": str(cert)},
-        )
-        out, err = await asyncio.wait_for(node.communicate(), 90)
-    assert node.returncode == 0, err.decode()[-3000:]
-    assert json.loads(out.decode().strip().splitlines()[-1]) == {
+        got = await _node(js_client, "admin.mjs", connection,
+                          env={**os.environ, "NODE_EXTRA_CA_CERTS": str(cert)})
+    assert got == {
         "maxDeliveryCount": 4, "queues": ["jsorders"], "rules": ["$Default", "eu"],
         "active": 0, "namespace": "jsadmin",
     }
@@ -105,14 +102,8 @@ async def test_the_javascript_client_settles_in_peek_lock_mode(js_client: Path):
     async with serve_amqp(namespace="jspeeklock") as server:
         async with aiosb.connect("memory://jspeeklock") as ns:
             await ns.create_queue("orders")
-            node = await asyncio.create_subprocess_exec(
-                "node", str(js_client / "peeklock.mjs"), server.connection_string(), "orders",
-                cwd=js_client, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            )
-            out, err = await asyncio.wait_for(node.communicate(), 90)
+            got = await _node(js_client, "peeklock.mjs", server.connection_string(), "orders")
             left = (await ns.runtime_properties("orders")).active_message_count
-    assert node.returncode == 0, err.decode()[-3000:]
-    got = json.loads(out.decode().strip().splitlines()[-1])
     assert sorted(got["first"]) == [f"p{i}" for i in range(5)]
     assert got["again"] == [["p2", 2]]
     assert left == 0
@@ -131,12 +122,7 @@ async def test_the_javascript_rule_manager_adds_lists_and_removes_rules_that_rou
             await ns.create_topic("orders")
             await ns.create_subscription("orders", "eu")
             await ns.create_subscription("orders", "rush")
-            node = await asyncio.create_subprocess_exec(
-                "node", str(js_client / "rules.mjs"), server.connection_string(), "orders",
-                cwd=js_client, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            )
-            out, err = await asyncio.wait_for(node.communicate(), 90)
-            assert node.returncode == 0, err.decode()[-3000:]
+            got = await _node(js_client, "rules.mjs", server.connection_string(), "orders")
             broker = emulator.namespace("jsrules")
             took = {
                 sub: await broker.receive(f"orders/subscriptions/{sub}", ReceiveRequest(
@@ -144,7 +130,6 @@ async def test_the_javascript_rule_manager_adds_lists_and_removes_rules_that_rou
                 for sub in ("eu", "rush")
             }
             rules = [r.name for r in await ns.list_rules("orders", "eu")]
-    got = json.loads(out.decode().strip().splitlines()[-1])
     assert got["before"] == [["$Default", "1=1", None],
                              ["eu", "region = 'eu'", "SET tagged = 'yes'"]]
     assert got["listed"] == [["rush", "urgent", {"kind": "rush"}]]
