@@ -23,6 +23,7 @@ __all__ = [
     "MAX_RECEIVE_MESSAGES",
     "MAX_RECEIVE_WAIT",
     "check_receive",
+    "ColumnTransport",
     "entity_kind",
     "ManagementRequest",
     "ReceiveRequest",
@@ -256,3 +257,25 @@ class Transport(Protocol):
 
     async def aclose(self) -> None:
         """Release everything the transport holds; idempotent."""
+
+
+@runtime_checkable
+class ColumnTransport(Protocol):
+    """What a transport may add to :class:`Transport`: a batch received and sent as
+    columns rather than a message object each (the syphon's move, #16). Columns hold, by
+    field name of :class:`~aiosb.ReceivedMessage`, a list with each message's value, or
+    one value every message has; a field left out has its default."""
+
+    async def receive_columns(
+        self, entity: str, request: ReceiveRequest
+    ) -> tuple[list[bytes], dict[str, Any]]:
+        """What :meth:`Transport.receive` gives, as the bodies and the columns of the other
+        fields. The columns may share what the broker holds: read them, never change
+        them."""
+
+    async def send_columns(
+        self, entity: str, bodies: list[bytes], columns: dict[str, Any]
+    ) -> None:
+        """:meth:`Transport.send` for messages given as columns of their sent fields (as
+        :meth:`receive_columns` gave them, and changed as a message may be): not checked
+        as a :class:`~aiosb.Message` checks its fields."""

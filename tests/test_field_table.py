@@ -183,6 +183,49 @@ def test_the_backlog_rewrite_carries_every_field_home():
     assert sent_fields(received) == sent_fields(msg)
 
 
+def test_the_backlog_rewrite_of_a_batch_as_columns_carries_every_field_home():
+    """#16: the syphon moves a batch as columns (restore_columns, then the broker's
+    send_columns) where it can: a full message, but for the session it would not be
+    moved that way with, comes home with every field, as restore gives it."""
+    from aiosb.emulator._record import FIELDS, record_of, records_from_columns
+    from aiosb.pairing.rewrite import restore, restore_columns, to_backlog
+
+    msg = full_message()
+    msg.session_id = msg.scheduled_enqueue_time = None  # moved as messages (restore)
+    now = AT.timestamp() - 3600
+    copy = to_backlog(msg, "orders", now, 256 * 1024)
+    received = ReceivedMessage(**sent_fields(copy))
+    received.expires_timestamp = AT.timestamp() + msg.time_to_live.total_seconds()
+    names = [f.name for f in dataclasses.fields(ReceivedMessage) if f.name != "body"]
+    columns = dict(zip(names, column_reader(names)([received]), strict=True))
+    restored = restore_columns(columns, now)
+    assert restored is not None
+    entity, sent = restored
+    assert columns["application_properties"] == [copy.application_properties]  # unchanged
+    assert restore(received, now) == entity == "orders"
+    (rec,) = records_from_columns([received.body], sent)
+    want = record_of(received, received.message_id)
+    assert {f: getattr(rec, f) for f in FIELDS} == {f: getattr(want, f) for f in FIELDS}
+    assert rec.props == msg.application_properties and rec.ttl_td == received.time_to_live
+
+
+def test_a_batch_as_columns_becomes_received_messages_with_every_field():
+    """What the syphon does with a batch it cannot move as columns: the messages, each
+    with properties of its own."""
+    from aiosb.message import received_from_columns
+
+    full = full_received()
+    names = [f.name for f in dataclasses.fields(ReceivedMessage) if f.name != "body"]
+    columns = dict(zip(names, column_reader(names)([full, full]), strict=True))
+    a, b = received_from_columns([full.body, full.body], columns)
+    assert all_fields(a) == all_fields(b) == all_fields(full)
+    a.application_properties["n"] = 8
+    assert full.application_properties["n"] == b.application_properties["n"] == 7
+    (c,) = received_from_columns([b"x"], {"lock_token": "t", "state": "deferred"})
+    assert all_fields(c) == {**all_fields(ReceivedMessage(b"x")), "lock_token": "t",
+                             "state": "deferred"}
+
+
 # -- Spark's columns --------------------------------------------------------------------
 
 

@@ -24,9 +24,9 @@ from aiosb.emulator._record import (
     DEFERRED,
     LOCKED,
     SCHEDULED,
-    _Record,
     received_columns,
     received_messages,
+    record_of,
 )
 from aiosb.emulator.server import DEV_KEY, DEV_KEY_NAME, serve
 from aiosb.message import ReceivedMessage
@@ -187,7 +187,7 @@ def test_a_record_counts_the_size_its_message_counts(kws):
     if isinstance(sent, type):
         return
     for msg in sent:
-        assert _Record(msg, msg.message_id or 7).size == msg.size
+        assert record_of(msg, msg.message_id or 7).size == msg.size
 
 
 @pytest.mark.parametrize(
@@ -202,7 +202,7 @@ def test_a_record_counts_the_size_its_message_counts(kws):
     ],
 )
 def test_a_records_size_is_its_messages_for_each_shape(msg, size):
-    assert _Record(msg, msg.message_id or 7).size == msg.size == size
+    assert record_of(msg, msg.message_id or 7).size == msg.size == size
 
 
 @settings(max_examples=100, deadline=None)
@@ -216,7 +216,7 @@ def test_the_servers_columns_say_what_the_messages_of_a_receive_say(kws, peek, d
         return
     recs = []
     for i, msg in enumerate(sent):
-        rec = _Record(msg, msg.message_id or data.draw(st.integers(1, 2**40)), msg.size)
+        rec = record_of(msg, msg.message_id or data.draw(st.integers(1, 2**40)), msg.size)
         rec.seq = data.draw(st.integers(0, 2**63 - 1))
         rec.enqueued = 1_700_000_000.123456 + i // 2
         rec.expires = data.draw(st.none() | st.floats(0, 2e9))

@@ -12,7 +12,7 @@ its fragment again. A receive gathers from every fragment, starting at a rotatin
 (PT-16 to PT-18).
 
 (Each message's key is chosen where its record is built, in
-:func:`aiosb.emulator._sending.build`, inline because it runs for every message sent.)
+:func:`aiosb.emulator._sending.check`, inline because it runs for every message sent.)
 
 Imports: :mod:`._record` only.
 """

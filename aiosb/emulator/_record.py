@@ -12,6 +12,7 @@ import datetime as _dt
 import itertools
 import math
 import os
+from collections.abc import Iterable
 from typing import Any, Generic, TypeVar, overload
 
 from ..entities import NEVER
@@ -195,6 +196,21 @@ class _Record:
     )
     _opt: tuple[Any, ...]
     _mid: str | int
+    body: bytes
+    deferred: bool
+    delivery_count: int
+    enqueued: float
+    expires: float | None
+    frag: int
+    #: The partition key chosen when the message was sent (PT-6 to PT-8, PT-19).
+    key: str | None
+    lock_token: str | None
+    locked_until: float | None
+    props: dict[str, Any] | None
+    seq: int
+    size: int
+    state: int
+    ttl: float
 
     session_id = _Opt[str | None](_OPT.index("session_id"))
     partition_key = _Opt[str | None](_OPT.index("partition_key"))
@@ -208,56 +224,6 @@ class _Record:
     dl_reason = _Opt[str | None](_OPT.index("dl_reason"))
     dl_desc = _Opt[str | None](_OPT.index("dl_desc"))
     dl_source = _Opt[str | None](_OPT.index("dl_source"))
-
-    def __init__(self, msg: Message, message_id: str | int, size: int | None = None) -> None:
-        """A record of ``msg``, with ``message_id`` (the message's, or a number the broker
-        gives it) and ``size`` (by default the message's :attr:`~aiosb.Message.size`,
-        worked out here from the fields as they are read: the send path, #16)."""
-        self.body = body = msg.body
-        self._mid = message_id
-        ttl = msg.time_to_live
-        if ttl is None:
-            self.ttl = INF
-        else:
-            self.ttl = seconds = _seconds(ttl)
-            if seconds != INF:
-                _DELTAS.setdefault(seconds, ttl)
-        props = msg.application_properties
-        opt: tuple[Any, ...] = (
-            msg.session_id, msg.partition_key, msg.content_type, msg.correlation_id,
-            msg.subject, msg.reply_to, msg.reply_to_session_id, msg.to,
-            msg.scheduled_enqueue_time, None, None, None,
-        )
-        if opt == _NO_OPT:
-            opt = _NO_OPT
-        self._opt = opt
-        if size is None:
-            size = len(body)
-            user_id = msg.message_id
-            if opt is not _NO_OPT:
-                size += texts_size((user_id, *opt[:AT]))
-            elif user_id is not None:  # an id alone, the common case: spelled out
-                size += (
-                    len(user_id) if user_id.__class__ is str and user_id.isascii()
-                    else texts_size((user_id,))
-                )
-            if props:
-                size += properties_size(props)
-        # Slots of their own: a tuple holding a dict is tracked by the garbage collector,
-        # and a key is set on every message of an entity with duplicate detection.
-        self.props = dict(props) if props else None
-        #: The partition key chosen when the message was sent (PT-6 to PT-8, PT-19).
-        self.key: str | None = None
-        self.size = size
-        self.seq = 0
-        self.enqueued = 0.0
-        self.expires: float | None = None
-        self.delivery_count = 0
-        self.lock_token: str | None = None
-        self.locked_until: float | None = None
-        self.state = AVAILABLE
-        self.deferred = False
-        self.frag = 0
 
     @classmethod
     def blank(cls) -> _Record:
@@ -320,6 +286,122 @@ class _Record:
         ttl = self.ttl
         return None if ttl == INF or ttl is None else _delta(ttl)
 
+
+
+def record_of(msg: Message, message_id: str | int, size: int | None = None) -> _Record:
+    """A record of ``msg``, with ``message_id`` (the message's, or a number the broker
+    gives it) and ``size`` (by default the message's :attr:`~aiosb.Message.size`,
+    worked out from the fields as they are read: the send path, #16)."""
+    rec = _new(_Record)
+    opt: tuple[Any, ...] = (
+        msg.session_id, msg.partition_key, msg.content_type, msg.correlation_id,
+        msg.subject, msg.reply_to, msg.reply_to_session_id, msg.to,
+        msg.scheduled_enqueue_time, None, None, None,
+    )
+    _fill(
+        rec, msg.body, message_id, msg.message_id, msg.time_to_live,
+        _NO_OPT if opt == _NO_OPT else opt, msg.application_properties, size,
+    )
+    return rec
+
+
+def _fill(
+    rec: _Record,
+    body: bytes,
+    message_id: str | int,
+    user_id: str | None,
+    ttl: _dt.timedelta | None,
+    opt: tuple[Any, ...],
+    props: dict[str, Any] | None,
+    size: int | None,
+) -> None:
+    """Set every slot of a new record: the sent fields (``opt`` is :data:`_NO_OPT` when
+    none of its fields is set; ``user_id`` the message's own id, ``message_id`` what the
+    record keeps) and a fresh broker state. ``size`` is worked out here by default, from
+    the fields as they are read (the send path, #16)."""
+    rec.body = body
+    rec._mid = message_id
+    if ttl is None:
+        rec.ttl = INF
+    else:
+        rec.ttl = seconds = _seconds(ttl)
+        if seconds != INF:
+            _DELTAS.setdefault(seconds, ttl)
+    rec._opt = opt
+    if size is None:
+        size = len(body)
+        if opt is not _NO_OPT:
+            size += texts_size((user_id, *opt[:AT]))
+        elif user_id is not None:  # an id alone, the common case: spelled out
+            size += (
+                len(user_id) if user_id.__class__ is str and user_id.isascii()
+                else texts_size((user_id,))
+            )
+        if props:
+            size += properties_size(props)
+    # Slots of their own: a tuple holding a dict is tracked by the garbage collector,
+    # and a key is set on every message of an entity with duplicate detection.
+    rec.props = dict(props) if props else None
+    rec.key = None
+    rec.size = size
+    rec.seq = 0
+    rec.enqueued = 0.0
+    rec.expires = None
+    rec.delivery_count = 0
+    rec.lock_token = None
+    rec.locked_until = None
+    rec.state = AVAILABLE
+    rec.deferred = False
+    rec.frag = 0
+
+
+#: The sent fields ``_opt`` holds, in its order (the rest of it is broker state).
+_OPT_SENT = (
+    "session_id", "partition_key", "content_type", "correlation_id", "subject", "reply_to",
+    "reply_to_session_id", "to", "scheduled_enqueue_time",
+)
+_NO_STATE = (None,) * (len(_OPT) - len(_OPT_SENT))
+
+
+def records_from_columns(bodies: list[bytes], columns: dict[str, Any]) -> list[_Record]:
+    """What ``record_of(msg, msg.message_id or auto_ids())`` makes of each message, for
+    messages given as columns, with no message object per message (the syphon's move,
+    #16): ``columns`` holds, by field name of :class:`~aiosb.Message`, a list with each
+    message's value, or one value every message has; a field left out is ``None``
+    (:func:`received_columns` gives such columns). The values are taken as they are
+    (checked where they came from)."""
+    n = len(bodies)
+    get = columns.get
+    texts = [get(name) for name in _OPT_SENT]
+    opts: Iterable[tuple[Any, ...]]
+    if texts.count(None) == len(texts):
+        opts = itertools.repeat(_NO_OPT, n)
+    else:
+        opts = [
+            _NO_OPT if opt == _NO_OPT else opt
+            for opt in (
+                (*row, *_NO_STATE) for row in zip(*(_listed(c, n) for c in texts), strict=True)
+            )
+        ]
+    out = []
+    new = _new
+    for body, mid, opt, ttl, props in zip(
+        bodies,
+        _listed(get("message_id"), n),
+        opts,
+        _listed(get("time_to_live"), n),
+        _listed(get("application_properties"), n),
+        strict=True,
+    ):
+        rec = new(_Record)
+        _fill(rec, body, mid or auto_ids(), mid, ttl, opt, props, None)
+        out.append(rec)
+    return out
+
+
+def _listed(column: Any, n: int) -> list[Any]:
+    """A column as a list of ``n`` values."""
+    return column if column.__class__ is list else [column] * n
 
 
 #: The fields of :class:`~aiosb.ReceivedMessage` that ``_opt`` holds, in its order

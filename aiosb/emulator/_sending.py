@@ -12,6 +12,7 @@ Imports: :mod:`._record`, :mod:`._partitions`, :mod:`._entity`, :mod:`._namespac
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ..entities import FRAGMENTS
 from ..errors import (
@@ -25,16 +26,46 @@ from ..message import PING_CONTENT_TYPE, Message, check_partition_key
 from ._entity import _Entity
 from ._namespace import Namespace
 from ._partitions import by_fragment, check_transaction, route
-from ._record import AT, INF, SCHEDULED, _Record, auto_ids
+from ._record import (
+    _NO_OPT,
+    _OPT,
+    AT,
+    INF,
+    SCHEDULED,
+    _Record,
+    auto_ids,
+    record_of,
+    records_from_columns,
+)
 
-__all__ = ["cancel_scheduled", "schedule", "send"]
+__all__ = ["cancel_scheduled", "schedule", "send", "send_columns"]
+
+_SESSION_ID, _PARTITION_KEY, _CONTENT_TYPE = (
+    _OPT.index(name) for name in ("session_id", "partition_key", "content_type")
+)
 
 
 async def send(
     ns: Namespace, path: str, messages: Sequence[Message], transaction: bool = False
 ) -> None:
     """Enqueue ``messages`` on a queue or topic as one batch (all or none)."""
-    entity, records, now = await prepare(ns, path, messages, transaction)
+    await enqueue(ns, path, records_of(messages), transaction)
+
+
+async def send_columns(
+    ns: Namespace, path: str, bodies: list[bytes], columns: dict[str, Any]
+) -> None:
+    """Enqueue messages given as columns (:func:`._record.records_from_columns`) as one
+    batch, as :func:`send` enqueues messages."""
+    await enqueue(ns, path, records_from_columns(bodies, columns))
+
+
+async def enqueue(
+    ns: Namespace, path: str, made: list[_Record], transaction: bool = False
+) -> None:
+    """Enqueue the records of a send (made by :func:`records_of` or
+    :func:`._record.records_from_columns`) as one batch (all or none)."""
+    entity, records, now = await prepare(ns, path, made, transaction)
     # A plain queue's records are stored a fragment's run at a time (#16): numbered
     # here, in order, and handed to their store together.
     runs: dict[int, list[_Record]] = {}
@@ -72,7 +103,7 @@ async def schedule(ns: Namespace, path: str, messages: Sequence[Message]) -> lis
     for msg in messages:
         if isinstance(msg, Message) and msg.scheduled_enqueue_time is None:
             raise InvalidArgument("schedule needs each message's scheduled_enqueue_time to be set.")
-    entity, records, now = await prepare(ns, path, messages)
+    entity, records, now = await prepare(ns, path, records_of(messages))
     seqs = []
     for rec in records:
         if rec is None:
@@ -107,18 +138,19 @@ async def cancel_scheduled(ns: Namespace, path: str, sequence_numbers: Sequence[
 
 
 async def prepare(
-    ns: Namespace, path: str, messages: Sequence[Message], transaction: bool = False
+    ns: Namespace, path: str, made: list[_Record], transaction: bool = False
 ) -> tuple[_Entity, list[_Record | None], float]:
-    """Check the faults, validate the batch and choose each message's fragment; a
-    fragment in the way raises or, for a timeout fault, is waited out and the whole
-    preparation done again. Returns the entity (touched), the records and the time."""
+    """Check the faults, validate the batch (of records made of its messages) and choose
+    each message's fragment; a fragment in the way raises or, for a timeout fault, is
+    waited out and the whole preparation done again. Returns the entity (touched), the
+    records (``None`` for pings) and the time."""
     faults = ns.faults
     while True:
         if faults.active:
             await faults.check("send", path)
         now = ns.now()
         entity = send_target(ns, path)
-        records = build(ns, entity, messages, transaction)
+        records = check(ns, entity, made, transaction)
         if entity.nfrag == 1:
             break
         blocked = route(records, entity.nfrag, entity.rr, ns._down("send", path))
@@ -140,11 +172,21 @@ def send_target(ns: Namespace, path: str) -> _Entity:
     return entity
 
 
-def build(
-    ns: Namespace, entity: _Entity, messages: Sequence[Message], transaction: bool = False
+def records_of(messages: Sequence[Message]) -> list[_Record]:
+    """The records of a batch of messages (each checked to be one)."""
+    out = []
+    for msg in messages:
+        if not isinstance(msg, Message):
+            raise InvalidArgument(f"can only send Message objects, not {type(msg).__name__}.")
+        out.append(record_of(msg, msg.message_id or auto_ids()))  # its size worked out
+    return out
+
+
+def check(
+    ns: Namespace, entity: _Entity, made: list[_Record], transaction: bool = False
 ) -> list[_Record | None]:
-    """Validate a whole batch (or transaction), then build its records (``None`` for
-    pings), each with its partition key (PT-6 to PT-8)."""
+    """Validate a whole batch (or transaction) of records: ``None`` for pings, the
+    others each with its partition key (PT-6 to PT-8)."""
     limit = ns.max_message_size
     total = 0
     out: list[_Record | None] = []
@@ -152,10 +194,7 @@ def build(
         entity.kind == "topic" and any(s.sessionful for s in entity.subscriptions.values())
     )
     by_message_id = entity.dup_window > 0
-    for msg in messages:
-        if not isinstance(msg, Message):
-            raise InvalidArgument(f"can only send Message objects, not {type(msg).__name__}.")
-        rec = _Record(msg, msg.message_id or auto_ids())  # its size worked out as it reads
+    for rec in made:
         size = rec.size
         if size > limit:
             raise MessageSizeExceeded(
@@ -163,12 +202,16 @@ def build(
                 f"namespace {ns.name!r} ({ns.tier} tier)."
             )
         total += size
-        if msg.content_type == PING_CONTENT_TYPE:
-            out.append(None)
-            continue
-        # The partition key (PT-6 to PT-8), chosen here, inline: this runs per message.
-        key = msg.partition_key
-        session_id = msg.session_id
+        # The fields read from ``_opt`` inline: this runs per message.
+        opt = rec._opt
+        if opt is _NO_OPT:
+            key = session_id = None
+        else:
+            if opt[_CONTENT_TYPE] == PING_CONTENT_TYPE:
+                out.append(None)
+                continue
+            key, session_id = opt[_PARTITION_KEY], opt[_SESSION_ID]
+        # The partition key (PT-6 to PT-8), chosen here.
         if session_id is not None:
             if key is not None:
                 check_partition_key(session_id, key)  # PT-7 (fields may change after checks)

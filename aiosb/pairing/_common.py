@@ -64,12 +64,13 @@ BACKLOG_QUEUE_PROPERTIES: dict[str, Any] = {
 #: moves more per trip (HTTP drain ~114k msgs/s at 200, ~130k at 500, ~145k at 1,000,
 #: ~148k at 2,000; 1,000 is also the most the syphon keeps parked). In process a move
 #: costs CPU per message and a fixed ~50 us a batch, so larger is better until the
-#: garbage collector's young generation (700 objects) fills within one batch: each
-#: message in flight is two objects (the received message, sent as it is, and the
-#: primary's record), so past about 300 every batch triggers a collection that promotes
-#: the whole batch (embedded drain ~400k msgs/s at 100, ~460k at 200, ~300k at 300).
+#: garbage collector's young generation (700 objects) fills within one batch: a batch
+#: moved as columns (:meth:`.syphon._SyphonPump.move_columns`) makes one object per
+#: message, the primary's record, so past about 600 every batch triggers a collection
+#: that promotes the whole batch (embedded drain ~525k msgs/s at 200, ~610k at 500,
+#: ~410k-540k at 1,000).
 _SYPHON_BATCH = 1000
-_SYPHON_BATCH_IN_PROCESS = 200
+_SYPHON_BATCH_IN_PROCESS = 500
 _SYPHON_BATCH_REST = 100
 
 

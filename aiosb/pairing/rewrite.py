@@ -25,7 +25,7 @@ from __future__ import annotations
 import datetime as _dt
 import uuid
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from ..errors import MessageSizeExceeded
 from ..message import (
@@ -48,6 +48,7 @@ __all__ = [
     "Refused",
     "refresh",
     "restore",
+    "restore_columns",
     "to_backlog",
 ]
 
@@ -170,6 +171,46 @@ def restore(received: ReceivedMessage, now: float) -> str | Refused:
     return entity
 
 
+def restore_columns(columns: dict[str, Any], now: float) -> tuple[str, dict[str, Any]] | None:
+    """:func:`restore` for a batch given as columns (what a transport's
+    ``receive_columns`` gives), when it is the common case: every message bound for one
+    entity, none in a session or scheduled, none expired. Gives that entity and the
+    columns of the sent fields to send there, as :func:`restore` would rewrite each
+    message; ``None`` for any other batch, which the messages themselves are for.
+
+    The columns given are read, never changed (they may be the broker's own); the
+    properties given back are new dicts. One pass per column, not per message (#16).
+    """
+    props = columns.get(_PROPERTIES)
+    if props.__class__ is not list or not props:
+        return None
+    n = len(props)
+    paths = [p.get(PATH) for p in props]
+    entity = paths[0]
+    if not isinstance(entity, str) or not entity or paths.count(entity) != n:
+        return None
+    restored: list[dict[str, PropertyValue] | None] | None = None
+    if list(map(len, props)).count(1) != n:  # some carry more than x-ms-path
+        restored = []
+        for p in props:
+            if SESSION_ID in p or SCHEDULED in p:
+                return None
+            restored.append({k: v for k, v in p.items() if k not in _MOVED} or None)
+    ttls: list[_dt.timedelta | None] | None = None
+    expires = columns.get("expires_timestamp")
+    if expires.__class__ is list and expires.count(None) != n:
+        ttls = []
+        for at in expires:
+            ttl = None if at is None else _remaining(at, None, now)
+            if ttl is False:
+                return None
+            ttls.append(ttl)
+    sent = {name: columns[name] for name in _KEPT if name in columns}
+    sent["time_to_live"] = ttls
+    sent[_PROPERTIES] = restored
+    return entity, sent
+
+
 def refresh(message: ReceivedMessage, now: float) -> bool:
     """Bring a message :func:`restore` gave up to date at ``now``, after it waited (parked
     while its entity was unavailable): the time to live that is left until it expires, a
@@ -225,3 +266,11 @@ _REWRITTEN = frozenset(
 _copy_to_backlog = copier([name for name in MESSAGE_FIELDS if name not in _REWRITTEN])
 #: The backlog properties a restored message no longer carries.
 _MOVED = (PATH, SESSION_ID, TIME_TO_LIVE, SCHEDULED)
+_PROPERTIES = "application_properties"
+#: The fields a restored message has as its backlog copy had them, the body aside (all
+#: but those :func:`restore` sets).
+_KEPT = [
+    name for name in MESSAGE_FIELDS
+    if name not in ("body", "session_id", "time_to_live", "scheduled_enqueue_time", _PROPERTIES)
+]
+

@@ -12,11 +12,13 @@ runtime for types only (the runtime imports this module); never the emulator.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from .._clock import CLOCK
 from ..errors import ClientClosed, EntityNotFound, MessageSizeExceeded, ServiceBusError
-from ..message import ReceivedMessage
+from ..message import ReceivedMessage, received_from_columns
+from ..protocol import ColumnTransport, ReceiveRequest, Settlement
 from ._common import (
     _PARK_LIMIT,
     BACKLOG_QUEUE_PROPERTIES,
@@ -29,7 +31,7 @@ from ._common import (
     syphon_batch,
 )
 from .health import Health
-from .rewrite import EXPIRED, Refused, refresh, restore
+from .rewrite import EXPIRED, Refused, refresh, restore, restore_columns
 
 if TYPE_CHECKING:
     from .runtime import Hub
@@ -59,6 +61,14 @@ class _SyphonPump:
         self.batch = syphon_batch(hub.primary.url, hub.secondary.url)
         #: Whether the last receive brought messages (the next one need not wait).
         self.more = False
+        #: The transports a batch may move through as columns, no message object per
+        #: message (#16): the backlog's receives columns and the primary's sends them.
+        takes, gives = hub.secondary.transport, hub.primary.transport
+        self.columns = (
+            (takes, gives)
+            if isinstance(takes, ColumnTransport) and isinstance(gives, ColumnTransport)
+            else None
+        )
 
     async def run(self) -> None:
         hub, counters = self.hub, self.hub.counters
@@ -96,6 +106,14 @@ class _SyphonPump:
             await _wait_for(wake.wait(), budget)
             return
         batch: list[ReceivedMessage] | None
+        if self.more and self.columns is not None:
+            # In a run of full batches, each moves as columns where it can (#16).
+            count = await self.move_columns(*self.columns)
+            self.more = count > 0
+            self.hub.counters.syphon_receives += 1
+            if count:
+                await asyncio.sleep(0)
+            return
         if self.more:
             # The last receive brought messages, so more are likely waiting: take them
             # at once, without the long poll's race against the wake-up (two tasks and
@@ -196,6 +214,40 @@ class _SyphonPump:
             else:
                 await self.move_group(entry, msgs)
 
+    async def move_columns(self, takes: ColumnTransport, gives: ColumnTransport) -> int:
+        """Receive a batch as columns and, in the common case (:func:`.rewrite.restore_columns`:
+        one entity, healthy, nothing in a session, scheduled or expired), send it on as
+        columns and complete it; any other batch, or a send that fails, goes the way of
+        messages (:meth:`move`: parked, dead-lettered or sent again). Gives how many
+        messages were received."""
+        hub = self.hub
+        secondary, primary = hub.secondary, hub.primary
+        request = ReceiveRequest(max_messages=self.batch, max_wait=0)
+        bodies, columns = await secondary.execute(takes.receive_columns, self.path, request)
+        count = len(bodies)
+        if not count:
+            return 0
+        now = CLOCK.now()
+        restored = restore_columns(columns, now)
+        entry = None if restored is None else hub.entry(restored[0])
+        if restored is None or entry is None or entry in self.parked or not self.movable(
+            entry, now
+        ):
+            await self.move(received_from_columns(bodies, columns))
+            return count
+        try:
+            await primary.execute(gives.send_columns, entry.path, bodies, restored[1])
+        except ServiceBusError as exc:
+            if isinstance(exc, ClientClosed):
+                raise
+            await self.move(received_from_columns(bodies, columns))
+            return count
+        settlement = Settlement("complete", columns["lock_token"])
+        await self.moved(
+            entry, count, secondary.execute(secondary.transport.settle, self.path, settlement)
+        )
+        return count
+
     async def move_group(self, entry: _Entry, msgs: list[ReceivedMessage]) -> None:
         """Move restored messages for ``entry`` after a wait (parked while it was
         unavailable, or a later group of a batch): their time to live and schedule are
@@ -245,18 +297,22 @@ class _SyphonPump:
                 # Retrying cannot help: surface it where people look.
                 await self.dead_letter(chunk, type(exc).__name__, exc.message)
                 continue
-            self.retry_at.pop(entry, None)
-            hub.succeeded(entry)
-            try:
-                await self.receiver.complete(chunk)
-            except ServiceBusError as exc:
-                # Sent but not completed: it will be moved again; the MessageId lets a
-                # primary with duplicate detection drop the copy (G-3).
-                hub.emit(
-                    "syphon_failed", entry.path, f"complete failed: {exc.message}", hi - lo
-                )
-            hub.counters.syphon_moved += hi - lo
-            hub.emit("syphon_moved", entry.path, f"moved {hi - lo} messages", hi - lo)
+            await self.moved(entry, hi - lo, self.receiver.complete(chunk))
+
+    async def moved(self, entry: _Entry, count: int, completion: Awaitable[object]) -> None:
+        """``count`` messages were sent to ``entry``: complete them in the backlog (by
+        awaiting ``completion``), and count and report the move."""
+        hub = self.hub
+        self.retry_at.pop(entry, None)
+        hub.succeeded(entry)
+        try:
+            await completion
+        except ServiceBusError as exc:
+            # Sent but not completed: it will be moved again; the MessageId lets a
+            # primary with duplicate detection drop the copy (G-3).
+            hub.emit("syphon_failed", entry.path, f"complete failed: {exc.message}", count)
+        hub.counters.syphon_moved += count
+        hub.emit("syphon_moved", entry.path, f"moved {count} messages", count)
 
     async def dead_letter(self, msgs: list[ReceivedMessage], reason: str, description: str) -> None:
         """Dead-letter backlog messages that cannot be moved, with a reason."""

@@ -54,6 +54,15 @@ class MemoryTransport:
         self._check()
         await self._ns.send(entity, messages, transaction=transaction)
 
+    async def send_columns(
+        self, entity: str, bodies: list[bytes], columns: dict[str, Any]
+    ) -> None:
+        """Send messages given as columns (:meth:`EmulatorNamespace.send_columns
+        <aiosb.emulator.EmulatorNamespace.send_columns>`): what the syphon moves, with no
+        message object per message (#16)."""
+        self._check()
+        await self._ns.send_columns(entity, bodies, columns)
+
     async def schedule(self, entity: str, messages: Sequence[Message]) -> list[int]:
         self._check()
         return await self._ns.schedule(entity, messages)
@@ -65,6 +74,16 @@ class MemoryTransport:
     async def receive(self, entity: str, request: ReceiveRequest) -> list[ReceivedMessage]:
         self._check()
         return await self._ns.receive(entity, request)
+
+    async def receive_columns(
+        self, entity: str, request: ReceiveRequest
+    ) -> tuple[list[bytes], dict[str, Any]]:
+        """What :meth:`receive` gives, as columns (:meth:`EmulatorNamespace.receive_columns
+        <aiosb.emulator.EmulatorNamespace.receive_columns>`): the bodies, and by field
+        name a list of each message's value or one value they all have. The columns
+        share what the broker holds: read them, do not change them."""
+        self._check()
+        return await self._ns.receive_columns(entity, request)
 
     async def settle(self, entity: str, settlement: Settlement) -> list[float] | None:
         self._check()

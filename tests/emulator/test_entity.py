@@ -10,7 +10,7 @@ from typing import Any
 from aiosb import Message
 from aiosb.emulator._entity import _Entity
 from aiosb.emulator._partitions import fragment_of, home
-from aiosb.emulator._record import INF, _Ids, _Record
+from aiosb.emulator._record import INF, _Ids, _Record, record_of
 from aiosb.entities import QueueProperties, SubscriptionProperties, TopicProperties
 
 
@@ -36,7 +36,7 @@ class Host:
 
 
 def record(name: str = "m", key: str | None = None, **fields: Any) -> _Record:
-    rec = _Record(Message(name.encode(), **fields), name, 10)
+    rec = record_of(Message(name.encode(), **fields), name, 10)
     rec.key = key if key is not None else fields.get("session_id")
     return rec
 

@@ -23,7 +23,7 @@ from aiosb.emulator._partitions import (
     route,
     sequence_numbers,
 )
-from aiosb.emulator._record import _Record
+from aiosb.emulator._record import _Record, record_of
 from aiosb.errors import InvalidArgument, InvalidOperation
 
 N = 16
@@ -37,7 +37,8 @@ def record(
     partition_key: str | None = None,
     message_id: str = "m",
 ) -> _Record:
-    rec = _Record(Message(b"x", session_id=session_id, partition_key=partition_key), message_id, 1)
+    msg = Message(b"x", session_id=session_id, partition_key=partition_key)
+    rec = record_of(msg, message_id, 1)
     rec.key = key
     return rec
 

@@ -13,7 +13,7 @@ import pytest
 import aiosb
 from aiosb import Message, emulator
 from aiosb.emulator._held import Held
-from aiosb.emulator._record import _Record
+from aiosb.emulator._record import _Record, record_of
 
 pytestmark = pytest.mark.looptime
 
@@ -49,7 +49,7 @@ def test_held_records_match_a_dict_through_adds_removals_and_sparse_pages():
     seqs = list(range(1, 2000)) + rng.sample(range(2000, 100_000), 300)
     rng.shuffle(seqs[:200])
     for seq in seqs:
-        rec = _Record(Message(b"x"), f"m{seq}", 1)
+        rec = record_of(Message(b"x"), f"m{seq}", 1)
         rec.seq = seq
         assert held.add(rec)
         model[seq] = rec
@@ -78,7 +78,7 @@ def test_held_discards_runs_of_numbers_as_a_dict_would():
         held, model = Held(), {}
         seqs = sorted(rng.sample(range(1, 600), rng.randint(1, 400)))
         for seq in seqs:
-            rec = _Record(Message(b"x"), f"m{seq}", 1)
+            rec = record_of(Message(b"x"), f"m{seq}", 1)
             rec.seq = seq
             held.add(rec)
             model[seq] = rec
@@ -107,7 +107,7 @@ def test_held_discards_one_consecutive_run_as_a_dict_would():
         held, model = Held(), {}
         top = rng.randint(1, 500)
         for seq in range(1, top + 1):
-            rec = _Record(Message(b"x"), f"m{seq}", 1)
+            rec = record_of(Message(b"x"), f"m{seq}", 1)
             rec.seq = seq
             held.add(rec)
             model[seq] = rec
@@ -133,7 +133,7 @@ def test_held_takes_a_run_as_a_dict_would():
         held, model = Held(), {}
 
         def record(seq: int) -> _Record:
-            rec = _Record(Message(b"x"), f"m{seq}", 1)
+            rec = record_of(Message(b"x"), f"m{seq}", 1)
             rec.seq = seq
             return rec
 

@@ -22,6 +22,7 @@ from aiosb.emulator._record import (
     _Ids,
     _Record,
     received_messages,
+    record_of,
 )
 from aiosb.emulator._store import _Store
 from aiosb.message import ReceivedMessage
@@ -75,7 +76,7 @@ def make_store(**owner: Any) -> tuple[_Store, Owner]:
 
 
 def put(store: _Store, name: str, now: float = 0.0, expires: float | None = None) -> _Record:
-    rec = _Record(Message(name.encode()), name, 10)
+    rec = record_of(Message(name.encode()), name, 10)
     rec.seq = next(store.seqs)
     rec.enqueued = now
     rec.expires = expires
@@ -237,7 +238,7 @@ def test_the_last_allowed_delivery_dead_letters_on_abandon() -> None:
 def test_a_scheduled_message_is_handed_to_its_entity_at_its_enqueue_time() -> None:
     """EX-5: held (counted as scheduled, not available) until its instant."""
     store, entity = make_store()
-    rec = _Record(Message(b"s"), "s", 10)
+    rec = record_of(Message(b"s"), "s", 10)
     rec.seq = next(store.seqs)
     rec.enqueued = 50.0
     store.add_scheduled(rec)
