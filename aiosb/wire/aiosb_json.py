@@ -42,6 +42,7 @@ from .json_values import (
 
 __all__ = [
     "decode_batch",
+    "decode_batch_columns",
     "decode_message",
     "decode_received",
     "decode_received_batch",
@@ -208,6 +209,8 @@ _COLUMNS = (*_SENT_COLUMNS, *_RECEIVED_DEFAULTS)
 _FIELD_OF = {_PROPS: _PROPERTIES}
 #: Every field of a message, in the order of the columns (what the builders set).
 _MESSAGE_FIELDS = (_BODY, *(_FIELD_OF.get(name, name) for name in _SENT_COLUMNS))
+#: The same without the body: the columns :func:`_batch` gives, by field name.
+_FIELDS = _MESSAGE_FIELDS[1:]
 _build_messages = builder(Message, _MESSAGE_FIELDS, dicts=(_PROPERTIES,))
 _build_received = builder(
     ReceivedMessage, (*_MESSAGE_FIELDS, *_RECEIVED_DEFAULTS), dicts=(_PROPERTIES,)
@@ -424,6 +427,36 @@ def decode_batch(data: Any) -> list[Message]:
             length, bad base64.
         InvalidOperation: What :class:`~aiosb.Message` refuses (PT-7 and the like).
     """
+    bodies, columns, valid = _batch(data)
+    n = len(bodies)
+    if not valid:
+        # Something Message refuses: let it say what, exactly as it always does.
+        return [
+            Message(body, **dict(zip(columns, row, strict=True)))
+            for body, *row in zip(bodies, *columns.values(), strict=True)
+        ]
+    return _build_messages(
+        zip(bodies, *(columns.get(name) or _repeat(None, n) for name in _FIELDS), strict=True)
+    )
+
+
+def decode_batch_columns(data: Any) -> tuple[list[bytes], dict[str, list[Any]]] | None:
+    """What :func:`decode_batch` gives, as the bodies and, by field name of
+    :class:`~aiosb.Message`, a list of each message's value (a field left out: ``None``
+    for every message), validated as :class:`~aiosb.Message` validates: no message
+    object per message (a send the server stores as columns, #16). ``None`` when a
+    message would be refused or normalised: :func:`decode_batch` says how.
+
+    Raises:
+        InvalidArgument: As :func:`decode_batch`.
+    """
+    bodies, columns, valid = _batch(data)
+    return (bodies, columns) if valid else None
+
+
+def _batch(data: Any) -> tuple[list[bytes], dict[str, list[Any]], bool]:
+    """The bodies of a batch, its columns by field name (those it has), and whether
+    :class:`~aiosb.Message` takes every message as it is."""
     if not isinstance(data, dict):
         raise InvalidArgument(f"a batch must be a JSON object, not {type(data).__name__}.")
     unknown = sorted(data.keys() - _BATCH_KEYS)
@@ -449,23 +482,10 @@ def decode_batch(data: Any) -> list[Message]:
         columns[_AT] = [None if t is None else _parse_iso(_AT, t) for t in ats]
     props = data.get(_PROPS)
     if props is not None:
-        columns[_PROPS], texts = _properties_column(props, n)
+        columns[_PROPERTIES], texts = _properties_column(props, n)
     else:
         texts = False
-    if not _valid(columns, texts):
-        # Something Message refuses: let it say what, exactly as it always does.
-        names = [_FIELD_OF.get(name, name) for name in columns]
-        return [
-            Message(body, **dict(zip(names, row, strict=True)))
-            for body, *row in zip(bodies, *columns.values(), strict=True)
-        ]
-    return _build_messages(
-        zip(
-            bodies,
-            *(columns.get(name) or _repeat(None, n) for name in _SENT_COLUMNS),
-            strict=True,
-        )
-    )
+    return bodies, columns, _valid(columns, texts)
 
 
 def _valid(columns: dict[str, list[Any]], texts_in_properties: bool = True) -> bool:
@@ -496,7 +516,7 @@ def _valid(columns: dict[str, list[Any]], texts_in_properties: bool = True) -> b
     types = columns.get("content_type")
     if types is not None and not all(map(content_type_ok, types)):
         return False
-    props = columns.get(_PROPS)
+    props = columns.get(_PROPERTIES)
     if props is not None:
         # Each name once (a batch's messages mostly share theirs), and the text values
         # joined: one check in C unless some text is not ASCII (#16).

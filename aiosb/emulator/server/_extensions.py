@@ -78,9 +78,15 @@ async def _extension(
         transaction = payload["transaction"]
         if not isinstance(transaction, bool):
             raise InvalidArgument(f"transaction must be true or false, not {transaction!r}.")
-        await bounded(
-            limit, ns.send(path, _messages(payload), transaction=transaction)
+        batch = payload["batch"]
+        as_columns = (
+            None if batch is None or payload["messages"] is not None or transaction
+            else _json.decode_batch_columns(batch)
         )
+        if as_columns is not None:  # stored as it came, no message object per message (#16)
+            await bounded(limit, ns.send_columns(path, *as_columns))
+        else:
+            await bounded(limit, ns.send(path, _messages(payload), transaction=transaction))
         return web.Response(status=201)
     if op == "schedule":
         payload = object_body(body, {"messages": None, "batch": None}, frame)
