@@ -32,7 +32,6 @@ __all__ = [
     "field_of",
     "fields_of",
     "one_or_many",
-    "received_from_columns",
 ]
 
 M = TypeVar("M", bound="Message")
@@ -529,28 +528,3 @@ def one_or_many(value: object, cls: type[T], what: str) -> list[T]:
         )
     return items
 
-
-def received_from_columns(bodies: list[bytes], columns: dict[str, Any]) -> list[ReceivedMessage]:
-    """The :class:`ReceivedMessage` objects of a batch given as columns (what a
-    transport's ``receive_columns`` gives: by field name a list with each message's
-    value, or one value every message has; a field left out has its default), each with
-    properties of its own (the columns may share the broker's)."""
-    n = len(bodies)
-    rows: list[Iterable[Any]] = [bodies]
-    for name, default in _RECEIVED_DEFAULTS.items():
-        column = columns.get(name, default)
-        if name == "application_properties":
-            props = column if column.__class__ is list else [column] * n
-            rows.append([dict(p) if p else {} for p in props])
-        else:
-            rows.append(column if column.__class__ is list else itertools.repeat(column, n))
-    return _build_all(zip(*rows, strict=False))
-
-
-#: Every field but the body, with its default (the properties: an empty dict each).
-_RECEIVED_DEFAULTS: dict[str, Any] = {
-    f.name: None if f.default is dataclasses.MISSING else f.default
-    for f in dataclasses.fields(ReceivedMessage)
-    if f.name != "body"
-}
-_build_all = builder(ReceivedMessage, _ALL_FIELDS)

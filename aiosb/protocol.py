@@ -12,16 +12,33 @@ implements it without knowing that clients exist; this module imports no backend
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import datetime as _dt
+import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from .errors import InvalidArgument
-from .message import Message, PropertyValue, ReceivedMessage
+from .message import (
+    _PROPERTY_TYPES,
+    MAX_ID_LENGTH,
+    MESSAGE_FIELDS,
+    RECEIVED_FIELDS,
+    TEXT_FIELDS,
+    Message,
+    PropertyValue,
+    ReceivedMessage,
+    builder,
+    check_partition_key,
+    content_type_ok,
+    property_name_ok,
+)
 
 __all__ = [
     "MAX_RECEIVE_MESSAGES",
     "MAX_RECEIVE_WAIT",
+    "check_columns",
     "check_receive",
     "ColumnTransport",
     "entity_kind",
@@ -31,6 +48,7 @@ __all__ = [
     "SessionRequest",
     "Settlement",
     "Transport",
+    "received_from_columns",
 ]
 
 ReceiveMode = Literal["peek_lock", "receive_and_delete"]
@@ -277,5 +295,113 @@ class ColumnTransport(Protocol):
         self, entity: str, bodies: list[bytes], columns: dict[str, Any]
     ) -> None:
         """:meth:`Transport.send` for messages given as columns of their sent fields (as
-        :meth:`receive_columns` gave them, and changed as a message may be): not checked
-        as a :class:`~aiosb.Message` checks its fields."""
+        :meth:`receive_columns` gave them, changed as a message may be), refused as
+        :class:`~aiosb.Message` refuses a field (:func:`check_columns`)."""
+
+
+def received_from_columns(bodies: list[bytes], columns: dict[str, Any]) -> list[ReceivedMessage]:
+    """The :class:`ReceivedMessage` objects of a batch given as columns (what a
+    transport's ``receive_columns`` gives: by field name a list with each message's
+    value, or one value every message has; a field left out has its default), each with
+    properties of its own (the columns may share the broker's)."""
+    n = len(bodies)
+    rows: list[Iterable[Any]] = [bodies]
+    for name, default in _RECEIVED_DEFAULTS.items():
+        column = columns.get(name, default)
+        if name == "application_properties":
+            props = column if column.__class__ is list else [column] * n
+            rows.append([dict(p) if p else {} for p in props])
+        else:
+            rows.append(column if column.__class__ is list else itertools.repeat(column, n))
+    return _build_all(zip(*rows, strict=False))
+
+
+def check_columns(bodies: list[bytes], columns: dict[str, Any]) -> None:
+    """Refuse a batch given as columns (by field name of :class:`Message`, a list with
+    each message's value, or one value every message has) that :class:`Message` would
+    refuse a message of: a column per pass, not a check per message and field (#16).
+
+    Raises:
+        InvalidArgument: A body that is not bytes, a field that is not a sent one, a
+            column of the wrong length or type, or a value Message refuses.
+        InvalidOperation: PT-7 (a partition key beside a different session id).
+    """
+    n = len(bodies)
+    if not isinstance(bodies, list) or not set(map(type, bodies)) <= {bytes}:
+        raise InvalidArgument("the bodies of a batch must be a list of bytes.")
+    listed: dict[str, list[Any]] = {}
+    for name, column in columns.items():
+        kinds = _COLUMN_TYPES.get(name)
+        if kinds is None:
+            raise InvalidArgument(f"{name!r} is not a field of a message to send.")
+        if column is None:  # no message has it
+            continue
+        values = column if column.__class__ is list else [column] * n
+        if len(values) != n:
+            raise InvalidArgument(f"the {name} column has {len(values)} values for {n} messages.")
+        wrong = set(map(type, values)) - kinds - {type(None)}
+        if wrong:
+            raise InvalidArgument(
+                f"{name} must be {' or '.join(k.__name__ for k in kinds)}, not "
+                f"{min(wrong, key=lambda k: k.__name__).__name__}."
+            )
+        listed[name] = values
+    for name in ("message_id", "session_id", "partition_key"):
+        ids = listed.get(name)
+        if ids is not None and (
+            max(map(len, filter(None, ids)), default=0) > MAX_ID_LENGTH
+            or (name == "message_id" and "" in ids)
+        ):
+            for value in ids:  # say which, as Message says it
+                Message(b"", **{name: value})
+    sessions, keys = listed.get("session_id"), listed.get("partition_key")
+    if sessions is not None and keys is not None:
+        for session_id, key in zip(sessions, keys, strict=True):
+            check_partition_key(session_id, key)
+    for name in TEXT_FIELDS:
+        texts = listed.get(name)
+        if texts is not None and not "".join(filter(None, texts)).isascii():
+            for value in texts:  # say which, as Message says it
+                Message(b"", **{name: value})
+    types = listed.get("content_type")
+    if types is not None and not all(map(content_type_ok, set(types))):
+        raise InvalidArgument("a content type is printable ASCII.")
+    ttls = [t for t in listed.get("time_to_live", ()) if t is not None]
+    if ttls and min(ttls) <= _ZERO:
+        raise InvalidArgument("every time_to_live must be positive.")
+    ats = listed.get("scheduled_enqueue_time")
+    if ats is not None and not all(t is None or t.tzinfo is not None for t in set(ats)):
+        raise InvalidArgument("every scheduled_enqueue_time must be timezone-aware.")
+    props = [p for p in listed.get("application_properties", ()) if p]
+    if props:
+        # Each name once, the values' types at once, the texts joined: Message judges
+        # (and says what is wrong) only a batch with something unusual in it.
+        values = list(itertools.chain.from_iterable(map(dict.values, props)))
+        if not (
+            all(map(property_name_ok, set().union(*props)))
+            and set(map(type, values)) <= _PROPERTY_VALUE_TYPES
+            and "".join([v for v in values if type(v) is str]).isascii()
+        ):
+            for p in props:
+                Message(b"", application_properties=p)
+
+
+_ZERO = _dt.timedelta(0)
+#: The types of property values Message takes, exactly (a subclass goes to Message).
+_PROPERTY_VALUE_TYPES = set(_PROPERTY_TYPES)
+#: The types of each sent field's values (``None`` aside), for :func:`check_columns`.
+_COLUMN_TYPES: dict[str, set[type]] = {
+    **{name: {str} for name in TEXT_FIELDS},
+    "time_to_live": {_dt.timedelta},
+    "scheduled_enqueue_time": {_dt.datetime},
+    "application_properties": {dict},
+}
+
+
+#: Every field but the body, with its default (the properties: an empty dict each).
+_RECEIVED_DEFAULTS: dict[str, Any] = {
+    f.name: None if f.default is dataclasses.MISSING else f.default
+    for f in dataclasses.fields(ReceivedMessage)
+    if f.name != "body"
+}
+_build_all = builder(ReceivedMessage, (*MESSAGE_FIELDS, *RECEIVED_FIELDS))

@@ -212,7 +212,7 @@ def test_the_backlog_rewrite_of_a_batch_as_columns_carries_every_field_home():
 def test_a_batch_as_columns_becomes_received_messages_with_every_field():
     """What the syphon does with a batch it cannot move as columns: the messages, each
     with properties of its own."""
-    from aiosb.message import received_from_columns
+    from aiosb.protocol import received_from_columns
 
     full = full_received()
     names = [f.name for f in dataclasses.fields(ReceivedMessage) if f.name != "body"]

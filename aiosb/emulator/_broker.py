@@ -121,14 +121,15 @@ class EmulatorNamespace:
         await _sending.send(self, path, messages, transaction)
 
     async def send_columns(
-        self, path: str, bodies: list[bytes], columns: dict[str, Any]
+        self, path: str, bodies: list[bytes], columns: dict[str, Any], *, checked: bool = False
     ) -> None:
         """Enqueue messages given as columns rather than a message object each, as
         :meth:`send` does (the syphon's move, #16): ``columns`` holds, by field name of
         :class:`~aiosb.Message`, a list of each message's value, or one value they all
-        have; a field left out is ``None``. The values are taken as they are: columns
-        that :meth:`receive_columns` gave (then changed only as a message may be)."""
-        await _sending.send_columns(self, path, bodies, columns)
+        have; a field left out is ``None``. They are checked as a
+        :class:`~aiosb.Message` checks its fields (:func:`aiosb.protocol.check_columns`)
+        unless ``checked`` says that was done (the server's decoder does it)."""
+        await _sending.send_columns(self, path, bodies, columns, checked)
 
     async def schedule(self, path: str, messages: Sequence[Message]) -> list[int]:
         """Schedule messages; return their sequence numbers (EX-5)."""

@@ -23,6 +23,7 @@ from ..errors import (
     QuotaExceeded,
 )
 from ..message import PING_CONTENT_TYPE, Message, check_partition_key
+from ..protocol import check_columns
 from ._entity import _Entity
 from ._namespace import Namespace
 from ._partitions import by_fragment, check_transaction, route
@@ -53,10 +54,14 @@ async def send(
 
 
 async def send_columns(
-    ns: Namespace, path: str, bodies: list[bytes], columns: dict[str, Any]
+    ns: Namespace, path: str, bodies: list[bytes], columns: dict[str, Any],
+    checked: bool = False,
 ) -> None:
     """Enqueue messages given as columns (:func:`._record.records_from_columns`) as one
-    batch, as :func:`send` enqueues messages."""
+    batch, as :func:`send` enqueues messages, checked as messages are
+    (:func:`aiosb.protocol.check_columns`) unless ``checked``."""
+    if not checked:
+        check_columns(bodies, columns)
     await enqueue(ns, path, records_from_columns(bodies, columns))
 
 
@@ -157,6 +162,8 @@ async def prepare(
         if blocked is None:
             break
         await faults.apply(blocked, "send", path)
+        for rec in made:  # routed afresh, to whatever entity the path names by then
+            rec.frag = 0
     entity.touch(now)
     return entity, records, now
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._clock import CLOCK
 from ..errors import ClientClosed, EntityNotFound, MessageSizeExceeded, ServiceBusError
-from ..message import ReceivedMessage, received_from_columns
-from ..protocol import ColumnTransport, ReceiveRequest, Settlement
+from ..message import ReceivedMessage
+from ..protocol import ColumnTransport, ReceiveRequest, Settlement, received_from_columns
 from ._common import (
     _PARK_LIMIT,
     BACKLOG_QUEUE_PROPERTIES,
@@ -209,7 +209,7 @@ class _SyphonPump:
                 # PN-17: not while unavailable
                 self.parked.setdefault(entry, []).extend(msgs)
             elif fresh:
-                await self.send(entry, msgs)
+                await self.send(entry, _Messages(self, msgs))
                 fresh = False
             else:
                 await self.move_group(entry, msgs)
@@ -217,35 +217,24 @@ class _SyphonPump:
     async def move_columns(self, takes: ColumnTransport, gives: ColumnTransport) -> int:
         """Receive a batch as columns and, in the common case (:func:`.rewrite.restore_columns`:
         one entity, healthy, nothing in a session, scheduled or expired), send it on as
-        columns and complete it; any other batch, or a send that fails, goes the way of
-        messages (:meth:`move`: parked, dead-lettered or sent again). Gives how many
-        messages were received."""
-        hub = self.hub
-        secondary, primary = hub.secondary, hub.primary
+        columns and complete it (:meth:`send`); any other batch goes the way of messages
+        (:meth:`move`). Gives how many messages were received."""
         request = ReceiveRequest(max_messages=self.batch, max_wait=0)
-        bodies, columns = await secondary.execute(takes.receive_columns, self.path, request)
+        bodies, columns = await self.hub.secondary.execute(
+            takes.receive_columns, self.path, request
+        )
         count = len(bodies)
         if not count:
             return 0
         now = CLOCK.now()
         restored = restore_columns(columns, now)
-        entry = None if restored is None else hub.entry(restored[0])
+        entry = None if restored is None else self.hub.entry(restored[0])
         if restored is None or entry is None or entry in self.parked or not self.movable(
             entry, now
         ):
             await self.move(received_from_columns(bodies, columns))
-            return count
-        try:
-            await primary.execute(gives.send_columns, entry.path, bodies, restored[1])
-        except ServiceBusError as exc:
-            if isinstance(exc, ClientClosed):
-                raise
-            await self.move(received_from_columns(bodies, columns))
-            return count
-        settlement = Settlement("complete", columns["lock_token"])
-        await self.moved(
-            entry, count, secondary.execute(secondary.transport.settle, self.path, settlement)
-        )
+        else:
+            await self.send(entry, _Columns(self, gives, bodies, columns, restored[1]))
         return count
 
     async def move_group(self, entry: _Entry, msgs: list[ReceivedMessage]) -> None:
@@ -259,26 +248,24 @@ class _SyphonPump:
             (alive if refresh(msg, now) else expired).append(msg)
         if expired:
             await self.dead_letter(expired, EXPIRED.reason, EXPIRED.description)
-        await self.send(entry, alive)
+        await self.send(entry, _Messages(self, alive))
 
-    async def send(self, entry: _Entry, received: list[ReceivedMessage]) -> None:
-        """Send restored messages to ``entry``'s primary entity, then complete them in the
+    async def send(self, entry: _Entry, batch: _Messages | _Columns) -> None:
+        """Send a restored batch to ``entry``'s primary entity, then complete it in the
         backlog.
 
         On an outage the rest is parked at once: nothing more is sent to an entity that
         just failed (PN-17).
         """
         hub = self.hub
-        primary = hub.primary
         # At most a syphon batch at a time; a chunk too large as a whole is split in two.
         size = self.batch
-        whole = len(received)
+        whole = len(batch)
         pending = [(i, min(i + size, whole)) for i in range(0, whole, size)]
         while pending:
             lo, hi = pending.pop(0)
-            chunk = received if hi - lo == whole else received[lo:hi]
             try:
-                await primary.execute(primary.transport.send, entry.path, chunk)
+                await batch.send(entry.path, lo, hi)
             except ServiceBusError as exc:
                 if isinstance(exc, ClientClosed):
                     raise
@@ -289,15 +276,15 @@ class _SyphonPump:
                 hub.counters.syphon_failures += 1
                 if is_outage(exc):
                     hub.failed(entry, exc)
-                    rest = [m for a, b in [(lo, hi), *pending] for m in received[a:b]]
+                    rest = [m for a, b in [(lo, hi), *pending] for m in batch.messages(a, b)]
                     self.parked.setdefault(entry, []).extend(rest)
                     self.retry_at[entry] = CLOCK.now() + self.retry
                     hub.emit("syphon_failed", entry.path, f"move failed, parked: {exc.message}")
                     return
                 # Retrying cannot help: surface it where people look.
-                await self.dead_letter(chunk, type(exc).__name__, exc.message)
+                await self.dead_letter(batch.messages(lo, hi), type(exc).__name__, exc.message)
                 continue
-            await self.moved(entry, hi - lo, self.receiver.complete(chunk))
+            await self.moved(entry, hi - lo, batch.complete(lo, hi))
 
     async def moved(self, entry: _Entry, count: int, completion: Awaitable[object]) -> None:
         """``count`` messages were sent to ``entry``: complete them in the backlog (by
@@ -327,3 +314,83 @@ class _SyphonPump:
             done += 1
         hub.counters.syphon_dead_lettered += done
         hub.emit("syphon_dead_lettered", self.path, f"{reason}: {description}", done)
+
+
+class _Messages:
+    """A batch of restored messages to send, as :meth:`_SyphonPump.send` takes it."""
+
+    __slots__ = ("msgs", "pump")
+
+    def __init__(self, pump: _SyphonPump, msgs: list[ReceivedMessage]) -> None:
+        self.pump = pump
+        self.msgs = msgs
+
+    def __len__(self) -> int:
+        return len(self.msgs)
+
+    def messages(self, lo: int, hi: int) -> list[ReceivedMessage]:
+        msgs = self.msgs
+        return msgs if hi - lo == len(msgs) else msgs[lo:hi]
+
+    def send(self, path: str, lo: int, hi: int) -> Awaitable[None]:
+        primary = self.pump.hub.primary
+        return primary.execute(primary.transport.send, path, self.messages(lo, hi))
+
+    def complete(self, lo: int, hi: int) -> Awaitable[None]:
+        return self.pump.receiver.complete(self.messages(lo, hi))
+
+
+class _Columns:
+    """A received batch restored as columns (:func:`.rewrite.restore_columns`), to send
+    as :meth:`_SyphonPump.send` takes it, with no message object per message: those are
+    made only for messages that cannot be sent (parked or dead-lettered)."""
+
+    __slots__ = ("bodies", "columns", "gives", "made", "pump", "sent")
+
+    def __init__(
+        self,
+        pump: _SyphonPump,
+        gives: ColumnTransport,
+        bodies: list[bytes],
+        columns: dict[str, Any],
+        sent: dict[str, Any],
+    ) -> None:
+        self.pump, self.gives = pump, gives
+        self.bodies, self.columns, self.sent = bodies, columns, sent
+        self.made: list[ReceivedMessage] | None = None
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    def messages(self, lo: int, hi: int) -> list[ReceivedMessage]:
+        """Messages ``lo`` to ``hi``, restored (made once, for the whole batch)."""
+        if self.made is None:
+            self.made = received_from_columns(self.bodies, self.columns)
+            now = CLOCK.now()
+            for msg in self.made:
+                restore(msg, now)
+        return self.made[lo:hi]
+
+    def send(self, path: str, lo: int, hi: int) -> Awaitable[None]:
+        primary = self.pump.hub.primary
+        return primary.execute(
+            self.gives.send_columns, path, _cut(self.bodies, lo, hi), _slice(self.sent, lo, hi)
+        )
+
+    def complete(self, lo: int, hi: int) -> Awaitable[list[float] | None]:
+        pump = self.pump
+        settlement = Settlement("complete", _cut(self.columns["lock_token"], lo, hi))
+        secondary = pump.hub.secondary
+        return secondary.execute(secondary.transport.settle, pump.path, settlement)
+
+
+def _cut(values: list[Any], lo: int, hi: int) -> list[Any]:
+    return values if hi - lo == len(values) else values[lo:hi]
+
+
+def _slice(columns: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
+    """Messages ``lo`` to ``hi`` of a batch's columns (a list each, or one value)."""
+    return {
+        name: _cut(column, lo, hi) if column.__class__ is list else column
+        for name, column in columns.items()
+    }

@@ -84,7 +84,7 @@ async def _extension(
             else _json.decode_batch_columns(batch)
         )
         if as_columns is not None:  # stored as it came, no message object per message (#16)
-            await bounded(limit, ns.send_columns(path, *as_columns))
+            await bounded(limit, ns.send_columns(path, *as_columns, checked=True))
         else:
             await bounded(limit, ns.send(path, _messages(payload), transaction=transaction))
         return web.Response(status=201)
