@@ -364,8 +364,9 @@ def check_columns(bodies: list[bytes], columns: dict[str, Any]) -> None:
             for value in texts:  # say which, as Message says it
                 Message(b"", **{name: value})
     types = listed.get("content_type")
-    if types is not None and not all(map(content_type_ok, set(types))):
-        raise InvalidArgument("a content type is printable ASCII.")
+    if types is not None and ("" in types or not all(map(content_type_ok, set(types)))):
+        # (Message takes "" for None; a column says None for none.)
+        raise InvalidArgument("a content type is printable ASCII, and not empty.")
     ttls = [t for t in listed.get("time_to_live", ()) if t is not None]
     if ttls and min(ttls) <= _ZERO:
         raise InvalidArgument("every time_to_live must be positive.")

@@ -35,6 +35,7 @@ BAD = [
     ({"session_id": "a", "partition_key": ["a", "b"]}, errors.InvalidOperation, "PT-7"),
     ({"subject": ["ok", "\ud800"]}, errors.InvalidArgument, "lone surrogate"),
     ({"content_type": "a\nb"}, errors.InvalidArgument, "printable ASCII"),
+    ({"content_type": ["", None]}, errors.InvalidArgument, "not empty"),
     ({"scheduled_enqueue_time": _dt.datetime(2030, 1, 1)}, errors.InvalidArgument, "aware"),
     ({"application_properties": [{"ok": 1}, {"bad name": 1}]}, errors.InvalidArgument,
      "'bad name' is not allowed"),

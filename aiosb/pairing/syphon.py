@@ -16,7 +16,14 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from .._clock import CLOCK
-from ..errors import ClientClosed, EntityNotFound, MessageSizeExceeded, ServiceBusError
+from ..errors import (
+    ClientClosed,
+    EntityNotFound,
+    InvalidArgument,
+    InvalidOperation,
+    MessageSizeExceeded,
+    ServiceBusError,
+)
 from ..message import ReceivedMessage
 from ..protocol import ColumnTransport, ReceiveRequest, Settlement, received_from_columns
 from ._common import (
@@ -250,7 +257,7 @@ class _SyphonPump:
             await self.dead_letter(expired, EXPIRED.reason, EXPIRED.description)
         await self.send(entry, _Messages(self, alive))
 
-    async def send(self, entry: _Entry, batch: _Messages | _Columns) -> None:
+    async def send(self, entry: _Entry, sending: _Messages | _Columns) -> None:
         """Send a restored batch to ``entry``'s primary entity, then complete it in the
         backlog.
 
@@ -258,6 +265,7 @@ class _SyphonPump:
         just failed (PN-17).
         """
         hub = self.hub
+        batch = sending
         # At most a syphon batch at a time; a chunk too large as a whole is split in two.
         size = self.batch
         whole = len(batch)
@@ -269,6 +277,15 @@ class _SyphonPump:
             except ServiceBusError as exc:
                 if isinstance(exc, ClientClosed):
                     raise
+                if isinstance(batch, _Columns) and isinstance(
+                    exc, InvalidArgument | InvalidOperation
+                ):
+                    # Columns are checked as new messages are; a message the backlog
+                    # took may not pass (a field changed after its checks). As messages
+                    # the batch meets the primary's own verdict, message by message.
+                    batch = _Messages(self, batch.messages(0, whole))
+                    pending.insert(0, (lo, hi))
+                    continue
                 if isinstance(exc, MessageSizeExceeded) and hi - lo > 1:
                     mid = (lo + hi) // 2
                     pending[:0] = [(lo, mid), (mid, hi)]

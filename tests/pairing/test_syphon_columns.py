@@ -193,3 +193,20 @@ async def test_a_column_batch_too_large_for_one_send_is_split_as_columns(env):
     assert refused == [3, 3]  # the second and third batches, each split in two
     assert calls == [3, 1, 2, 3, 1, 2]
     assert [m.body for m in await drain(env.primary, "orders")] == [m.body for m in big]
+
+
+async def test_a_column_batch_the_checks_refuse_goes_as_messages(env):
+    """A backlog message whose property name Message refuses (set after its checks: the
+    broker takes it, on a plain send as on the backlog) fails the column check; its
+    batch then goes as messages and the primary takes each, nothing dead-lettered."""
+    calls = count_column_sends(env)
+    msgs = [Message(f"m{i}") for i in range(6)]
+    msgs[4].application_properties["order id"] = 1
+    await backlog(env, ("orders", msgs))
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        await asyncio.sleep(1)
+        assert (paired.stats.syphon_moved, paired.stats.syphon_dead_lettered) == (6, 0)
+    assert calls == [3]  # the second batch, refused as columns
+    home = await drain(env.primary, "orders")
+    assert [m.body for m in home] == [m.body for m in msgs]
+    assert home[4].application_properties == {"order id": 1}
