@@ -266,10 +266,10 @@ class _SyphonPump:
         """
         hub = self.hub
         batch = sending
-        # At most a syphon batch at a time; a chunk too large as a whole is split in two.
-        size = self.batch
+        # At most a syphon batch at a time, and chunks whose bodies alone fit the
+        # primary's limit; a chunk too large as a whole all the same is split in two.
         whole = len(batch)
-        pending = [(i, min(i + size, whole)) for i in range(0, whole, size)]
+        pending = _chunks(batch.body_sizes(), self.batch, hub.primary.transport.max_message_size)
         while pending:
             lo, hi = pending.pop(0)
             try:
@@ -349,6 +349,9 @@ class _Messages:
         msgs = self.msgs
         return msgs if hi - lo == len(msgs) else msgs[lo:hi]
 
+    def body_sizes(self) -> list[int]:
+        return [len(m.body) for m in self.msgs]
+
     def send(self, path: str, lo: int, hi: int) -> Awaitable[None]:
         primary = self.pump.hub.primary
         return primary.execute(primary.transport.send, path, self.messages(lo, hi))
@@ -379,6 +382,9 @@ class _Columns:
     def __len__(self) -> int:
         return len(self.bodies)
 
+    def body_sizes(self) -> list[int]:
+        return list(map(len, self.bodies))
+
     def messages(self, lo: int, hi: int) -> list[ReceivedMessage]:
         """Messages ``lo`` to ``hi``, restored (made once, for the whole batch)."""
         if self.made is None:
@@ -399,6 +405,24 @@ class _Columns:
         settlement = Settlement("complete", _cut(self.columns["lock_token"], lo, hi))
         secondary = pump.hub.secondary
         return secondary.execute(secondary.transport.settle, pump.path, settlement)
+
+
+def _chunks(sizes: list[int], most: int, limit: int) -> list[tuple[int, int]]:
+    """The ranges to send a batch in: at most ``most`` messages each, and, where the
+    bodies alone would pass the primary's ``limit`` in bytes, as many as fit under it
+    (one at least): a backlog of large messages is not refused a chunk at a time (#16)."""
+    whole = len(sizes)
+    if sum(sizes) <= limit:
+        return [(i, min(i + most, whole)) for i in range(0, whole, most)]
+    out = []
+    lo = total = 0
+    for i, size in enumerate(sizes):
+        if i > lo and (i - lo == most or total + size > limit):
+            out.append((lo, i))
+            lo, total = i, 0
+        total += size
+    out.append((lo, whole))
+    return out
 
 
 def _cut(values: list[Any], lo: int, hi: int) -> list[Any]:
