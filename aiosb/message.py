@@ -527,4 +527,3 @@ def one_or_many(value: object, cls: type[T], what: str) -> list[T]:
             f"{type(bad).__name__}."
         )
     return items
-
