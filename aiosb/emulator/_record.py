@@ -355,12 +355,6 @@ def _fill(
     rec.frag = 0
 
 
-#: The sent fields ``_opt`` holds, in its order (the rest of it is broker state).
-_OPT_SENT = (
-    "session_id", "partition_key", "content_type", "correlation_id", "subject", "reply_to",
-    "reply_to_session_id", "to", "scheduled_enqueue_time",
-)
-_NO_STATE = (None,) * (len(_OPT) - len(_OPT_SENT))
 
 
 def records_from_columns(bodies: list[bytes], columns: dict[str, Any]) -> list[_Record]:
@@ -412,6 +406,11 @@ _OPT_FIELDS = (
     "dead_letter_error_description", "dead_letter_source",
 )
 
+
+#: The sent fields ``_opt`` holds, by their Message names and in its order (the rest of
+#: it is broker state: the dead-letter fields).
+_OPT_SENT = _OPT_FIELDS[: AT + 1]
+_NO_STATE = (None,) * (len(_OPT) - len(_OPT_SENT))
 
 #: The properties column's entry for a message with none (read, never changed).
 _NO_PROPS: dict[str, Any] = {}

@@ -273,4 +273,3 @@ _KEPT = [
     name for name in MESSAGE_FIELDS
     if name not in ("body", "session_id", "time_to_live", "scheduled_enqueue_time", _PROPERTIES)
 ]
-

@@ -257,7 +257,7 @@ class _SyphonPump:
             await self.dead_letter(expired, EXPIRED.reason, EXPIRED.description)
         await self.send(entry, _Messages(self, alive))
 
-    async def send(self, entry: _Entry, sending: _Messages | _Columns) -> None:
+    async def send(self, entry: _Entry, batch: _Messages | _Columns) -> None:
         """Send a restored batch to ``entry``'s primary entity, then complete it in the
         backlog.
 
@@ -265,7 +265,6 @@ class _SyphonPump:
         just failed (PN-17).
         """
         hub = self.hub
-        batch = sending
         # At most a syphon batch at a time, and chunks whose bodies alone fit the
         # primary's limit; a chunk too large as a whole all the same is split in two.
         whole = len(batch)
@@ -346,8 +345,7 @@ class _Messages:
         return len(self.msgs)
 
     def messages(self, lo: int, hi: int) -> list[ReceivedMessage]:
-        msgs = self.msgs
-        return msgs if hi - lo == len(msgs) else msgs[lo:hi]
+        return _cut(self.msgs, lo, hi)
 
     def body_sizes(self) -> list[int]:
         return [len(m.body) for m in self.msgs]

@@ -17,9 +17,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, InvalidOperation
 from ..message import (
-    MAX_ID_LENGTH,
     RECEIVED_FIELDS,
     TEXT_FIELDS,
     Message,
@@ -27,11 +26,10 @@ from ..message import (
     ReceivedMessage,
     builder,
     column_reader,
-    content_type_ok,
     field_of,
     fields_of,
-    property_name_ok,
 )
+from ..protocol import check_columns
 from .json_values import (
     decode_value,
     dumps,
@@ -201,7 +199,6 @@ def decode_received(data: dict[str, Any]) -> ReceivedMessage:
 _TTL = "time_to_live"
 _AT = "scheduled_enqueue_time"
 _PROPS = "properties"
-_ID_FIELDS = ("message_id", "session_id", "partition_key")
 _BATCH_KEYS = frozenset((_BODY, "body_sizes", *_TEXT_FIELDS, _TTL, _AT, _PROPS))
 #: The columns after ``body``, in the order the decoders take them.
 _SENT_COLUMNS = (*_TEXT_FIELDS, _TTL, _AT, _PROPS)
@@ -482,64 +479,17 @@ def _batch(data: Any) -> tuple[list[bytes], dict[str, list[Any]], bool]:
         columns[_AT] = [None if t is None else _parse_iso(_AT, t) for t in ats]
     props = data.get(_PROPS)
     if props is not None:
-        columns[_PROPERTIES], texts = _properties_column(props, n)
-    else:
-        texts = False
-    return bodies, columns, _valid(columns, texts)
+        columns[_PROPERTIES] = _properties_column(props, n)[0]
+    return bodies, columns, _valid(bodies, columns)
 
 
-def _valid(columns: dict[str, list[Any]], texts_in_properties: bool = True) -> bool:
+def _valid(bodies: list[bytes], columns: dict[str, list[Any]]) -> bool:
     """Whether :class:`~aiosb.Message` takes every message of these columns as it is
-    (the types are right already): ids within the limit, PT-7, positive times to live;
-    ``texts_in_properties``: whether property values may be text (to check as UTF-8)."""
-    if not columns:
-        return True  # bodies only: nothing Message could refuse
-    for name in _ID_FIELDS:
-        values = columns.get(name)
-        if values is not None and max(map(len, filter(None, values)), default=0) > (
-            MAX_ID_LENGTH
-        ):
-            return False
-    sessions, keys = columns.get("session_id"), columns.get("partition_key")
-    if sessions is not None and keys is not None and any(
-        s is not None and k is not None and s != k for s, k in zip(sessions, keys, strict=True)
-    ):
-        return False
-    if "" in columns.get("message_id", ()) or "" in columns.get("content_type", ()):
-        return False  # refused, or normalised, by Message
-    for name in _TEXT_FIELDS:
-        values = columns.get(name)  # str or None: ASCII all through, mostly (one test in C)
-        if values is not None and not (
-            "".join(filter(None, values)).isascii() or all(map(_utf8, values))
-        ):
-            return False
-    types = columns.get("content_type")
-    if types is not None and not all(map(content_type_ok, types)):
-        return False
-    props = columns.get(_PROPERTIES)
-    if props is not None:
-        # Each name once (a batch's messages mostly share theirs), and the text values
-        # joined: one check in C unless some text is not ASCII (#16).
-        if not all(map(property_name_ok, set().union(*props))):
-            return False
-        if texts_in_properties:
-            texts = [v for v in _chain(map(_values_of, props)) if type(v) is str]
-            if not "".join(texts).isascii() and not all(map(_utf8, texts)):
-                return False
-    ttls = columns.get(_TTL)
-    return ttls is None or all(t is None or t > _ZERO for t in ttls)
-
-
-_ZERO = _dt.timedelta(0)
-
-
-def _utf8(value: Any) -> bool:
-    """Whether a value is no text, or text that is UTF-8 (no lone surrogates)."""
-    if type(value) is not str or value.isascii():
-        return True
+    (:func:`aiosb.protocol.check_columns` says nothing); if not, :func:`decode_batch`
+    lets Message say what, or normalise it."""
     try:
-        value.encode()
-    except UnicodeEncodeError:
+        check_columns(bodies, columns)
+    except (InvalidArgument, InvalidOperation):
         return False
     return True
 
