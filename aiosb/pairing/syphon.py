@@ -12,7 +12,8 @@ runtime for types only (the runtime imports this module); never the emulator.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+import functools
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .._clock import CLOCK
@@ -21,6 +22,7 @@ from ..errors import (
     EntityNotFound,
     InvalidArgument,
     InvalidOperation,
+    MessageLockLost,
     MessageSizeExceeded,
     ServiceBusError,
 )
@@ -300,20 +302,46 @@ class _SyphonPump:
                 # Retrying cannot help: surface it where people look.
                 await self.dead_letter(batch.messages(lo, hi), type(exc).__name__, exc.message)
                 continue
-            await self.moved(entry, hi - lo, batch.complete(lo, hi))
+            await self.moved(
+                entry, hi - lo, functools.partial(batch.complete, lo, hi),
+                batch.locked_until(lo, hi),
+            )
 
-    async def moved(self, entry: _Entry, count: int, completion: Awaitable[object]) -> None:
+    async def moved(
+        self, entry: _Entry, count: int, complete: Callable[[], Awaitable[object]],
+        locked_until: float,
+    ) -> None:
         """``count`` messages were sent to ``entry``: complete them in the backlog (by
-        awaiting ``completion``), and count and report the move."""
+        awaiting ``complete()``), and count and report the move.
+
+        A completion refused by an outage or a transient fault is tried again after the
+        syphon retry interval while the messages' locks hold (``locked_until``, UTC
+        seconds), for at most a quarter of the lock duration, so that parked messages'
+        locks (renewed at half-life) hold meanwhile: a backlog queue that blinks must
+        not bring a moved batch back for a second move (G-3: only what cannot be
+        completed in time is moved again)."""
         hub = self.hub
         self.retry_at.pop(entry, None)
         hub.succeeded(entry)
-        try:
-            await completion
-        except ServiceBusError as exc:
-            # Sent but not completed: it will be moved again; the MessageId lets a
-            # primary with duplicate detection drop the copy (G-3).
-            hub.emit("syphon_failed", entry.path, f"complete failed: {exc.message}", count)
+        last_try = min(locked_until, CLOCK.now() + self.lock / 4) - self.retry
+        while True:
+            try:
+                await complete()
+                break
+            except ServiceBusError as exc:
+                if (
+                    (is_outage(exc) or exc.retryable)
+                    and not isinstance(exc, MessageLockLost | ClientClosed)
+                    and CLOCK.now() <= last_try
+                ):
+                    log.debug("completing %d moved messages failed (%s); trying again in "
+                              "%g s", count, exc.message, self.retry)
+                    await asyncio.sleep(self.retry)
+                    continue
+                # Sent but not completed: it will be moved again; the MessageId lets a
+                # primary with duplicate detection drop the copy (G-3).
+                hub.emit("syphon_failed", entry.path, f"complete failed: {exc.message}", count)
+                break
         hub.counters.syphon_moved += count
         hub.emit("syphon_moved", entry.path, f"moved {count} messages", count)
 
@@ -356,6 +384,12 @@ class _Messages:
 
     def complete(self, lo: int, hi: int) -> Awaitable[None]:
         return self.pump.receiver.complete(self.messages(lo, hi))
+
+    def locked_until(self, lo: int, hi: int) -> float:
+        """When the first lock of messages ``lo`` to ``hi`` ends (UTC seconds)."""
+        return min(
+            (m.locked_until_timestamp or 0.0 for m in self.messages(lo, hi)), default=0.0
+        )
 
 
 class _Columns:
@@ -403,6 +437,13 @@ class _Columns:
         settlement = Settlement("complete", _cut(self.columns["lock_token"], lo, hi))
         secondary = pump.hub.secondary
         return secondary.execute(secondary.transport.settle, pump.path, settlement)
+
+    def locked_until(self, lo: int, hi: int) -> float:
+        """When the first lock of messages ``lo`` to ``hi`` ends (UTC seconds)."""
+        column = self.columns.get("locked_until_timestamp")
+        if column.__class__ is not list:
+            return column or 0.0
+        return min((t or 0.0 for t in _cut(column, lo, hi)), default=0.0)
 
 
 def _chunks(sizes: list[int], most: int, limit: int) -> list[tuple[int, int]]:

@@ -126,36 +126,84 @@ async def test_g2_a_message_that_expires_in_the_backlog_is_dead_lettered_there(e
 
 
 async def test_g3_a_repeated_move_is_dropped_by_duplicate_detection(env):
-    """G-3: moving is send-then-complete; when the complete is lost the message is moved
-    again, with its MessageId, so a primary with duplicate detection drops the copy."""
+    """G-3: moving is send-then-complete; when the complete cannot be made while the lock
+    holds the message is moved again, with its MessageId, so a primary with duplicate
+    detection drops the copy."""
     await env.primary.create_queue("dedup", requires_duplicate_detection=True)
     moves = []
     send, settle = env.primary.transport.send, env.secondary.transport.settle
+    loop = asyncio.get_running_loop()
+    lost_until = []
 
     async def counting_send(entity, messages):
         if entity == "dedup" and messages[0].content_type != PING_CONTENT_TYPE:
             moves.append([m.message_id for m in messages])
         await send(entity, messages)
 
-    async def lose_first_complete(entity, settlement):
-        if settlement.action == "complete" and not getattr(lose_first_complete, "done", False):
-            lose_first_complete.done = True
-            raise errors.EntityUnavailable("the complete was lost")
+    async def lose_completes_for_20_s(entity, settlement):
+        # longer than the syphon tries a complete again (a quarter of the 60 s lock)
+        if settlement.action == "complete":
+            lost_until[:] = lost_until or [loop.time() + 20]
+            if loop.time() < lost_until[0]:
+                raise errors.EntityUnavailable("the complete was lost")
         return await settle(entity, settlement)
 
     env.primary.transport.send = counting_send
-    env.secondary.transport.settle = lose_first_complete
+    env.secondary.transport.settle = lose_completes_for_20_s
     async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        events = paired.events()
         async with paired.sender("dedup") as sender:
             with env.p_broker.faults.fail("dedup"):
                 await sender.send(Message(b"x"))
             await asyncio.sleep(11 + 60 + 5)  # recovery, then the lost lock expires
         assert paired.stats.syphon_moved == 2
         assert await backlog_contents(env, paired) == []
+    failed = [e async for e in events if e.kind == "syphon_failed"]
+    assert [(e.detail.split(":")[0], e.count) for e in failed] == [("complete failed", 1)]
     # the application's attempt during the outage, then two moves of one MessageId
     assert len(moves) == 3
     assert moves[1] == moves[2] and moves[1][0] is not None
     assert [m.body for m in await drain(env.primary, "dedup")] == [b"x"]
+
+
+@pytest.mark.parametrize("backlog", [1, 1200])  # one message; the last of a run of
+# batches, moved as columns
+async def test_g3_a_complete_refused_while_the_lock_holds_is_tried_again_not_moved_twice(
+    env, backlog
+):
+    """G-3: a complete refused by a backlog queue that blinks (unavailable for seconds,
+    well within the lock) is tried again after the syphon retry interval: every message
+    arrives once, on a primary without duplicate detection, and no move is reported
+    failed. The blink begins with the complete of the last messages moved."""
+    settle = env.secondary.transport.settle
+    loop = asyncio.get_running_loop()
+    lost_until: list[float] = []
+    refused = completed = 0
+
+    async def blink_on_a_complete(entity, settlement):
+        nonlocal refused, completed
+        if settlement.action == "complete":
+            if not lost_until and completed + len(settlement.lock_tokens) == backlog:
+                lost_until.append(loop.time() + 5)
+            if lost_until and loop.time() < lost_until[0]:
+                refused += 1
+                raise errors.EntityUnavailable("the backlog queue blinked")
+            completed += len(settlement.lock_tokens)
+        return await settle(entity, settlement)
+
+    env.secondary.transport.settle = blink_on_a_complete
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        events = paired.events()
+        async with paired.sender("orders") as sender:
+            with env.p_broker.faults.fail("orders"):
+                for i in range(0, backlog, 100):
+                    await sender.send([Message(f"{j}") for j in range(i, min(i + 100, backlog))])
+            await asyncio.sleep(11 + 10)  # recovery, and the blink is over
+        assert paired.stats.syphon_moved == backlog
+        assert await backlog_contents(env, paired) == []
+    assert refused >= 2  # tried again while the queue was still down
+    assert not [e async for e in events if e.kind == "syphon_failed"]
+    assert sorted(int(m.body) for m in await drain(env.primary, "orders")) == list(range(backlog))
 
 
 async def test_a_message_without_a_destination_is_dead_lettered_not_looped(env):
