@@ -25,6 +25,7 @@ from ..errors import (
     MessageLockLost,
     MessageSizeExceeded,
     ServiceBusError,
+    Unauthorized,
 )
 from ..message import ReceivedMessage
 from ..protocol import ColumnTransport, ReceiveRequest, Settlement, received_from_columns
@@ -146,28 +147,35 @@ class _SyphonPump:
             await asyncio.sleep(0)
 
     def movable(self, entry: _Entry, now: float) -> bool:
-        """Healthy; or suspect with its retry due (a failed move retries, PN-16)."""
+        """Healthy or suspect, and no failed move's retry pending (PN-16)."""
         health = entry.state.health
-        if health is Health.HEALTHY:
-            return True
-        return health is Health.SUSPECT and self.retry_at.get(entry, 0.0) <= now
+        if health is not Health.HEALTHY and health is not Health.SUSPECT:
+            return False
+        return not self.retry_at or self.retry_at.get(entry, 0.0) <= now
 
     def budget(self) -> float:
-        """How long to wait now: until a parked lock needs renewing or a retry is due."""
+        """How long to wait now: until a parked lock needs renewing, a parked message
+        expires or a retry is due."""
         if not self.parked:
             return self.wait
         now = CLOCK.now()
         first_lock = min(
             m.locked_until_timestamp or now for msgs in self.parked.values() for m in msgs
         )
-        until = min(self.wait, first_lock - now - self.lock / 2)
+        first_expiry = min(
+            (m.expires_timestamp for msgs in self.parked.values() for m in msgs
+             if m.expires_timestamp is not None),
+            default=now + self.wait,
+        )
+        until = min(self.wait, first_lock - now - self.lock / 2, first_expiry - now)
         for entry in self.parked:
-            if entry in self.retry_at and entry.state.health is Health.SUSPECT:
+            if entry in self.retry_at and entry.state.health in _RETRIED:
                 until = min(until, self.retry_at[entry] - now)
         return max(until, 0.0)
 
     async def unpark(self) -> None:
-        """Move parked messages whose entity may take them; renew the others' locks."""
+        """Move parked messages whose entity may take them; keep the others fresh
+        (:meth:`freshen`: the expired dead-lettered, the locks renewed)."""
         if not self.parked:
             return
         now = CLOCK.now()
@@ -176,19 +184,65 @@ class _SyphonPump:
                 del self.parked[entry]
                 await self.move_group(entry, msgs)
         now = CLOCK.now()
+        renew_by = now + self.lock / 2
         for entry, msgs in list(self.parked.items()):
-            kept = []
-            for msg in msgs:
-                if (msg.locked_until_timestamp or now) - now <= self.lock / 2:
-                    try:
-                        await self.receiver.renew_lock(msg)
-                    except ServiceBusError:
-                        continue  # the lock is gone: the message comes back by itself
-                kept.append(msg)
+            if not any(
+                (m.locked_until_timestamp or now) <= renew_by
+                or (m.expires_timestamp is not None and m.expires_timestamp <= now)
+                for m in msgs
+            ):
+                continue
+            kept = await self.freshen(msgs)
             if kept:
                 self.parked[entry] = kept
             else:
                 del self.parked[entry]
+
+    async def freshen(self, msgs: list[ReceivedMessage]) -> list[ReceivedMessage]:
+        """Bring restored messages that waited (parked, or the rest of a slow move) up to
+        date: dead-letter those whose time ran out (G-2: a parked message is locked, so
+        the backlog queue cannot expire it), bring the others' time to live and schedule
+        up to now (:func:`.rewrite.refresh`) and renew the locks past half their time, in
+        one request (G-3: a move after its lock ran out makes a duplicate). Gives those
+        still alive and held; a message whose lock is gone comes back by itself."""
+        now = CLOCK.now()
+        alive: list[ReceivedMessage] = []
+        expired: list[ReceivedMessage] = []
+        for msg in msgs:
+            (alive if refresh(msg, now) else expired).append(msg)
+        if expired:
+            await self.dead_letter(expired, EXPIRED.reason, EXPIRED.description)
+        half = now + self.lock / 2
+        due = [m for m in alive if (m.locked_until_timestamp or now) <= half]
+        if not due:
+            return alive
+        held = await self.hold(due)
+        if len(held) == len(due):
+            return alive
+        lost = {id(m) for m in due} - {id(m) for m in held}
+        return [m for m in alive if id(m) not in lost]
+
+    async def hold(self, msgs: list[ReceivedMessage]) -> list[ReceivedMessage]:
+        """Renew the locks of ``msgs``: in one request, else one by one (some lock is
+        gone, or the queue blinked). Gives those whose lock is renewed."""
+        try:
+            await self.receiver.renew_lock(msgs)
+            return msgs
+        except ClientClosed:
+            raise
+        except ServiceBusError:
+            if len(msgs) == 1:
+                return []
+        held = []
+        for msg in msgs:
+            try:
+                await self.receiver.renew_lock(msg)
+            except ClientClosed:
+                raise
+            except ServiceBusError:
+                continue
+            held.append(msg)
+        return held
 
     async def move(self, batch: list[ReceivedMessage]) -> None:
         """Restore a received batch (in place: :func:`.rewrite.restore`) and group it by
@@ -250,14 +304,9 @@ class _SyphonPump:
         """Move restored messages for ``entry`` after a wait (parked while it was
         unavailable, or a later group of a batch): their time to live and schedule are
         brought up to now first (:func:`.rewrite.refresh`)."""
-        now = CLOCK.now()
-        alive: list[ReceivedMessage] = []
-        expired: list[ReceivedMessage] = []
-        for msg in msgs:
-            (alive if refresh(msg, now) else expired).append(msg)
-        if expired:
-            await self.dead_letter(expired, EXPIRED.reason, EXPIRED.description)
-        await self.send(entry, _Messages(self, alive))
+        alive = await self.freshen(msgs)
+        if alive:
+            await self.send(entry, _Messages(self, alive))
 
     async def send(self, entry: _Entry, batch: _Messages | _Columns) -> None:
         """Send a restored batch to ``entry``'s primary entity, then complete it in the
@@ -269,10 +318,23 @@ class _SyphonPump:
         hub = self.hub
         # At most a syphon batch at a time, and chunks whose bodies alone fit the
         # primary's limit; a chunk too large as a whole all the same is split in two.
+        limit = hub.primary.transport.max_message_size
         whole = len(batch)
-        pending = _chunks(batch.body_sizes(), self.batch, hub.primary.transport.max_message_size)
+        pending = _chunks(batch.body_sizes(), self.batch, limit)
+        as_of = CLOCK.now()
         while pending:
             lo, hi = pending.pop(0)
+            now = CLOCK.now()
+            if now - as_of >= _STALE and (
+                batch.ages() or batch.locked_until(lo, whole) <= now + self.lock / 2
+            ):
+                # A slow primary: what is left waited. Its times to live (G-2) and locks
+                # (G-3) are brought up to date before more of it is sent.
+                batch = _Messages(self, await self.freshen(batch.messages(lo, whole)))
+                whole = len(batch)
+                pending = _chunks(batch.body_sizes(), self.batch, limit)
+                as_of = CLOCK.now()
+                continue
             try:
                 await batch.send(entry.path, lo, hi)
             except ServiceBusError as exc:
@@ -292,8 +354,12 @@ class _SyphonPump:
                     pending[:0] = [(lo, mid), (mid, hi)]
                     continue
                 hub.counters.syphon_failures += 1
-                if is_outage(exc):
-                    hub.failed(entry, exc)
+                if is_outage(exc) or isinstance(exc, Unauthorized):
+                    # Unauthorized: a credential to fix (PN-6) and the move to retry;
+                    # messages acknowledged to the application are never dead-lettered
+                    # for it.
+                    if is_outage(exc):
+                        hub.failed(entry, exc)
                     rest = [m for a, b in [(lo, hi), *pending] for m in batch.messages(a, b)]
                     self.parked.setdefault(entry, []).extend(rest)
                     self.retry_at[entry] = CLOCK.now() + self.retry
@@ -360,6 +426,13 @@ class _SyphonPump:
         hub.emit("syphon_dead_lettered", self.path, f"{reason}: {description}", done)
 
 
+#: The healths in which a failed move is retried after the syphon retry interval.
+_RETRIED = (Health.HEALTHY, Health.SUSPECT)
+#: Seconds a move's later chunks may wait before the rest is brought up to date
+#: (:meth:`_SyphonPump.freshen`): their times to live are off by less than that.
+_STALE = 1.0
+
+
 class _Messages:
     """A batch of restored messages to send, as :meth:`_SyphonPump.send` takes it."""
 
@@ -389,6 +462,13 @@ class _Messages:
         """When the first lock of messages ``lo`` to ``hi`` ends (UTC seconds)."""
         return min(
             (m.locked_until_timestamp or 0.0 for m in self.messages(lo, hi)), default=0.0
+        )
+
+    def ages(self) -> bool:
+        """Whether a message has a time to live or a schedule, which waiting changes."""
+        return any(
+            m.time_to_live is not None or m.scheduled_enqueue_time is not None
+            for m in self.msgs
         )
 
 
@@ -444,6 +524,11 @@ class _Columns:
         if column.__class__ is not list:
             return column or 0.0
         return min((t or 0.0 for t in _cut(column, lo, hi)), default=0.0)
+
+    def ages(self) -> bool:
+        """Whether a message has a time to live (columns are never scheduled)."""
+        ttls = self.sent.get("time_to_live")
+        return ttls.__class__ is list or ttls is not None
 
 
 def _chunks(sizes: list[int], most: int, limit: int) -> list[tuple[int, int]]:
