@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 ReceiveMode = Literal["peek_lock", "receive_and_delete"]
-SettleAction = Literal["complete", "abandon", "dead_letter", "defer", "renew"]
+SettleAction = Literal["complete", "abandon", "dead_letter", "defer", "renew", "release"]
 ManageAction = Literal["create", "get", "update", "delete", "list", "runtime", "sessions"]
 SessionAction = Literal["accept", "renew", "get_state", "set_state", "release"]
 EntityKind = Literal["queue", "topic", "subscription", "rule"]
@@ -138,7 +138,9 @@ class Settlement:
     """A settlement of one or more locked messages.
 
     Attributes:
-        action: ``complete``, ``abandon``, ``dead_letter``, ``defer`` or ``renew``.
+        action: ``complete``, ``abandon``, ``dead_letter``, ``defer`` or ``renew``; or
+            ``release`` (AMQP's released outcome: back to the queue as if never
+            delivered, its delivery count unchanged; the AMQP front end sends it).
         lock_tokens: The locks to settle.
         sub_queue: ``None`` or ``"deadletter"`` (where the messages were received).
         reason: Dead-letter reason.

@@ -186,7 +186,9 @@ class Management:
         ))
         if not found:
             return 204, None
-        return 200, {"messages": [{"message": delivery_payload(m)} for m in found]}
+        return 200, {
+            "messages": [{"message": delivery_payload(m, delivered=False)} for m in found]
+        }
 
     async def _receive_deferred(self, request: _Request) -> tuple[int, dict[str, Any] | None]:
         self._check(request, "Listen")

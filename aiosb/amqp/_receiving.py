@@ -9,7 +9,8 @@ dispositions as settlements.
 - Dispositions: ``accepted`` completes, ``modified`` abandons (or defers, when
   undeliverable-here; its message annotations are properties to modify), ``rejected``
   dead-letters (reason and description from the error's info, whose other entries are
-  properties to modify, as .NET sends them), ``released`` abandons. The server settles
+  properties to modify, as .NET sends them), ``released`` returns the message without
+  counting the delivery (as Service Bus does; AMQP 3.4.4). The server settles
   each with the outcome the client sent (a rejection without its error: the SDK reads an
   error as a failed settlement), or with ``rejected`` carrying the broker's error when
   the settlement failed.
@@ -58,11 +59,18 @@ def delivery_tag(message: ReceivedMessage) -> bytes:
     return uuid.UUID(message.lock_token).bytes_le
 
 
-def delivery_payload(m: ReceivedMessage) -> bytes:
-    """A received message as the sections of an AMQP message."""
+def delivery_payload(m: ReceivedMessage, *, delivered: bool = True) -> bytes:
+    """A received message as the sections of an AMQP message; ``delivered``: handed out
+    now (a receive), not peeked.
+
+    The header's delivery-count is, as AMQP defines it, the number of earlier deliveries:
+    Service Bus writes its count less this delivery, so the Python and JavaScript SDKs
+    read 0 on a first receive and .NET adds the one back. A peek hands nothing out.
+    """
     ttl = m.time_to_live
+    count = m.delivery_count - 1 if delivered and m.delivery_count else m.delivery_count
     header = [None, None, None if ttl is None else UInt(ttl // _dt.timedelta(milliseconds=1)),
-              None, UInt(m.delivery_count)]
+              None, UInt(count)]
     notes: dict[Any, Any] = {
         _SEQUENCE: m.sequence_number,
         _ENQUEUED: _instant(m.enqueued_timestamp),
@@ -125,7 +133,9 @@ def settlement_of(state: Any, lock_token: str, sub_queue: str | None
         notes = fields[2] if len(fields) > 2 and isinstance(fields[2], dict) else None
         props = {str(k): v for k, v in notes.items()} if notes else None
     elif code == p.RELEASED:
-        action = "abandon"
+        # What the SDKs send for a message that arrived when no receive was waiting
+        # (prefetch 0), and on close: Service Bus does not count such a delivery.
+        action = "release"
     elif code == p.REJECTED:
         action = "dead_letter"
         error = fields[0] if fields else None

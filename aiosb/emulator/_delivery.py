@@ -278,11 +278,11 @@ def _peek(
     return out
 
 
-_ACTIONS = frozenset(("complete", "abandon", "defer", "dead_letter", "renew"))
+_ACTIONS = frozenset(("complete", "abandon", "defer", "dead_letter", "renew", "release"))
 
 
 async def settle(ns: Namespace, path: str, settlement: Settlement) -> list[float] | None:
-    """Complete, abandon, dead-letter, defer or renew locked messages."""
+    """Complete, abandon, dead-letter, defer, renew or release locked messages."""
     faults = ns.faults
     while True:
         if faults.active:
@@ -350,6 +350,11 @@ async def settle(ns: Namespace, path: str, settlement: Settlement) -> list[float
     for store, recs in found.items():
         if action == "abandon":
             for rec in recs:
+                store.unlock(rec, now, props)
+            continue
+        if action == "release":  # as if never delivered: the delivery is not counted
+            for rec in recs:
+                rec.delivery_count -= 1
                 store.unlock(rec, now, props)
             continue
         if action == "defer":

@@ -222,7 +222,8 @@ def _timestamp(value: _dt.datetime | None) -> float | None:
 
 
 def message_from_sdk(
-    sdk_message: Any, entity_path: str, *, locked: bool, lock_token: str | None = None
+    sdk_message: Any, entity_path: str, *, locked: bool, lock_token: str | None = None,
+    delivered: bool = True,
 ) -> ReceivedMessage:
     """Turn a ``ServiceBusReceivedMessage`` into plain data.
 
@@ -231,6 +232,9 @@ def message_from_sdk(
         entity_path: The path it came from, sub-queue suffix included.
         locked: Whether it was received in peek-lock mode (peeks are not).
         lock_token: The lock token to report (the SDK's, as text, by default).
+        delivered: Received, not peeked: the SDK's delivery count is the AMQP header's,
+            the deliveries before this one (Service Bus writes its count less one), so
+            this one is added back, as .NET does and as the emulator counts.
     """
     raw = sdk_message.application_properties or {}
     props = {str(_text(k)): _property_from_sdk(v) for k, v in raw.items()}
@@ -249,7 +253,7 @@ def message_from_sdk(
         sequence_number=sdk_message.sequence_number or 0,
         enqueued_timestamp=_timestamp(enqueued) or 0.0,
         expires_timestamp=_timestamp(sdk_message.expires_at_utc),
-        delivery_count=sdk_message.delivery_count or 0,
+        delivery_count=(sdk_message.delivery_count or 0) + delivered,
         lock_token=token,
         locked_until_timestamp=_timestamp(sdk_message.locked_until_utc) if token else None,
         dead_letter_reason=_text(sdk_message.dead_letter_reason),

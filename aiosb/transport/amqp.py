@@ -365,7 +365,7 @@ class AmqpTransport(AdminOperations):
             got = await link.run(
                 lambda r: r.peek_messages(max_message_count=count, sequence_number=start), "peek"
             )
-            return [message_from_sdk(m, path, locked=False) for m in got]
+            return [message_from_sdk(m, path, locked=False, delivered=False) for m in got]
         if request.sequence_numbers is not None:
             seqs = list(request.sequence_numbers)
             got = await link.run(

@@ -74,7 +74,7 @@ def test_round_trip_through_the_wire_keeps_every_field_and_adds_broker_state():
         lock_token=token,
         enqueued=enqueued,
         lock_for=_dt.timedelta(seconds=30),
-        delivery_count=3,
+        delivery_count=3,  # the AMQP header: three deliveries before this one
     )
     got = message_from_sdk(sdk_received, "orders", locked=True)
     for name in (
@@ -96,7 +96,7 @@ def test_round_trip_through_the_wire_keeps_every_field_and_adds_broker_state():
     assert got.sequence_number == 42
     assert got.enqueued_time == enqueued
     assert got.expires_at == enqueued + _dt.timedelta(minutes=5)  # EX-1
-    assert got.delivery_count == 3
+    assert got.delivery_count == 4  # this one counted, as .NET and the emulator count
     assert got.lock_token == str(token)
     assert got.locked_until == enqueued + _dt.timedelta(seconds=30)
     assert got.state == "active"

@@ -4,14 +4,16 @@ broker and echoed, receive-and-delete, and the received fields (#15)."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 
 from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
 
+import aiosb
 from aiosb import emulator
 from aiosb.message import Message
-from aiosb.protocol import Settlement
+from aiosb.protocol import ReceiveRequest, Settlement
 
 from .conftest import NAMESPACE, drain
 
@@ -34,10 +36,52 @@ async def test_peek_lock_receive_and_complete(server):
                     got.to, got.reply_to) == ("m1", "s", "text/plain", "c", "t", "r")
             assert got.time_to_live == _dt.timedelta(minutes=5)
             assert got.application_properties == {b"k": b"v", b"n": 7, b"f": 0.5}
-            assert got.sequence_number >= 1 and got.delivery_count == 1
+            # The AMQP header counts the deliveries before this one: Service Bus writes
+            # its count less one, which the Python SDK shows as it is (.NET adds 1).
+            assert got.sequence_number >= 1 and got.delivery_count == 0
             assert got.locked_until_utc.timestamp() > emulator.namespace(NAMESPACE).now()
             await receiver.complete_message(got)
     assert await drain("q1", peek=True) == []
+
+
+async def test_a_delivery_the_sdk_releases_is_not_counted(server):
+    """Service Bus does not count a delivery the client releases (AMQP 1.0 3.4.4; the
+    Service Bus team in Azure/amqpnetlite#342). With prefetch 0 the SDK releases each
+    message that reaches its link's leftover credit between receive calls; counted as
+    abandons, those deliveries dead-lettered a message the application saw once. Under
+    max_delivery_count 2, one abandon and a few idle receive calls leave it where it was,
+    counted once."""
+    async with aiosb.connect(f"memory://{NAMESPACE}") as ns:
+        await ns.create_queue("few", max_delivery_count=2)
+    await put("few", Message(b"once"))
+    async with ServiceBusClient.from_connection_string(server.connection_string()) as client:
+        async with client.get_queue_receiver("few") as receiver:
+            [got] = await receiver.receive_messages(max_message_count=10, max_wait_time=5)
+            await receiver.abandon_message(got)  # the credit left over takes it back
+            for _ in range(3):
+                await asyncio.sleep(0.3)
+                await receiver.peek_messages(5)  # the SDK's connection runs meanwhile
+            [again] = await receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            assert again.sequence_number == got.sequence_number
+            assert again.delivery_count == 1  # one delivery before: the abandoned one
+            await receiver.complete_message(again)
+    assert await drain("few/$deadletterqueue", peek=True) == []
+    assert await drain("few", peek=True) == []
+
+
+async def test_released_returns_the_message_with_its_delivery_count_unchanged():
+    """The broker's side of a release: the lock ends, the message is available again,
+    and the delivery is not counted (an abandon counts it)."""
+    async with aiosb.connect(f"memory://{NAMESPACE}") as ns:
+        await ns.create_queue("rel")
+    broker = emulator.namespace(NAMESPACE)
+    await put("rel", Message(b"x"))
+    for action, count in (("release", 0), ("abandon", 1)):
+        [got] = await broker.receive("rel", ReceiveRequest(max_messages=1, max_wait=0))
+        assert got.delivery_count == 1  # the release before this did not count
+        await broker.settle("rel", Settlement(action, [got.lock_token]))
+        [peeked] = await drain("rel", peek=True)
+        assert (peeked.state, peeked.delivery_count) == ("active", count)
 
 
 async def test_abandon_raises_the_delivery_count_and_dead_letter_moves_it(server):

@@ -1,5 +1,5 @@
 // The official @azure/service-bus client against aiosb serve: send 5 messages, receive
-// them in peek-lock mode, complete 4 and abandon 1 (it comes back, delivered twice).
+// them in peek-lock mode, complete 4 and abandon 1 (it comes back, delivered once before).
 import { ServiceBusClient } from "@azure/service-bus";
 
 const [connection, queue] = process.argv.slice(2);
