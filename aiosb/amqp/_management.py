@@ -142,8 +142,10 @@ class Management:
 
     def _check(self, request: _Request, needs: str) -> None:
         """The right ``needs`` on the node: a token for the entity covers its
-        ``$management`` node; @azure/service-bus puts one for the node itself."""
-        self.tokens.check(f"{request.path}/$management", needs)
+        ``$management`` node; @azure/service-bus puts one for the node itself, and a
+        dead-letter receiver for ``{entity}/$DeadLetterQueue``."""
+        dlq = "/$DeadLetterQueue" if request.sub_queue == "deadletter" else ""
+        self.tokens.check(f"{request.path}{dlq}/$management", needs)
 
     def _lock(self, request: _Request) -> tuple[str | None, str | None]:
         """The session a request names and this connection's lock on it."""

@@ -30,6 +30,7 @@ from ..emulator import EmulatorNamespace, Journal
 from ..errors import (
     EntityNotFound,
     InvalidArgument,
+    InvalidOperation,
     ServiceBusError,
     Unauthorized,
 )
@@ -303,6 +304,11 @@ class Connection(ReceiverLinks):
             return None
         if not link.path:
             return InvalidArgument(f"the link address {link.address!r} names no entity.")
+        if link.kind == "entity" and link.receiving and link.sub_queue is not None:
+            return InvalidOperation(
+                f"{link.address!r} is a dead-letter queue: messages cannot be sent to it; "
+                "dead-letter a received message instead."
+            )
         try:
             if link.kind == "management":  # each operation checks the right it needs
                 if not _any_right(self.tokens, link.address):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as _dt
 
 import pytest
-from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode
+from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import MessageLockLostError, ServiceBusError
 
@@ -85,3 +85,28 @@ async def test_an_unknown_sequence_number_is_an_error_the_sdk_raises(server):
         async with client.get_queue_receiver("q1") as receiver:
             with pytest.raises(ServiceBusError):
                 await receiver.receive_deferred_messages([12345])
+
+
+async def test_the_dead_letter_queue_has_its_management_operations(server):
+    """A dead-letter receiver's token is for ``{entity}/$DeadLetterQueue``, and its
+    ``$management`` node is ``{entity}/$DeadLetterQueue/$management``: peek, lock
+    renewal and deferred receives there are authorized by that token (they were refused
+    as unauthorized: no token matched the entity's own node)."""
+    await put("q1", Message(b"a"), Message(b"b"))
+    async with ServiceBusClient.from_connection_string(server.connection_string()) as client:
+        async with client.get_queue_receiver("q1") as receiver:
+            for msg in await receiver.receive_messages(max_message_count=2, max_wait_time=5):
+                await receiver.dead_letter_message(msg, reason="bad")
+        async with client.get_queue_receiver(
+            "q1", sub_queue=ServiceBusSubQueue.DEAD_LETTER
+        ) as dlq:
+            peeked = await dlq.peek_messages(5)
+            assert sorted(b"".join(m.body) for m in peeked) == [b"a", b"b"]
+            [first] = await dlq.receive_messages(max_message_count=1, max_wait_time=5)
+            assert (await dlq.renew_message_lock(first)) > _dt.datetime.now(_dt.UTC)
+            await dlq.defer_message(first)
+            [deferred] = await dlq.receive_deferred_messages([first.sequence_number])
+            await dlq.complete_message(deferred)
+    assert [m.body for m in await drain("q1/$deadletterqueue", peek=True)] == (
+        [b"b"] if b"".join(first.body) == b"a" else [b"a"]
+    )

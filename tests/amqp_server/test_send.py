@@ -16,6 +16,7 @@ from azure.servicebus.exceptions import (
     MessagingEntityNotFoundError,
     ServiceBusAuthenticationError,
     ServiceBusAuthorizationError,
+    ServiceBusError,
 )
 
 from aiosb import emulator
@@ -174,3 +175,14 @@ async def test_a_missing_entity_is_the_sdk_not_found_error(server):
         with pytest.raises(MessagingEntityNotFoundError):
             async with client.get_queue_sender("nosuch") as sender:
                 await sender.send_messages(ServiceBusMessage("lost"))
+
+
+async def test_a_sender_to_a_dead_letter_queue_is_refused(server):
+    """A message cannot be sent to a dead-letter queue (it is dead-lettered from its
+    entity): the attach is refused with the reason, and nothing reaches the entity."""
+    async with ServiceBusClient.from_connection_string(server.connection_string()) as client:
+        with pytest.raises(ServiceBusError, match="is a dead-letter queue"):
+            async with client.get_queue_sender("q1/$DeadLetterQueue") as sender:
+                await sender.send_messages(ServiceBusMessage(b"to-dlq"))
+    assert await drain("q1", peek=True) == []
+    assert await drain("q1/$deadletterqueue", peek=True) == []
