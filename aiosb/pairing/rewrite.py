@@ -12,6 +12,10 @@ ScheduledEnqueueTimeUtc    ``x-ms-scheduledenqueuetimeutc`` (ISO 8601)
 (destination entity)       ``x-ms-path``
 =========================  ================================
 
+An application property of the message's own with one of those names (or beginning with
+``x-ms-aiosb-user.``) travels as ``x-ms-aiosb-user.`` and its name, and is restored as it
+was: PN-11's names are the rewrite's, not taken from the application.
+
 The backlog copy is in no session and not scheduled. Unlike the classic SDK, its time to
 live is what remains of the original's, so the absolute expiry is kept (G-2): the
 backlog queue, which dead-letters on expiry, surfaces a message that ran out of time
@@ -42,6 +46,7 @@ __all__ = [
     "SCHEDULED",
     "SESSION_ID",
     "TIME_TO_LIVE",
+    "USER",
     "EXPIRED",
     "MALFORMED",
     "NO_PATH",
@@ -56,6 +61,8 @@ SESSION_ID = "x-ms-sessionid"
 TIME_TO_LIVE = "x-ms-timetolive"
 SCHEDULED = "x-ms-scheduledenqueuetimeutc"
 PATH = "x-ms-path"
+#: The prefix of an application's own property named as one of the above.
+USER = "x-ms-aiosb-user."
 _UTC = _dt.UTC
 
 
@@ -73,6 +80,8 @@ def to_backlog(message: Message, entity: str, now: float, limit: int) -> Message
             (PN-12); the sentence names both sizes and the limit.
     """
     props = dict(message.application_properties)
+    if any(name in _ESCAPED or name.startswith(USER) for name in props):
+        props = {_escape(name): value for name, value in props.items()}
     props[PATH] = entity
     if message.session_id is not None:
         props[SESSION_ID] = message.session_id
@@ -162,6 +171,8 @@ def restore(received: ReceivedMessage, now: float) -> str | Refused:
         return EXPIRED
     for name in _MOVED:
         props.pop(name, None)
+    if any(name.startswith(USER) for name in props):
+        received.application_properties = _unescaped(props)
     partition_key = received.partition_key
     if session_id is not None and partition_key is not None and partition_key != session_id:
         received.partition_key = session_id  # PT-7: the session is the key
@@ -195,7 +206,10 @@ def restore_columns(columns: dict[str, Any], now: float) -> tuple[str, dict[str,
         for p in props:
             if SESSION_ID in p or SCHEDULED in p:
                 return None
-            restored.append({k: v for k, v in p.items() if k not in _MOVED} or None)
+            kept = {k: v for k, v in p.items() if k not in _MOVED}
+            if any(k.startswith(USER) for k in kept):
+                kept = _unescaped(kept)
+            restored.append(kept or None)
     ttls: list[_dt.timedelta | None] | None = None
     expires = columns.get("expires_timestamp")
     if expires.__class__ is list and expires.count(None) != n:
@@ -241,6 +255,14 @@ def _remaining(
 _ZERO = _dt.timedelta(0)
 
 
+def _escape(name: str) -> str:
+    return USER + name if name in _ESCAPED or name.startswith(USER) else name
+
+
+def _unescaped(props: dict[str, PropertyValue]) -> dict[str, PropertyValue]:
+    return {name.removeprefix(USER): value for name, value in props.items()}
+
+
 def _schedule(text: PropertyValue | None, now: float) -> _dt.datetime | None:
     """The scheduled time of ``x-ms-scheduledenqueuetimeutc``, or ``None`` if it is
     missing, unreadable, or not in the future (G-5)."""
@@ -266,6 +288,7 @@ _REWRITTEN = frozenset(
 _copy_to_backlog = copier([name for name in MESSAGE_FIELDS if name not in _REWRITTEN])
 #: The backlog properties a restored message no longer carries.
 _MOVED = (PATH, SESSION_ID, TIME_TO_LIVE, SCHEDULED)
+_ESCAPED = frozenset(_MOVED)
 _PROPERTIES = "application_properties"
 #: The fields a restored message has as its backlog copy had them, the body aside (all
 #: but those :func:`restore` sets).

@@ -177,8 +177,19 @@ class PairedSender(SendingLink):
                 delay = self._primary.retry_delay(attempt)
                 await _wait_for(entry.changed.wait(), delay)
             if entry.state.health is Health.FAILED_OVER:
-                await self._send_backlog(messages)
-                return
+                try:
+                    await self._send_backlog(messages)
+                    return
+                except BacklogUnavailable as exc:
+                    # G-1: it raises only when the primary is down as well. The primary
+                    # may be back before a ping has said so: it is tried once more.
+                    try:
+                        await self._send_primary(messages, transaction)
+                    except ServiceBusError:
+                        raise exc from None
+                    hub.succeeded(entry)
+                    self._counters.primary_sends += 1
+                    return
             attempt += 1
             try:
                 await self._send_primary(messages, transaction)
@@ -197,6 +208,17 @@ class PairedSender(SendingLink):
         secondary = hub.secondary
         rotation = hub.rotation
         now = CLOCK.now()
+        most = hub.primary.transport.max_message_size
+        size = sum(m.size for m in messages)
+        if size > most:
+            # What the primary refuses never moves there: refused now, as the primary
+            # itself would, not acknowledged and dead-lettered by the syphon (G-1).
+            what = "A message" if len(messages) == 1 else f"A batch of {len(messages)} messages"
+            raise MessageSizeExceeded(
+                f"{what} of {size} bytes for {self.entity!r} is over the primary's "
+                f"{most} byte limit, so it could never move there from the backlog; "
+                "it was not sent."
+            )
         limit = secondary.transport.max_message_size
         copies = [to_backlog(m, self.entity, now, limit) for m in messages]
         total = sum(c.size for c in copies) if len(copies) > 1 else 0

@@ -211,3 +211,19 @@ async def test_a_column_batch_the_checks_refuse_goes_as_messages(env):
     home = await drain(env.primary, "orders")
     assert [m.body for m in home] == [m.body for m in msgs]
     assert home[4].application_properties == {"order id": 1}
+
+
+async def test_application_properties_named_as_the_rewrite_move_as_columns_as_sent(env):
+    """PN-11: a message's own properties named as the rewrite's (``x-ms-path``,
+    ``x-ms-sessionid``, the escape prefix) come home with their names and values when
+    their batch moves as columns, and set nothing."""
+    calls = count_column_sends(env)
+    props = {"x-ms-path": "elsewhere", "x-ms-sessionid": "abc", "x-ms-aiosb-user.y": 2}
+    await backlog(env, ("orders", [Message(f"m{i}", application_properties=props)
+                                   for i in range(6)]))
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        await asyncio.sleep(1)
+        assert paired.stats.syphon_moved == 6
+    assert calls == [3]  # the second batch moved as columns
+    home = await drain(env.primary, "orders")
+    assert [(m.session_id, m.application_properties) for m in home] == [(None, props)] * 6
