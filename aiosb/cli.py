@@ -129,8 +129,14 @@ async def serve_forever(
             _say(f"  Prometheus metrics: {served.url}/metrics")
         if not quiet:
             _say("  a line per request follows (--quiet turns them off)")
-        _say(f"  python: aiosb.connect({served.namespace_url('contoso')!r}"
-             + ("" if key is None else f", credential=({key_name!r}, KEY)") + ")")
+        if tls is None:
+            _say(f"  python: aiosb.connect({served.namespace_url('contoso')!r}"
+                 + ("" if key is None else f", credential=({key_name!r}, KEY)") + ")")
+        else:  # https is a real namespace's scheme: the credential and extensions are said
+            shown = repr(DEV_KEY) if key is None else "KEY"
+            _say(f"  python (SSL_CERT_FILE={tls[0]} in the environment): aiosb.connect("
+                 f"{served.namespace_url('contoso')!r}, credential=({key_name!r}, {shown}), "
+                 "extensions=True)")
         got = await stopped.wait()
         _say(f"aiosb serve: {got}, stopping (durable data is flushed first)")
     _say("bye")

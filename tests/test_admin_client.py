@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -101,3 +104,61 @@ def test_aiosb_serve_tls_makes_a_certificate_the_admin_client_trusts(tmp_path):
                 return (await client.get_namespace_properties()).name
 
         assert asyncio.run(run()) == "clins"
+        # The banner's python line works as printed: the certificate trusted through the
+        # environment, the credential, and the extensions (peek is one).
+        line = next(x for x in server.banner.splitlines() if "python (SSL_CERT_FILE=" in x)
+        cert = line.split("SSL_CERT_FILE=", 1)[1].split(" in the environment", 1)[0]
+        call = line.split("): ", 1)[1]
+        script = (
+            "import asyncio, aiosb\n"
+            "async def main():\n"
+            f"    async with {call} as ns:\n"
+            "        await ns.create_queue('hinted')\n"
+            "        async with ns.sender('hinted') as s:\n"
+            "            await s.send(aiosb.Message(b'x'))\n"
+            "        async with ns.receiver('hinted') as r:\n"
+            "            print(len(await r.peek(5)))\n"
+            "asyncio.run(main())\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              env={**os.environ, "SSL_CERT_FILE": cert}, timeout=60)
+        assert (done.returncode, done.stdout.strip()) == (0, "1"), done.stderr[-2000:]
+
+
+@pytest.mark.looptime(False)
+async def test_an_untrusted_certificate_is_said_at_once_not_called_nothing_listening(
+        certificate):
+    """Issue 17: aiosb's HTTP transport against `aiosb serve --tls` on a machine that does
+    not trust its certificate: the error names the certificate and how to trust it, at
+    once, instead of "nothing is listening" (the server is) or retries."""
+    cert, key = certificate
+    async with serve(ssl_context=_tls.context(cert, key), root="untrusted") as server:
+        url = server.url.replace("http://", "https://") + "/untrusted"
+        async with aiosb.connect(url, credential=(DEV_KEY_NAME, DEV_KEY),
+                                 operation_timeout=30) as ns:
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(aiosb.errors.InvalidOperation,
+                               match=r"certificate this machine does not trust.*SSL_CERT_FILE"):
+                await ns.queue_exists("orders")
+            assert asyncio.get_running_loop().time() - started < 5  # not retried
+
+
+@pytest.mark.looptime(False)
+async def test_managing_over_an_amqp_connection_string_says_where_management_is():
+    """Issue 17: aiosb.connect() with the AMQP connection string aiosb serve prints sends
+    and receives; its management (the SDK's administration client, HTTPS at the same
+    port) meets a port that speaks AMQP only. It is said at once, with the way to manage
+    entities, not retried for the operation timeout as a TLS error."""
+    from aiosb.amqp import serve_amqp
+
+    async with aiosb.connect("memory://amqpadmin") as setup:
+        await setup.create_queue("orders")
+    async with serve_amqp(namespace="amqpadmin") as server:
+        async with aiosb.connect(server.connection_string(), operation_timeout=30) as ns:
+            async with ns.sender("orders") as sender:
+                await sender.send(Message(b"works"))
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(aiosb.errors.InvalidOperation,
+                               match=r"does not speak TLS.*HTTP port"):
+                await ns.queue_exists("orders")
+            assert asyncio.get_running_loop().time() - started < 5

@@ -68,7 +68,7 @@ class ServerProcess:
                 self.url = line.rsplit(" ", 1)[-1].strip()
             elif line.strip().startswith("Endpoint=sb://"):
                 self.amqp_connection_string = line.strip()
-            elif "python: aiosb.connect" in line:  # the banner's last line
+            elif "python" in line and "aiosb.connect(" in line:  # the banner's last line
                 break
         if not self.url:
             proc.wait(10)

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 from .. import errors
 from ._amqp_convert import sdk
+from ._tls import chain as _chain
+from ._tls import tls_failure
 
 __all__ = ["ERROR_NAME", "IDLE_CONDITIONS", "Reached", "condition_of", "is_idle_detach",
            "map_error", "named_error", "refused"]
@@ -104,7 +105,7 @@ def _rows() -> list[tuple[type[BaseException], Target]]:
         (core.ResourceExistsError, errors.EntityAlreadyExists),
         (core.ResourceNotFoundError, errors.EntityNotFound),
         (core.ClientAuthenticationError, errors.Unauthorized),
-        (core.ServiceRequestError, errors.TransientError),  # no connection made
+        (core.ServiceRequestError, _from_request_error),  # no connection made
         (core.ServiceResponseError, errors.TransientError),  # the answer broke off
         (core.HttpResponseError, _from_http_status),
         (ex.ServiceBusError, _from_condition),
@@ -133,6 +134,29 @@ _CONDITIONS: dict[str, type[errors.ServiceBusError]] = {
 
 def _from_condition(text: str, exc: BaseException) -> errors.ServiceBusError:
     return _CONDITIONS.get(condition_of(exc) or "", errors.MessagingError)(text)
+
+
+def _from_request_error(text: str, exc: BaseException) -> errors.ServiceBusError:
+    """No connection made: transient, unless TLS failed (a certificate not trusted, a
+    port that does not speak TLS: the administration client's HTTPS at the connection
+    string's port, which aiosb serve's AMQP port is not)."""
+    url = getattr(getattr(exc, "request", None), "url", None) or "the administration endpoint"
+    failed = tls_failure(exc, str(url), _NO_ADMIN_HERE)
+    if failed is not None:
+        said = str(exc)
+        what = text[: -len(said)] if said and text.endswith(said) else ""
+        return type(failed)(what + failed.message)
+    return errors.TransientError(text)
+
+
+#: Why the administration client's HTTPS fails on a port that does not speak TLS.
+_NO_ADMIN_HERE = (
+    "the official SDK manages entities over HTTPS at the connection string's port, and "
+    "aiosb serve's AMQP port carries messages only. Manage entities through its HTTP "
+    "port instead (aiosb.connect('http://localhost:5380/NAMESPACE'), or the SDK's "
+    "administration client against `aiosb serve --tls`); sending and receiving work "
+    "over this connection string."
+)
 
 
 def _from_http_status(text: str, exc: BaseException) -> errors.ServiceBusError:
@@ -193,20 +217,6 @@ def named_error(exc: BaseException) -> type[errors.ServiceBusError] | None:
         if cls is not None:
             return cls
     return None
-
-
-def _chain(exc: BaseException, links: tuple[str, ...]) -> Iterator[Any]:
-    """``exc`` and every exception reached from it through the attributes ``links``,
-    each once, nearest first."""
-    seen: set[int] = set()
-    queue: list[Any] = [exc]
-    while queue:
-        candidate = queue.pop(0)
-        if candidate is None or id(candidate) in seen:
-            continue
-        seen.add(id(candidate))
-        yield candidate
-        queue += [getattr(candidate, link, None) for link in links]
 
 
 def map_error(exc: BaseException, what: str = "") -> errors.ServiceBusError:

@@ -65,6 +65,7 @@ from ._http_manage import NO_SESSIONS as _NO_SESSIONS
 from ._http_manage import HttpManagement
 from ._http_manage import quote as _quote
 from ._remote_faults import RemoteFaults
+from ._tls import tls_failure
 
 __all__ = ["HttpTransport", "RemoteFaults"]
 
@@ -230,6 +231,10 @@ class HttpTransport(HttpManagement):
         except TimeoutError:
             raise OperationTimeout(f"{method} {self.url}/{path} got no answer in time.") from None
         except aiohttp.ClientConnectorError as exc:
+            failed = tls_failure(exc, f"{url.scheme}://{url.authority}",
+                                 "is it an http:// address?")
+            if failed is not None:  # no certificate or protocol heals by retrying
+                raise failed from None
             if not self._answered:
                 # Nothing has ever answered at this address: a server not started or a
                 # wrong URL, said at once rather than retried for the operation timeout
