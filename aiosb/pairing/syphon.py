@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._clock import CLOCK
 from ..errors import (
@@ -28,7 +28,8 @@ from ..errors import (
     Unauthorized,
 )
 from ..message import ReceivedMessage
-from ..protocol import ColumnTransport, ReceiveRequest, Settlement, received_from_columns
+from ..protocol import ColumnTransport, ReceiveRequest, received_from_columns
+from ._batches import Columns, Messages, chunks
 from ._common import (
     _PARK_LIMIT,
     BACKLOG_QUEUE_PROPERTIES,
@@ -272,7 +273,7 @@ class _SyphonPump:
                 # PN-17: not while unavailable
                 self.parked.setdefault(entry, []).extend(msgs)
             elif fresh:
-                await self.send(entry, _Messages(self, msgs))
+                await self.send(entry, Messages(self, msgs))
                 fresh = False
             else:
                 await self.move_group(entry, msgs)
@@ -297,7 +298,7 @@ class _SyphonPump:
         ):
             await self.move(received_from_columns(bodies, columns))
         else:
-            await self.send(entry, _Columns(self, gives, bodies, columns, restored[1]))
+            await self.send(entry, Columns(self, gives, bodies, columns, restored[1]))
         return count
 
     async def move_group(self, entry: _Entry, msgs: list[ReceivedMessage]) -> None:
@@ -306,9 +307,9 @@ class _SyphonPump:
         brought up to now first (:func:`.rewrite.refresh`)."""
         alive = await self.freshen(msgs)
         if alive:
-            await self.send(entry, _Messages(self, alive))
+            await self.send(entry, Messages(self, alive))
 
-    async def send(self, entry: _Entry, batch: _Messages | _Columns) -> None:
+    async def send(self, entry: _Entry, batch: Messages | Columns) -> None:
         """Send a restored batch to ``entry``'s primary entity, then complete it in the
         backlog.
 
@@ -320,7 +321,7 @@ class _SyphonPump:
         # primary's limit; a chunk too large as a whole all the same is split in two.
         limit = hub.primary.transport.max_message_size
         whole = len(batch)
-        pending = _chunks(batch.body_sizes(), self.batch, limit)
+        pending = chunks(batch.body_sizes(), self.batch, limit)
         as_of = CLOCK.now()
         while pending:
             lo, hi = pending.pop(0)
@@ -330,9 +331,9 @@ class _SyphonPump:
             ):
                 # A slow primary: what is left waited. Its times to live (G-2) and locks
                 # (G-3) are brought up to date before more of it is sent.
-                batch = _Messages(self, await self.freshen(batch.messages(lo, whole)))
+                batch = Messages(self, await self.freshen(batch.messages(lo, whole)))
                 whole = len(batch)
-                pending = _chunks(batch.body_sizes(), self.batch, limit)
+                pending = chunks(batch.body_sizes(), self.batch, limit)
                 as_of = CLOCK.now()
                 continue
             try:
@@ -340,13 +341,13 @@ class _SyphonPump:
             except ServiceBusError as exc:
                 if isinstance(exc, ClientClosed):
                     raise
-                if isinstance(batch, _Columns) and isinstance(
+                if isinstance(batch, Columns) and isinstance(
                     exc, InvalidArgument | InvalidOperation
                 ):
                     # Columns are checked as new messages are; a message the backlog
                     # took may not pass (a field changed after its checks). As messages
                     # the batch meets the primary's own verdict, message by message.
-                    batch = _Messages(self, batch.messages(0, whole))
+                    batch = Messages(self, batch.messages(0, whole))
                     pending.insert(0, (lo, hi))
                     continue
                 if isinstance(exc, MessageSizeExceeded) and hi - lo > 1:
@@ -431,131 +432,3 @@ _RETRIED = (Health.HEALTHY, Health.SUSPECT)
 #: Seconds a move's later chunks may wait before the rest is brought up to date
 #: (:meth:`_SyphonPump.freshen`): their times to live are off by less than that.
 _STALE = 1.0
-
-
-class _Messages:
-    """A batch of restored messages to send, as :meth:`_SyphonPump.send` takes it."""
-
-    __slots__ = ("msgs", "pump")
-
-    def __init__(self, pump: _SyphonPump, msgs: list[ReceivedMessage]) -> None:
-        self.pump = pump
-        self.msgs = msgs
-
-    def __len__(self) -> int:
-        return len(self.msgs)
-
-    def messages(self, lo: int, hi: int) -> list[ReceivedMessage]:
-        return _cut(self.msgs, lo, hi)
-
-    def body_sizes(self) -> list[int]:
-        return [len(m.body) for m in self.msgs]
-
-    def send(self, path: str, lo: int, hi: int) -> Awaitable[None]:
-        primary = self.pump.hub.primary
-        return primary.execute(primary.transport.send, path, self.messages(lo, hi))
-
-    def complete(self, lo: int, hi: int) -> Awaitable[None]:
-        return self.pump.receiver.complete(self.messages(lo, hi))
-
-    def locked_until(self, lo: int, hi: int) -> float:
-        """When the first lock of messages ``lo`` to ``hi`` ends (UTC seconds)."""
-        return min(
-            (m.locked_until_timestamp or 0.0 for m in self.messages(lo, hi)), default=0.0
-        )
-
-    def ages(self) -> bool:
-        """Whether a message has a time to live or a schedule, which waiting changes."""
-        return any(
-            m.time_to_live is not None or m.scheduled_enqueue_time is not None
-            for m in self.msgs
-        )
-
-
-class _Columns:
-    """A received batch restored as columns (:func:`.rewrite.restore_columns`), to send
-    as :meth:`_SyphonPump.send` takes it, with no message object per message: those are
-    made only for messages that cannot be sent (parked or dead-lettered)."""
-
-    __slots__ = ("bodies", "columns", "gives", "made", "pump", "sent")
-
-    def __init__(
-        self,
-        pump: _SyphonPump,
-        gives: ColumnTransport,
-        bodies: list[bytes],
-        columns: dict[str, Any],
-        sent: dict[str, Any],
-    ) -> None:
-        self.pump, self.gives = pump, gives
-        self.bodies, self.columns, self.sent = bodies, columns, sent
-        self.made: list[ReceivedMessage] | None = None
-
-    def __len__(self) -> int:
-        return len(self.bodies)
-
-    def body_sizes(self) -> list[int]:
-        return list(map(len, self.bodies))
-
-    def messages(self, lo: int, hi: int) -> list[ReceivedMessage]:
-        """Messages ``lo`` to ``hi``, restored (made once, for the whole batch)."""
-        if self.made is None:
-            self.made = received_from_columns(self.bodies, self.columns)
-            now = CLOCK.now()
-            for msg in self.made:
-                restore(msg, now)
-        return self.made[lo:hi]
-
-    def send(self, path: str, lo: int, hi: int) -> Awaitable[None]:
-        primary = self.pump.hub.primary
-        return primary.execute(
-            self.gives.send_columns, path, _cut(self.bodies, lo, hi), _slice(self.sent, lo, hi)
-        )
-
-    def complete(self, lo: int, hi: int) -> Awaitable[list[float] | None]:
-        pump = self.pump
-        settlement = Settlement("complete", _cut(self.columns["lock_token"], lo, hi))
-        secondary = pump.hub.secondary
-        return secondary.execute(secondary.transport.settle, pump.path, settlement)
-
-    def locked_until(self, lo: int, hi: int) -> float:
-        """When the first lock of messages ``lo`` to ``hi`` ends (UTC seconds)."""
-        column = self.columns.get("locked_until_timestamp")
-        if column.__class__ is not list:
-            return column or 0.0
-        return min((t or 0.0 for t in _cut(column, lo, hi)), default=0.0)
-
-    def ages(self) -> bool:
-        """Whether a message has a time to live (columns are never scheduled)."""
-        ttls = self.sent.get("time_to_live")
-        return ttls.__class__ is list or ttls is not None
-
-
-def _chunks(sizes: list[int], most: int, limit: int) -> list[tuple[int, int]]:
-    """The ranges to send a batch in: at most ``most`` messages each, and, where the
-    bodies alone would pass the primary's ``limit`` in bytes, as many as fit under it
-    (one at least): a backlog of large messages is not refused a chunk at a time (#16)."""
-    whole = len(sizes)
-    if sum(sizes) <= limit:
-        return [(i, min(i + most, whole)) for i in range(0, whole, most)]
-    out = []
-    lo = total = 0
-    for i, size in enumerate(sizes):
-        if i > lo and (i - lo == most or total + size > limit):
-            out.append((lo, i))
-            lo, total = i, 0
-        total += size
-    out.append((lo, whole))
-    return out
-
-
-def _cut(values: list[Any], lo: int, hi: int) -> list[Any]:
-    return values if hi - lo == len(values) else values[lo:hi]
-
-
-def _slice(columns: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
-    """Messages ``lo`` to ``hi`` of a batch's columns (a list each, or one value)."""
-    return {
-        name: _cut(column, lo, hi) if column.__class__ is list else column
-        for name, column in columns.items()
-    }
