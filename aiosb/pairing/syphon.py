@@ -12,6 +12,7 @@ runtime for types only (the runtime imports this module); never the emulator.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -23,12 +24,13 @@ from ..errors import (
     InvalidArgument,
     InvalidOperation,
     MessageLockLost,
+    MessageNotFound,
     MessageSizeExceeded,
     ServiceBusError,
     Unauthorized,
 )
 from ..message import ReceivedMessage
-from ..protocol import ColumnTransport, ReceiveRequest, received_from_columns
+from ..protocol import ColumnTransport, ReceiveRequest, Settlement, received_from_columns
 from ._batches import Columns, Messages, chunks
 from ._common import (
     _PARK_LIMIT,
@@ -42,7 +44,7 @@ from ._common import (
     syphon_batch,
 )
 from .health import Health
-from .rewrite import EXPIRED, Refused, refresh, restore, restore_columns
+from .rewrite import EXPIRED, PATH, Refused, refresh, restore, restore_columns
 
 if TYPE_CHECKING:
     from .runtime import Hub
@@ -64,6 +66,12 @@ class _SyphonPump:
         self.path = path
         self.receiver = hub.secondary.receiver(path)
         self.parked: dict[_Entry, list[ReceivedMessage]] = {}
+        #: Messages left deferred in the backlog queue, by sequence number and entity:
+        #: parked beyond the limit, they wait there unlocked (the queue expires them,
+        #: G-2) so that what waits behind them can move (PN-17).
+        self.deferred: dict[_Entry, list[int]] = {}
+        #: Whether the backlog queue was searched for what an earlier run deferred.
+        self.searched = False
         self.retry_at: dict[_Entry, float] = {}
         options = hub.options
         self.wait = options.syphon_receive_wait.total_seconds()
@@ -111,11 +119,14 @@ class _SyphonPump:
     async def step(self) -> None:
         """Move what may move, then receive (or wait) once."""
         wake = self.hub.wake()  # taken first: a recovery from here on wakes us
+        if not self.searched:
+            await self.search()
         await self.unpark()
         budget = self.budget()
         if self.parked and sum(map(len, self.parked.values())) >= _PARK_LIMIT:
-            await _wait_for(wake.wait(), budget)
-            return
+            if not await self.defer_parked():
+                await _wait_for(wake.wait(), budget)
+                return
         batch: list[ReceivedMessage] | None
         if self.more and self.columns is not None:
             # In a run of full batches, each moves as columns where it can (#16).
@@ -158,7 +169,9 @@ class _SyphonPump:
         """How long to wait now: until a parked lock needs renewing, a parked message
         expires or a retry is due."""
         if not self.parked:
-            return self.wait
+            now = CLOCK.now()
+            due = [self.retry_at[e] - now for e in self.deferred if e in self.retry_at]
+            return max(min([self.wait, *due]), 0.0)
         now = CLOCK.now()
         first_lock = min(
             m.locked_until_timestamp or now for msgs in self.parked.values() for m in msgs
@@ -169,7 +182,7 @@ class _SyphonPump:
             default=now + self.wait,
         )
         until = min(self.wait, first_lock - now - self.lock / 2, first_expiry - now)
-        for entry in self.parked:
+        for entry in [*self.parked, *self.deferred]:
             if entry in self.retry_at and entry.state.health in _RETRIED:
                 until = min(until, self.retry_at[entry] - now)
         return max(until, 0.0)
@@ -177,6 +190,11 @@ class _SyphonPump:
     async def unpark(self) -> None:
         """Move parked messages whose entity may take them; keep the others fresh
         (:meth:`freshen`: the expired dead-lettered, the locks renewed)."""
+        now = CLOCK.now()
+        for entry, seqs in list(self.deferred.items()):
+            if self.movable(entry, now):
+                del self.deferred[entry]
+                await self.undefer(entry, seqs)
         if not self.parked:
             return
         now = CLOCK.now()
@@ -222,6 +240,72 @@ class _SyphonPump:
             return alive
         lost = {id(m) for m in due} - {id(m) for m in held}
         return [m for m in alive if id(m) not in lost]
+
+    async def defer_parked(self) -> bool:
+        """Leave the parked messages deferred in the backlog queue, so that the syphon
+        goes on to what waits behind them: an entity down for long must not hold up the
+        others' moves (PN-17). Whether it could (a backlog read over the REST protocol
+        cannot defer; the syphon then waits, as before, for a recovery)."""
+        for entry, msgs in list(self.parked.items()):
+            kept = await self.freshen(msgs)  # locks held, the expired dead-lettered
+            try:
+                if kept:  # one request for them all
+                    secondary = self.hub.secondary
+                    settlement = Settlement("defer", [m.lock_token for m in kept if m.lock_token])
+                    await secondary.execute(secondary.transport.settle, self.path, settlement)
+            except ClientClosed:
+                raise
+            except ServiceBusError as exc:
+                log.info("syphon of %s cannot defer what it parked (%s); it waits instead",
+                         self.path, exc.message)
+                self.parked[entry] = kept
+                return False
+            del self.parked[entry]
+            self.deferred.setdefault(entry, []).extend(m.sequence_number for m in kept)
+            log.info("syphon of %s deferred %d messages for %s, still unavailable",
+                     self.path, len(kept), entry.path)
+        return True
+
+    async def undefer(self, entry: _Entry, seqs: list[int]) -> None:
+        """Take the messages deferred for ``entry`` back, a batch at a time, and move
+        them (:meth:`move`); those left when it fails again stay deferred. A message no
+        longer there (expired into the dead-letter queue) is passed over."""
+        for i in range(0, len(seqs), self.batch):
+            if not self.movable(entry, CLOCK.now()):
+                self.deferred.setdefault(entry, []).extend(seqs[i:])
+                return
+            part = seqs[i:i + self.batch]
+            try:
+                msgs = await self.receiver.receive_deferred(part)
+            except MessageNotFound:
+                msgs = []
+                for seq in part:
+                    with contextlib.suppress(MessageNotFound):
+                        msgs += await self.receiver.receive_deferred(seq)
+            except ServiceBusError:
+                self.deferred.setdefault(entry, []).extend(seqs[i:])
+                raise
+            if msgs:
+                await self.move(msgs)
+
+    async def search(self) -> None:
+        """Find what an earlier run of the syphon left deferred in the backlog queue (a
+        peek through it: the messages whose state is deferred), to take back as their
+        entities allow. Once; a backlog that cannot be browsed is not searched."""
+        found: dict[_Entry, list[int]] = {}
+        start = 0
+        try:
+            while page := await self.receiver.peek(_SEARCH_PAGE, from_sequence_number=start):
+                for msg in page:
+                    path = msg.application_properties.get(PATH)
+                    if msg.state == "deferred" and isinstance(path, str) and path:
+                        found.setdefault(self.hub.entry(path), []).append(msg.sequence_number)
+                start = page[-1].sequence_number + 1
+        except InvalidOperation:  # the REST protocol browses nothing
+            pass
+        self.searched = True
+        for entry, seqs in found.items():
+            self.deferred.setdefault(entry, []).extend(seqs)
 
     async def hold(self, msgs: list[ReceivedMessage]) -> list[ReceivedMessage]:
         """Renew the locks of ``msgs``: in one request, else one by one (some lock is
@@ -429,6 +513,8 @@ class _SyphonPump:
 
 #: The healths in which a failed move is retried after the syphon retry interval.
 _RETRIED = (Health.HEALTHY, Health.SUSPECT)
+#: Messages a peek of :meth:`_SyphonPump.search` asks for.
+_SEARCH_PAGE = 500
 #: Seconds a move's later chunks may wait before the rest is brought up to date
 #: (:meth:`_SyphonPump.freshen`): their times to live are off by less than that.
 _STALE = 1.0
