@@ -10,7 +10,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, cast
 
-from .entities import QueueProperties, RuntimeProperties, SubscriptionProperties, TopicProperties
+from .entities import (
+    QueueProperties,
+    RuntimeProperties,
+    SubscriptionProperties,
+    TopicProperties,
+    check_known,
+)
 from .errors import EntityNotFound, InvalidArgument
 from .protocol import EntityKind, ManageAction, ManagementRequest
 from .rules import RuleFilter, RuleProperties, SqlRuleAction, TrueRuleFilter, rule_path
@@ -207,10 +213,7 @@ class Management:
     @staticmethod
     def _changed(current: Any, changes: dict[str, Any]) -> Any:
         fields = {f.name for f in dataclasses.fields(current)}
-        unknown = sorted(set(changes) - fields)
-        if unknown:
-            what = getattr(current, "kind", "rule")
-            raise InvalidArgument(f"unknown {what} propert(ies): {', '.join(unknown)}.")
+        check_known(getattr(current, "kind", "rule"), changes, fields)
         return dataclasses.replace(current, **changes)
 
     async def _update(self, kind: EntityKind, entity: Any, changes: dict[str, Any]) -> Any:

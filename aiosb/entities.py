@@ -112,6 +112,21 @@ def _check_range(name: str, value: _dt.timedelta, low: _dt.timedelta, high: _dt.
         raise InvalidArgument(f"{name} is {value}; it must be between {low} and {high_text}.")
 
 
+def check_known(kind: str, props: dict[str, Any], known: set[str]) -> None:
+    """Refuse property names that a ``kind`` description does not have (``name`` aside),
+    saying which it has.
+
+    Raises:
+        InvalidArgument: Some name in ``props`` is not in ``known``.
+    """
+    unknown = sorted(set(props) - known)
+    if unknown:
+        raise InvalidArgument(
+            f"unknown {kind} propert{'y' if len(unknown) == 1 else 'ies'} "
+            f"{', '.join(unknown)}; known: {', '.join(sorted(known - {'name'}))}."
+        )
+
+
 @dataclass
 class _EntityProperties:
     """Common behaviour of the entity descriptions."""
@@ -123,13 +138,7 @@ class _EntityProperties:
     @classmethod
     def build(cls, name: str, props: dict[str, Any]) -> Any:
         """Build a description from keyword properties, rejecting unknown names."""
-        known = {f.name for f in dataclasses.fields(cls) if f.init}
-        unknown = sorted(set(props) - known)
-        if unknown:
-            raise InvalidArgument(
-                f"unknown {cls.kind} propert{'y' if len(unknown) == 1 else 'ies'} "
-                f"{', '.join(unknown)}; known: {', '.join(sorted(known - {'name'}))}."
-            )
+        check_known(cls.kind, props, {f.name for f in dataclasses.fields(cls) if f.init})
         factory: Any = cls  # each subclass has a name field; the base has none
         return factory(name=name, **props)
 

@@ -39,6 +39,15 @@ async def test_out_of_range_queue_properties_are_refused(ns, props, match):
     assert not await ns.queue_exists("q")
 
 
+async def test_an_unknown_property_to_update_is_refused_as_one_to_create(ns):
+    """Both say which names a queue has (update said 'propert(ies)' and no list)."""
+    await ns.create_queue("q")
+    with pytest.raises(errors.InvalidArgument,
+                       match=r"unknown queue property bogus; known: .*lock_duration"):
+        await ns.update_queue("q", bogus=1)
+    assert (await ns.get_queue("q")).lock_duration == timedelta(minutes=1)
+
+
 @pytest.mark.parametrize(
     ("name", "match"),
     [
