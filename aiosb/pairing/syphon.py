@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from .._clock import CLOCK
@@ -453,33 +451,31 @@ class _SyphonPump:
                 # Retrying cannot help: surface it where people look.
                 await self.dead_letter(batch.messages(lo, hi), type(exc).__name__, exc.message)
                 continue
-            await self.moved(
-                entry, hi - lo, functools.partial(batch.complete, lo, hi),
-                batch.locked_until(lo, hi),
-            )
+            await self.moved(entry, batch, lo, hi)
 
-    async def moved(
-        self, entry: _Entry, count: int, complete: Callable[[], Awaitable[object]],
-        locked_until: float,
-    ) -> None:
-        """``count`` messages were sent to ``entry``: complete them in the backlog (by
-        awaiting ``complete()``), and count and report the move.
+    async def moved(self, entry: _Entry, batch: Messages | Columns, lo: int, hi: int) -> None:
+        """Messages ``lo`` to ``hi`` of ``batch`` were sent to ``entry``: complete them in
+        the backlog, and count and report the move.
 
         A completion refused by an outage or a transient fault is tried again after the
-        syphon retry interval while the messages' locks hold (``locked_until``, UTC
-        seconds), for at most a quarter of the lock duration, so that parked messages'
-        locks (renewed at half-life) hold meanwhile: a backlog queue that blinks must
-        not bring a moved batch back for a second move (G-3: only what cannot be
-        completed in time is moved again)."""
+        syphon retry interval while the messages' locks hold, for at most a quarter of
+        the lock duration, so that parked messages' locks (renewed at half-life) hold
+        meanwhile: a backlog queue that blinks must not bring a moved batch back for a
+        second move (G-3: only what cannot be completed in time is moved again)."""
         hub = self.hub
+        count = hi - lo
         self.retry_at.pop(entry, None)
         hub.succeeded(entry)
-        last_try = min(locked_until, CLOCK.now() + self.lock / 4) - self.retry
+        started = CLOCK.now()
+        last_try: float | None = None
         while True:
             try:
-                await complete()
+                await batch.complete(lo, hi)
                 break
             except ServiceBusError as exc:
+                if last_try is None:  # the locks are read only if a complete fails
+                    last_try = min(batch.locked_until(lo, hi), started + self.lock / 4)
+                    last_try -= self.retry
                 if (
                     (is_outage(exc) or exc.retryable)
                     and not isinstance(exc, MessageLockLost | ClientClosed)
