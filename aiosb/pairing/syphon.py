@@ -67,9 +67,13 @@ class _SyphonPump:
         #: Messages left deferred in the backlog queue, by sequence number and entity:
         #: parked beyond the limit, they wait there unlocked (the queue expires them,
         #: G-2) so that what waits behind them can move (PN-17).
-        self.deferred: dict[_Entry, list[int]] = {}
-        #: Whether the backlog queue was searched for what an earlier run deferred.
-        self.searched = False
+        self.deferred: dict[_Entry, set[int]] = {}
+        #: Whether to search the backlog queue for deferred messages it does not know of
+        #: (:meth:`search`): at the start, what an earlier run left; later, one taken
+        #: back whose lock ended, which the queue keeps deferred.
+        self.search_due = True
+        #: Whether this pump has deferred messages, or found some deferred.
+        self.defers = False
         self.retry_at: dict[_Entry, float] = {}
         options = hub.options
         self.wait = options.syphon_receive_wait.total_seconds()
@@ -103,6 +107,7 @@ class _SyphonPump:
                 except ServiceBusError as exc:
                     counters.syphon_failures += 1
                     hub.emit("syphon_failed", self.path, exc.message)
+                    self.search_due |= self.defers  # what it took back may be deferred again
                     if isinstance(exc, EntityNotFound):
                         await _quietly(hub.ensure_backlog_queue(self.path))
                     await asyncio.sleep(self.retry)
@@ -117,7 +122,7 @@ class _SyphonPump:
     async def step(self) -> None:
         """Move what may move, then receive (or wait) once."""
         wake = self.hub.wake()  # taken first: a recovery from here on wakes us
-        if not self.searched:
+        if self.search_due:
             await self.search()
         await self.unpark()
         budget = self.budget()
@@ -168,7 +173,10 @@ class _SyphonPump:
         expires or a retry is due."""
         if not self.parked:
             now = CLOCK.now()
-            due = [self.retry_at[e] - now for e in self.deferred if e in self.retry_at]
+            due = [
+                self.retry_at[e] - now for e in self.deferred
+                if e in self.retry_at and e.state.health in _RETRIED
+            ]
             return max(min([self.wait, *due]), 0.0)
         now = CLOCK.now()
         first_lock = min(
@@ -221,7 +229,8 @@ class _SyphonPump:
         the backlog queue cannot expire it), bring the others' time to live and schedule
         up to now (:func:`.rewrite.refresh`) and renew the locks past half their time, in
         one request (G-3: a move after its lock ran out makes a duplicate). Gives those
-        still alive and held; a message whose lock is gone comes back by itself."""
+        still alive and held; a message whose lock is gone comes back by itself (to the
+        queue, or, taken back from deferral, deferred again: :meth:`hold`)."""
         now = CLOCK.now()
         alive: list[ReceivedMessage] = []
         expired: list[ReceivedMessage] = []
@@ -259,18 +268,22 @@ class _SyphonPump:
                 self.parked[entry] = kept
                 return False
             del self.parked[entry]
-            self.deferred.setdefault(entry, []).extend(m.sequence_number for m in kept)
+            self.deferred.setdefault(entry, set()).update(m.sequence_number for m in kept)
+            self.defers = True
             log.info("syphon of %s deferred %d messages for %s, still unavailable",
                      self.path, len(kept), entry.path)
         return True
 
-    async def undefer(self, entry: _Entry, seqs: list[int]) -> None:
+    async def undefer(self, entry: _Entry, numbers: set[int]) -> None:
         """Take the messages deferred for ``entry`` back, a batch at a time, and move
         them (:meth:`move`); those left when it fails again stay deferred. A message no
-        longer there (expired into the dead-letter queue) is passed over."""
+        longer there (expired into the dead-letter queue, or moved) is passed over."""
+        seqs = sorted(numbers)
         for i in range(0, len(seqs), self.batch):
+            if i:
+                await asyncio.sleep(0)  # the application's tasks run between batches
             if not self.movable(entry, CLOCK.now()):
-                self.deferred.setdefault(entry, []).extend(seqs[i:])
+                self.deferred.setdefault(entry, set()).update(seqs[i:])
                 return
             part = seqs[i:i + self.batch]
             try:
@@ -281,33 +294,45 @@ class _SyphonPump:
                     with contextlib.suppress(MessageNotFound):
                         msgs += await self.receiver.receive_deferred(seq)
             except ServiceBusError:
-                self.deferred.setdefault(entry, []).extend(seqs[i:])
+                self.deferred.setdefault(entry, set()).update(seqs[i:])
                 raise
             if msgs:
                 await self.move(msgs)
 
     async def search(self) -> None:
-        """Find what an earlier run of the syphon left deferred in the backlog queue (a
-        peek through it: the messages whose state is deferred), to take back as their
-        entities allow. Once; a backlog that cannot be browsed is not searched."""
-        found: dict[_Entry, list[int]] = {}
+        """Find the messages deferred in the backlog queue (a peek through it: those
+        whose state is deferred), to take back as their entities allow: what an earlier
+        run left, or one taken back whose lock ended (the queue keeps it deferred). Only
+        where the queue counts some deferred, or cannot count; a backlog that cannot be
+        browsed (REST) is not searched."""
+        self.search_due = False
+        secondary = self.hub.secondary
+        try:
+            counts = await secondary.runtime_properties(self.path)
+            if not counts.deferred_message_count:
+                return
+        except ClientClosed:
+            raise
+        except ServiceBusError:
+            pass  # no counts here (management elsewhere): browse
         start = 0
         try:
             while page := await self.receiver.peek(_SEARCH_PAGE, from_sequence_number=start):
                 for msg in page:
                     path = msg.application_properties.get(PATH)
                     if msg.state == "deferred" and isinstance(path, str) and path:
-                        found.setdefault(self.hub.entry(path), []).append(msg.sequence_number)
+                        entry = self.hub.entry(path)
+                        self.deferred.setdefault(entry, set()).add(msg.sequence_number)
+                        self.defers = True
                 start = page[-1].sequence_number + 1
+                await asyncio.sleep(0)
         except InvalidOperation:  # the REST protocol browses nothing
             pass
-        self.searched = True
-        for entry, seqs in found.items():
-            self.deferred.setdefault(entry, []).extend(seqs)
 
     async def hold(self, msgs: list[ReceivedMessage]) -> list[ReceivedMessage]:
         """Renew the locks of ``msgs``: in one request, else one by one (some lock is
-        gone, or the queue blinked). Gives those whose lock is renewed."""
+        gone, or the queue blinked). Gives those whose lock is renewed; one taken back
+        from deferral whose lock is gone is deferred again, and searched for."""
         try:
             await self.receiver.renew_lock(msgs)
             return msgs
@@ -315,6 +340,7 @@ class _SyphonPump:
             raise
         except ServiceBusError:
             if len(msgs) == 1:
+                self.search_due |= msgs[0].state == "deferred"
                 return []
         held = []
         for msg in msgs:
@@ -323,6 +349,8 @@ class _SyphonPump:
             except ClientClosed:
                 raise
             except ServiceBusError:
+                if msg.state == "deferred":  # back to deferred, not to the queue
+                    self.search_due = True
                 continue
             held.append(msg)
         return held
@@ -486,8 +514,10 @@ class _SyphonPump:
                     await asyncio.sleep(self.retry)
                     continue
                 # Sent but not completed: it will be moved again; the MessageId lets a
-                # primary with duplicate detection drop the copy (G-3).
+                # primary with duplicate detection drop the copy (G-3). One taken back
+                # from deferral stays deferred: searched for again.
                 hub.emit("syphon_failed", entry.path, f"complete failed: {exc.message}", count)
+                self.search_due |= self.defers
                 break
         hub.counters.syphon_moved += count
         hub.emit("syphon_moved", entry.path, f"moved {count} messages", count)
@@ -501,6 +531,7 @@ class _SyphonPump:
                 await self.receiver.dead_letter(msg, reason, description)
             except ServiceBusError as exc:
                 hub.emit("syphon_failed", self.path, f"dead-letter failed: {exc.message}")
+                self.search_due |= msg.state == "deferred"
                 continue
             done += 1
         hub.counters.syphon_dead_lettered += done

@@ -66,3 +66,80 @@ async def test_pn17_a_new_syphon_finds_what_an_earlier_one_deferred(env):
         await asyncio.sleep(60)  # the 100 parked at the close come back as their locks end
         assert paired.stats.syphon_moved == 1100
     assert len({m.body for m in await drain(env.primary, "orders")}) == 1100
+
+
+async def test_pn17_one_taken_back_whose_lock_ends_is_found_deferred_again(env):
+    """PN-17: 1,000 deferred for orders; orders is marked healthy but is still down, so
+    500 are taken back by number, fail to move and are parked; then the backlog queue
+    blinks for 70 s, their renewals fail and their locks end. The queue keeps such a
+    message deferred (not available): the syphon searches for it again, and all 1,000
+    reach orders once everything heals."""
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        (queue,) = paired.backlog_queues
+        async with paired.sender("orders") as orders:
+            env.p_broker.faults.fail("orders")
+            for i in range(10):
+                await orders.send([Message(f"o{i}-{j}") for j in range(100)])
+            await asyncio.sleep(60)  # 1,000 parked, then deferred
+            paired.mark_healthy("orders")  # 500 taken back, their move fails: parked
+            await asyncio.sleep(5)
+            with env.s_broker.faults.fail(queue, operations=["receive"]):
+                await asyncio.sleep(70)  # renewals fail; the locks end
+            env.p_broker.faults.heal()
+            paired.mark_healthy("orders")
+            await asyncio.sleep(120)
+    assert len({m.body for m in await drain(env.primary, "orders")}) == 1000
+    assert await drain(env.secondary, queue) == []
+
+
+@pytest.mark.looptime(False)
+@pytest.mark.timeout(60)
+async def test_pn16_with_only_deferred_messages_the_syphon_long_polls(env):
+    """PN-16: a move for orders fails (an outage: a retry is set, then orders fails
+    over) and its 1,000 parked messages are deferred. With nothing parked the syphon
+    still long-polls: a retry of an entity failed over is never due (it waits for a
+    recovery), so it must not make the poll's wait nothing. Real time: a busy loop
+    would never let a fast-forwarded clock move."""
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        async with paired.sender("orders") as orders:
+            env.p_broker.faults.fail("orders")  # down for good
+            for i in range(10):
+                await orders.send([Message(f"o{i}-{j}") for j in range(100)])
+            paired.mark_healthy("orders")  # the syphon tries, fails, orders fails over
+            await asyncio.sleep(3)  # the retry interval (1 s) passes
+            assert paired.health("orders") is not Health.HEALTHY
+            before = paired.stats.syphon_receives
+            await asyncio.sleep(2)
+            assert paired.stats.syphon_receives - before < 5
+
+
+@pytest.mark.looptime(False)
+@pytest.mark.timeout(120)
+async def test_taking_back_the_deferred_yields_to_the_application_between_batches(env):
+    """The syphon yields to the application's tasks between batches (README): taking
+    40,000 deferred messages back and moving them too, not in one turn of the loop."""
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        async with paired.sender("orders") as orders:
+            env.p_broker.faults.fail("orders")
+            for i in range(400):
+                await orders.send([Message(f"o{i}-{j}") for j in range(100)])
+            await asyncio.sleep(3)  # parked, then deferred
+            turns = 0
+            most = 0
+
+            async def ticks() -> None:
+                nonlocal turns
+                while True:
+                    await asyncio.sleep(0)
+                    turns += 1
+
+            ticker = asyncio.create_task(ticks())
+            env.p_broker.faults.heal()
+            paired.mark_healthy("orders")
+            while paired.stats.syphon_moved < 40_000:
+                seen = paired.stats.syphon_moved
+                await asyncio.sleep(0)
+                most = max(most, paired.stats.syphon_moved - seen)
+            ticker.cancel()
+            assert turns > 40_000 // 500  # a turn of the loop at least per batch
+            assert most <= 1000  # never more than a batch or two between two turns
