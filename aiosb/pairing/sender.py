@@ -185,7 +185,9 @@ class PairedSender(SendingLink):
                     # may be back before a ping has said so: it is tried once more.
                     try:
                         await self._send_primary(messages, transaction)
-                    except ServiceBusError:
+                    except ServiceBusError as primary:
+                        if not is_outage(primary):  # the caller's to fix: said as it is
+                            raise
                         raise exc from None
                     hub.succeeded(entry)
                     self._counters.primary_sends += 1

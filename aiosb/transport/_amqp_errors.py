@@ -151,8 +151,8 @@ def _from_request_error(text: str, exc: BaseException) -> errors.ServiceBusError
 
 #: Why the administration client's HTTPS fails on a port that does not speak TLS.
 _NO_ADMIN_HERE = (
-    "the official SDK manages entities over HTTPS at the connection string's port, and "
-    "aiosb serve's AMQP port carries messages only. Manage entities through its HTTP "
+    "the official SDK manages entities over HTTPS at the connection string's port. If "
+    "that is aiosb serve's AMQP port, it carries messages only: manage entities through its HTTP "
     "port instead (aiosb.connect('http://localhost:5380/NAMESPACE'), or the SDK's "
     "administration client against `aiosb serve --tls`); sending and receiving work "
     "over this connection string."

@@ -83,3 +83,24 @@ async def test_pn11_an_application_property_named_as_the_rewrite_arrives_as_sent
         (body, None, props)
         for body in (b"healthy", b"failed over", b"batch", b"batch", b"batch")
     ]
+
+
+async def test_g1_the_primarys_own_refusal_is_said_as_it_is_not_as_backlog_unavailable(env):
+    """G-1: failed over, the secondary down, the primary tried once more refuses the send
+    for the caller's own reason (a credential): that error is raised as it is, not
+    hidden behind BacklogUnavailable."""
+    opts = options(failover_interval=timedelta(0), ping_primary_interval=timedelta(minutes=5))
+    async with env.primary.pair(env.secondary, opts) as paired:
+        async with paired.sender("orders") as sender:
+            with env.p_broker.faults.fail("orders"):
+                await sender.send(Message(b"a"))  # fails over
+            send = env.primary.transport.send
+
+            async def unauthorized(entity, messages):
+                raise errors.Unauthorized("the key was rotated")
+
+            env.primary.transport.send = unauthorized
+            with env.s_broker.faults.fail():
+                with pytest.raises(errors.Unauthorized, match="rotated"):
+                    await sender.send(Message(b"b"))
+            env.primary.transport.send = send
