@@ -101,6 +101,8 @@ class Hub:
     """The open senders, closed with the pairing."""
     entry: Callable[[str], _Entry]
     """The shared health entry of an entity (made on first use)."""
+    entries: dict[str, _Entry]
+    """Every entry made so far, by lower-case path (read only)."""
     failed: Callable[[_Entry, ServiceBusError], None]
     """An outage of the entity (:func:`~._common.is_outage`) was seen."""
     succeeded: Callable[[_Entry], None]
@@ -155,6 +157,7 @@ class PairedNamespace:
             rotation=self._rotation,
             senders=self._senders,
             entry=self._entry,
+            entries=self._entries,
             failed=self._failed,
             succeeded=self._succeeded,
             emit=self._emit,

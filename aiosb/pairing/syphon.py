@@ -127,7 +127,10 @@ class _SyphonPump:
         await self.unpark()
         budget = self.budget()
         if self.parked and sum(map(len, self.parked.values())) >= _PARK_LIMIT:
-            if not await self.defer_parked():
+            # Deferred, the parked let the syphon reach what is behind them, if another
+            # entity may take its messages; else (all down: a regional outage) reading
+            # the whole backlog to defer it would double its traffic for nothing.
+            if not self.others_movable() or not await self.defer_parked():
                 await _wait_for(wake.wait(), budget)
                 return
         batch: list[ReceivedMessage] | None
@@ -247,6 +250,14 @@ class _SyphonPump:
             return alive
         lost = {id(m) for m in due} - {id(m) for m in held}
         return [m for m in alive if id(m) not in lost]
+
+    def others_movable(self) -> bool:
+        """Whether an entity with nothing parked may take messages now."""
+        now = CLOCK.now()
+        return any(
+            entry not in self.parked and self.movable(entry, now)
+            for entry in self.hub.entries.values()
+        )
 
     async def defer_parked(self) -> bool:
         """Leave the parked messages deferred in the backlog queue, so that the syphon

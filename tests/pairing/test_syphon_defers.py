@@ -17,6 +17,40 @@ from .conftest import drain, syphon_options
 pytestmark = pytest.mark.looptime
 
 
+def another_entity_is_healthy(paired) -> None:
+    """Make invoices known and healthy: the syphon defers what it parked only when some
+    other entity may take messages (else, all down, it waits for a recovery)."""
+    paired.mark_healthy("invoices")
+
+
+async def test_pn17_with_every_entity_down_the_syphon_waits_and_defers_nothing(env):
+    """PN-17: orders, the only entity, is down: past the park limit the syphon waits for
+    a recovery rather than read the whole backlog to defer it (nothing could move)."""
+    settled = []
+    settle = env.secondary.transport.settle
+
+    async def counted(entity, settlement):
+        settled.append(settlement.action)
+        return await settle(entity, settlement)
+
+    env.secondary.transport.settle = counted
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        async with paired.sender("orders") as orders:
+            env.p_broker.faults.fail("orders")
+            for i in range(30):
+                await orders.send([Message(f"o{i}-{j}") for j in range(100)])
+            await asyncio.sleep(60)
+            assert "defer" not in settled
+            receives = paired.stats.syphon_receives
+            await asyncio.sleep(600)
+            assert paired.stats.syphon_receives - receives <= 1  # one long poll at most
+            env.p_broker.faults.heal()
+            paired.mark_healthy("orders")
+            await asyncio.sleep(5)
+        assert paired.stats.syphon_moved == 3000
+    assert "defer" not in settled
+
+
 async def test_pn17_an_entity_down_for_long_does_not_hold_up_the_others(env):
     """PN-17: 1,100 messages for orders (down for good) fill the syphon's park (1,000)
     of the one backlog queue; invoices, back after a short outage, still gets its
@@ -54,6 +88,7 @@ async def test_pn17_a_new_syphon_finds_what_an_earlier_one_deferred(env):
     cannot be received but by number) and moves them home once the entity is back."""
     opts = syphon_options(backlog_queue_count=1)
     async with env.primary.pair(env.secondary, opts) as paired:
+        another_entity_is_healthy(paired)
         async with paired.sender("orders") as orders:
             env.p_broker.faults.fail("orders")
             for i in range(11):
@@ -76,6 +111,7 @@ async def test_pn17_one_taken_back_whose_lock_ends_is_found_deferred_again(env):
     reach orders once everything heals."""
     async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
         (queue,) = paired.backlog_queues
+        another_entity_is_healthy(paired)
         async with paired.sender("orders") as orders:
             env.p_broker.faults.fail("orders")
             for i in range(10):
@@ -101,6 +137,7 @@ async def test_pn16_with_only_deferred_messages_the_syphon_long_polls(env):
     recovery), so it must not make the poll's wait nothing. Real time: a busy loop
     would never let a fast-forwarded clock move."""
     async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        another_entity_is_healthy(paired)
         async with paired.sender("orders") as orders:
             env.p_broker.faults.fail("orders")  # down for good
             for i in range(10):
@@ -119,6 +156,7 @@ async def test_taking_back_the_deferred_yields_to_the_application_between_batche
     """The syphon yields to the application's tasks between batches (README): taking
     40,000 deferred messages back and moving them too, not in one turn of the loop."""
     async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        another_entity_is_healthy(paired)
         async with paired.sender("orders") as orders:
             env.p_broker.faults.fail("orders")
             for i in range(400):
