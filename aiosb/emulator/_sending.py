@@ -22,7 +22,7 @@ from ..errors import (
     MessageSizeExceeded,
     QuotaExceeded,
 )
-from ..message import PING_CONTENT_TYPE, Message, check_partition_key
+from ..message import PING_CONTENT_TYPE, Message, check_partition_key, properties_size
 from ..protocol import check_columns
 from ._entity import _Entity
 from ._namespace import Namespace
@@ -189,6 +189,36 @@ def records_of(messages: Sequence[Message]) -> list[_Record]:
     return out
 
 
+#: Service Bus's limits on a message's header, on every tier: each application property
+#: at most 32 KB, and the whole header (the properties and the system properties: ids,
+#: subject, ...) at most 64 KB.
+MAX_PROPERTY_SIZE = 32 * 1024
+MAX_HEADER_SIZE = 64 * 1024
+
+
+def check_header(rec: _Record) -> None:
+    """Refuse a message whose header is over Service Bus's limits (what is refused on
+    Azure must be refused here, not pass until production).
+
+    Raises:
+        MessageSizeExceeded: A property over 32 KB, or a header over 64 KB.
+    """
+    header = rec.size - len(rec.body)
+    if header > MAX_HEADER_SIZE:
+        raise MessageSizeExceeded(
+            f"A message's header (its properties and ids) is {header} bytes, over Service "
+            f"Bus's {MAX_HEADER_SIZE} byte limit; carry large data in the body."
+        )
+    for name, value in (rec.props or {}).items():
+        one = properties_size({name: value})
+        if one > MAX_PROPERTY_SIZE:
+            raise MessageSizeExceeded(
+                f"The application property {name!r:.60} is {one} bytes, over Service Bus's "
+                f"{MAX_PROPERTY_SIZE} byte limit for one property; carry large data in the "
+                "body."
+            )
+
+
 def check(
     ns: Namespace, entity: _Entity, made: list[_Record], transaction: bool = False
 ) -> list[_Record | None]:
@@ -208,6 +238,8 @@ def check(
                 f"A message of {size} bytes is over the {limit} byte limit of "
                 f"namespace {ns.name!r} ({ns.tier} tier)."
             )
+        if size - len(rec.body) > MAX_PROPERTY_SIZE:  # rare: properties of 32 KB or more
+            check_header(rec)
         total += size
         # The fields read from ``_opt`` inline: this runs per message.
         opt = rec._opt

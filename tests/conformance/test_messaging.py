@@ -279,6 +279,24 @@ async def test_message_over_256_kb_is_refused_and_nothing_is_sent(ns):
     assert counts.active_message_count == 1
 
 
+async def test_a_header_over_service_bus_limits_is_refused_and_nothing_is_sent(ns):
+    """Service Bus's limits on every tier: an application property at most 32 KB, the
+    whole header (properties and system properties) at most 64 KB. What Azure refuses
+    is refused here, and a refused batch stores nothing."""
+    await ns.create_queue("q")
+    async with ns.sender("q") as sender:
+        with pytest.raises(errors.MessageSizeExceeded, match=r"'big'.*32768"):
+            await sender.send([Message(b"ok"), Message(b"x", application_properties={
+                "big": "v" * (32 * 1024 + 1)})])
+        with pytest.raises(errors.MessageSizeExceeded, match=r"header.*65536"):
+            await sender.send(Message(b"x", application_properties={
+                f"p{i}": "v" * (30 * 1024) for i in range(3)}))
+        await sender.send(Message(b"x", application_properties={
+            f"p{i}": "v" * (30 * 1024) for i in range(2)}))
+    counts = await ns.runtime_properties("q")
+    assert counts.active_message_count == 1
+
+
 async def test_unknown_entity_raises_entity_not_found(ns):
     async with ns.sender("missing") as sender:
         with pytest.raises(errors.EntityNotFound, match="missing"):
