@@ -1,4 +1,4 @@
-"""The HTTP transport: the Service Bus REST protocol over aiohttp.
+"""The HTTP transport: the Service Bus REST protocol over HTTP/1.1.
 
 Two kinds of URL:
 
@@ -18,8 +18,9 @@ Two kinds of URL:
 Sessions are not part of the REST protocol: asking for a session raises
 :class:`~aiosb.errors.InvalidOperation` on both.
 
-One :class:`aiohttp.ClientSession` per transport keeps connections alive (it also keeps
-a receive from landing on a front end that holds its locked messages, PT-15). Requests
+One connection pool per transport (:mod:`aiosb.transport._h1`, a lean client: #16)
+keeps connections alive (it also keeps a receive from landing on a front end that holds
+its locked messages, PT-15). Requests
 are signed with a shared access signature cached until five minutes before it expires.
 The transport never retries: status codes map to :mod:`aiosb.errors` with the right
 ``retryable``, and :mod:`aiosb.client` retries what is transient.
@@ -35,7 +36,6 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
-import aiohttp
 from yarl import URL
 
 from ..auth import DEV_KEY, DEV_KEY_NAME, SasCredential
@@ -46,7 +46,6 @@ from ..errors import (
     InvalidArgument,
     InvalidOperation,
     MessagingError,
-    OperationTimeout,
     ServiceBusError,
     TransientError,
 )
@@ -61,6 +60,7 @@ from ..wire import aiosb_json as _json
 from ..wire import frames as _frames
 from ..wire import rest as _rest
 from ..wire import status as _status
+from ._h1 import ConnectFailed, Pool
 from ._http_manage import NO_SESSIONS as _NO_SESSIONS
 from ._http_manage import HttpManagement
 from ._http_manage import quote as _quote
@@ -139,7 +139,7 @@ class HttpTransport(HttpManagement):
         self._urls: dict[str, URL] = {}
         self._token = ""
         self._token_until = 0.0
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: Pool | None = None
         self._closed = False
         self._answered = False  # has anything at this address ever answered?
         #: The server said it takes framed batches (raw bodies: :mod:`aiosb.wire.frames`).
@@ -147,7 +147,7 @@ class HttpTransport(HttpManagement):
         self._locations: dict[str, int] = {}  # lock token -> sequence number (REST mode)
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "open" if self._session else "new"
+        state = "closed" if self._closed else "open" if self._pool else "new"
         mode = "aiosb extensions" if self.extensions else "REST"
         return f"<HttpTransport {self.url} ({mode}) {state}>"
 
@@ -157,18 +157,14 @@ class HttpTransport(HttpManagement):
         """Create the connection pool (done by ``async with aiosb.connect(...)``)."""
         if self._closed:
             raise ClientClosed(f"{self.url} was closed; connect again.")
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=64, keepalive_timeout=60),
-                timeout=aiohttp.ClientTimeout(total=None),
-                skip_auto_headers=("User-Agent",),
-            )
+        if self._pool is None:
+            self._pool = Pool(URL(self._base), limit=64, keepalive=60)
 
     async def aclose(self) -> None:
         self._closed = True
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
 
     @property
     def faults(self) -> RemoteFaults:
@@ -196,8 +192,8 @@ class HttpTransport(HttpManagement):
         settling: bool = False,
         no_content_type: bool = False,
     ) -> tuple[int, Any, bytes]:
-        session = self._session
-        if session is None:
+        pool = self._pool
+        if pool is None:
             raise ClientClosed(
                 f"the connection to {self.url} is {'closed' if self._closed else 'not open yet'}."
             )
@@ -206,31 +202,18 @@ class HttpTransport(HttpManagement):
             sent[_status.TIMEOUT_HEADER] = self._timeout_header
         if headers:
             sent.update(headers)
+        if data is not None and not no_content_type and "Content-Type" not in sent:
+            sent["Content-Type"] = "application/octet-stream"
         url = self._urls.get(path)
-        if url is None:  # parsed once per path: aiohttp would parse a str every time
+        if url is None:  # parsed once per path
             if len(self._urls) >= 256:
                 self._urls.clear()
             url = self._urls[path] = URL(f"{self._base}/{path}" if path else self._base)
+        if params:
+            url = url.update_query(params)
         try:
-            async with session.request(
-                method,
-                url,
-                data=data,
-                headers=sent,
-                params=params,
-                skip_auto_headers=("Content-Type",) if no_content_type else (),
-            ) as response:
-                body = await response.read()
-                status = response.status
-                self._answered = True
-                if status >= 400:
-                    raise self._error(response, body, settling=settling)
-                return status, response.headers, body
-        except ServiceBusError:
-            raise
-        except TimeoutError:
-            raise OperationTimeout(f"{method} {self.url}/{path} got no answer in time.") from None
-        except aiohttp.ClientConnectorError as exc:
+            status, reason, answer, body = await pool.request(method, url, sent, data)
+        except ConnectFailed as exc:
             failed = tls_failure(exc, f"{url.scheme}://{url.authority}",
                                  "is it an http:// address?")
             if failed is not None:  # no certificate or protocol heals by retrying
@@ -242,19 +225,27 @@ class HttpTransport(HttpManagement):
                 hint = "; start it with `aiosb serve`" if self.extensions else ""
                 where = f"{url.scheme}://{url.authority}"
                 raise EntityUnavailable(
-                    f"nothing is listening at {where}{hint} ({exc.os_error or exc})."
+                    f"nothing is listening at {where}{hint} ({exc.os_error})."
                 ) from None
             raise TransientError(
                 f"{method} {self.url}/{path} failed on the connection ({exc}); try again."
             ) from exc
-        except (aiohttp.ClientError, OSError) as exc:
+        except ValueError as exc:  # a header that would split the request
+            raise InvalidArgument(f"{method} {self.url}/{path}: {exc}.") from None
+        except OSError as exc:
             raise TransientError(
                 f"{method} {self.url}/{path} failed on the connection ({exc or type(exc).__name__})"
                 "; try again."
             ) from exc
+        self._answered = True
+        if status >= 400:
+            raise self._error(status, reason, answer, body, settling=settling)
+        return status, answer, body
 
     @staticmethod
-    def _error(response: aiohttp.ClientResponse, body: bytes, *, settling: bool) -> ServiceBusError:
+    def _error(
+        status: int, reason: str, headers: Any, body: bytes, *, settling: bool
+    ) -> ServiceBusError:
         text = body.decode("utf-8", "replace")
         start, end = text.find("<Detail>"), text.find("</Detail>")
         if start >= 0 and end > start:
@@ -262,12 +253,12 @@ class HttpTransport(HttpManagement):
 
             detail = unescape(text[start + len("<Detail>"):end])
         else:
-            detail = text.strip()[:500] or response.reason or ""
+            detail = text.strip()[:500] or reason
         return _status.error_from_status(
-            response.status,
+            status,
             detail,
-            name=response.headers.get(_status.ERROR_HEADER),
-            retryable=response.headers.get(_status.RETRYABLE_HEADER),
+            name=headers.get(_status.ERROR_HEADER),
+            retryable=headers.get(_status.RETRYABLE_HEADER),
             settling=settling,
         )
 
