@@ -117,7 +117,20 @@ class _SyphonPump:
                     hub.emit("syphon_failed", self.path, repr(exc))
                     await asyncio.sleep(self.retry)
         finally:
+            await self.release_parked()
             await self.receiver.aclose()
+
+    async def release_parked(self) -> None:
+        """At the pump's end, give back what is parked (abandoned, in one request), so
+        that the next syphon of this queue takes it at once rather than after its locks
+        run out (a lock's end would count the same delivery). Bounded: a close does not
+        wait on a backlog that is down; what is not given back keeps its lock."""
+        msgs = [m for group in self.parked.values() for m in group]
+        self.parked.clear()
+        if not msgs:
+            return
+        with contextlib.suppress(ServiceBusError, TimeoutError):
+            await asyncio.wait_for(self.receiver.abandon(msgs), _RELEASE_WAIT)
 
     async def step(self) -> None:
         """Move what may move, then receive (or wait) once."""
@@ -549,6 +562,8 @@ class _SyphonPump:
         hub.emit("syphon_dead_lettered", self.path, f"{reason}: {description}", done)
 
 
+#: Seconds a pump's end waits for its parked messages to be given back.
+_RELEASE_WAIT = 2.0
 #: The healths in which a failed move is retried after the syphon retry interval.
 _RETRIED = (Health.HEALTHY, Health.SUSPECT)
 #: Messages a peek of :meth:`_SyphonPump.search` asks for.

@@ -108,3 +108,23 @@ async def test_pn16_a_move_refused_for_a_credential_is_retried_not_dead_lettered
     assert failed and all("Unauthorized" in e.detail or "token" in e.detail for e in failed)
     assert await drain(env.secondary, queue, sub_queue="deadletter") == []
     assert [m.message_id for m in await drain(env.primary, "orders")] == ["m"]
+
+
+async def test_pn17_what_is_parked_is_given_back_when_the_pairing_closes(env):
+    """PN-17: parked messages are held locked while the pairing runs; when it closes they
+    are given back (abandoned), so the next syphon of the queue, here a new pairing's,
+    moves them at once instead of after the backlog's 60 s lock."""
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        (queue,) = paired.backlog_queues
+        async with paired.sender("orders") as sender:
+            env.p_broker.faults.fail("orders")
+            await sender.send(Message(b"x", message_id="m1"))
+            await asyncio.sleep(5)
+            async with env.secondary.receiver(queue) as other:
+                assert await other.receive(max_wait=0) == []  # parked: locked by the syphon
+    env.p_broker.faults.heal()
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as again:
+        assert again.backlog_queues == [queue]
+        await asyncio.sleep(2)  # far less than the lock
+        assert again.stats.syphon_moved == 1
+    assert [m.message_id for m in await drain(env.primary, "orders")] == ["m1"]
