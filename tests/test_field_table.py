@@ -201,6 +201,10 @@ def test_the_backlog_rewrite_of_a_batch_as_columns_carries_every_field_home():
     restored = restore_columns(columns, now)
     assert restored is not None
     entity, sent = restored
+    # A column may hold one value every message has (as the HTTP batch encoding writes
+    # equal values): the expiry is kept all the same (G-2).
+    one = restore_columns({**columns, "expires_timestamp": received.expires_timestamp}, now)
+    assert one is not None and one[1]["time_to_live"] == [sent["time_to_live"][0]]
     assert columns["application_properties"] == [copy.application_properties]  # unchanged
     assert restore(received, now) == entity == "orders"
     (rec,) = records_from_columns([received.body], sent)

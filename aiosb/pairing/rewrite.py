@@ -212,7 +212,9 @@ def restore_columns(columns: dict[str, Any], now: float) -> tuple[str, dict[str,
             restored.append(kept or None)
     ttls: list[_dt.timedelta | None] | None = None
     expires = columns.get("expires_timestamp")
-    if expires.__class__ is list and expires.count(None) != n:
+    if expires is not None and expires.__class__ is not list:  # one value for all
+        expires = [expires] * n
+    if expires is not None and expires.count(None) != n:
         ttls = []
         for at in expires:
             ttl = None if at is None else _remaining(at, None, now)

@@ -44,9 +44,11 @@ __all__ = [
     "decode_message",
     "decode_received",
     "decode_received_batch",
+    "decode_received_columns",
     "decode_value",
     "dumps",
     "encode_batch",
+    "encode_batch_columns",
     "encode_message",
     "encode_messages",
     "encode_received",
@@ -54,6 +56,7 @@ __all__ = [
     "encode_received_columns",
     "encode_value",
     "loads",
+    "received_columns_of",
 ]
 
 _UTC = _dt.UTC
@@ -333,9 +336,7 @@ def encode_messages(messages: Sequence[Message], raw: bool = False) -> dict[str,
 def encode_received_batch(messages: Sequence[ReceivedMessage]) -> dict[str, Any]:
     """Received messages in the aiosb batch encoding; no messages is
     ``{"body": "", "body_sizes": []}``."""
-    columns = dict(zip(_SENT_FIELDS, _sent_values(messages), strict=True))
-    columns.update(zip(_RECEIVED_NAMES, _received_values(messages), strict=True))
-    return encode_received_columns([m.body for m in messages], columns)
+    return encode_received_columns(*received_columns_of(messages))
 
 
 def encode_received_columns(
@@ -496,34 +497,73 @@ def _valid(bodies: list[bytes], columns: dict[str, list[Any]]) -> bool:
 
 def decode_received_batch(data: dict[str, Any]) -> list[ReceivedMessage]:
     """:class:`~aiosb.ReceivedMessage` objects from the server's batch encoding."""
+    bodies, columns = _received_columns(data, _COLUMNS)
+    if not bodies:
+        return []
+    n = len(bodies)
+    return _build_received(zip(bodies, *(
+        columns.get(name) or _repeat(_RECEIVED_DEFAULTS.get(name), n) for name in _COLUMNS
+    ), strict=True))
+
+
+def decode_received_columns(data: dict[str, Any]) -> tuple[list[bytes], dict[str, list[Any]]]:
+    """What :func:`decode_received_batch` gives, as the bodies and, by field name of
+    :class:`~aiosb.ReceivedMessage`, a list of each message's value (a field left out
+    has its default): no message object per message (``ColumnTransport``, #16)."""
+    bodies, columns = _received_columns(data, _COLUMNS)
+    props = columns.pop(_PROPS, None)
+    if props is not None:
+        columns[_PROPERTIES] = props
+    return bodies, columns
+
+
+def _received_columns(
+    data: dict[str, Any], names: tuple[str, ...]
+) -> tuple[list[bytes], dict[str, list[Any]]]:
+    """The bodies of a received batch and its columns ``names`` that it has (by wire
+    name), each a list of one value per message."""
     bodies = _bodies(data)
     n = len(bodies)
+    columns: dict[str, list[Any]] = {}
     if not n:
-        return []
-    columns: list[Any] = []
-    for name in _COLUMNS:
+        return bodies, columns
+    for name in names:
         column = data.get(name)
+        if column is None:
+            continue
         if name == _TTL:
-            if column is not None:
-                column = [None if t is None else _dt.timedelta(microseconds=t)
-                          for t in _expand(column, n)]
+            column = [None if t is None else _dt.timedelta(microseconds=t)
+                      for t in _expand(column, n)]
         elif name == _AT:
-            if column is not None:
-                column = [None if t is None else _dt.datetime.fromisoformat(t)
-                          for t in _expand(column, n)]
+            column = [None if t is None else _dt.datetime.fromisoformat(t)
+                      for t in _expand(column, n)]
         elif name == _PROPS:
-            if column is not None:
-                column = _properties_column(column, n)[0]
-        elif column is None:
-            column = _RECEIVED_DEFAULTS.get(name)
-        if type(column) is list:
-            if len(column) != n:
-                raise InvalidArgument(f"the server answered {len(column)} {name} for {n} "
-                                      "messages.")
-            columns.append(column)
-        else:
-            columns.append(_repeat(column, n))
-    return _build_received(zip(bodies, *columns, strict=True))
+            column = _properties_column(column, n)[0]
+        elif type(column) is not list:
+            column = [column] * n
+        if len(column) != n:
+            raise InvalidArgument(f"the server answered {len(column)} {name} for {n} messages.")
+        columns[name] = column
+    return bodies, columns
+
+
+def received_columns_of(
+    messages: Sequence[ReceivedMessage],
+) -> tuple[list[bytes], dict[str, list[Any]]]:
+    """Received messages as the bodies and the columns of their fields (by field name):
+    what a transport that receives message objects gives as columns."""
+    columns = dict(zip(_SENT_FIELDS, _sent_values(messages), strict=True))
+    columns.update(zip(_RECEIVED_NAMES, _received_values(messages), strict=True))
+    return [m.body for m in messages], columns
+
+
+def encode_batch_columns(
+    bodies: list[bytes], columns: dict[str, Any], raw: bool = False
+) -> dict[str, Any]:
+    """Messages given as columns of their sent fields (by field name: a list with each
+    message's value, or one value every message has) in the batch encoding, as
+    :func:`encode_batch` writes messages (``raw``: the bodies as bytes, to be framed)."""
+    return _encode_columns(bodies, columns, (), raw)
 
 
 def _expand(column: Any, n: int) -> list[Any]:
