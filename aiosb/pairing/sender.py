@@ -183,26 +183,30 @@ class PairedSender(SendingLink):
                 except BacklogUnavailable as exc:
                     # G-1: it raises only when the primary is down as well. The primary
                     # may be back before a ping has said so: it is tried once more.
-                    try:
-                        await self._send_primary(messages, transaction)
-                    except ServiceBusError as primary:
-                        if not is_outage(primary):  # the caller's to fix: said as it is
-                            raise
-                        raise exc from None
-                    hub.succeeded(entry)
-                    self._counters.primary_sends += 1
-                    return
+                    if await self._primary_once(messages, transaction) is None:
+                        return
+                    raise exc from None
             attempt += 1
-            try:
-                await self._send_primary(messages, transaction)
-            except ServiceBusError as exc:
-                if not is_outage(exc):
-                    raise
-                hub.failed(entry, exc)
-                continue
-            hub.succeeded(entry)
-            self._counters.primary_sends += 1
-            return
+            outage = await self._primary_once(messages, transaction)
+            if outage is None:
+                return
+            hub.failed(entry, outage)
+
+    async def _primary_once(
+        self, messages: list[Message], transaction: bool
+    ) -> ServiceBusError | None:
+        """One primary send of the degraded path: ``None`` once it is sent (and counted,
+        the entity marked as working), else the outage that refused it. Any other error
+        is the caller's to fix, raised as it is."""
+        try:
+            await self._send_primary(messages, transaction)
+        except ServiceBusError as exc:
+            if not is_outage(exc):
+                raise
+            return exc
+        self._hub.succeeded(self._entry)
+        self._counters.primary_sends += 1
+        return None
 
     async def _send_backlog(self, messages: list[Message]) -> None:
         """Send the rewritten batch to this sender's backlog queue, rotating on failure."""

@@ -104,3 +104,23 @@ async def test_g1_the_primarys_own_refusal_is_said_as_it_is_not_as_backlog_unava
                 with pytest.raises(errors.Unauthorized, match="rotated"):
                     await sender.send(Message(b"b"))
             env.primary.transport.send = send
+
+
+async def test_pn6_a_send_still_retrying_reports_each_failure_after_a_false_recovery(env):
+    """PN-6: a send retrying a primary that is down keeps reporting its failures. Marked
+    healthy by hand while it retries (the failover timer cancelled), the entity is
+    suspect again at its next failure, so it fails over one interval later and the
+    send lands in the backlog, rather than retrying a "healthy" primary for ever."""
+    opts = options(failover_interval=timedelta(seconds=10),
+                   ping_primary_interval=timedelta(minutes=5))
+    async with env.primary.pair(env.secondary, opts) as paired:
+        async with paired.sender("orders") as orders:
+            with env.p_broker.faults.fail("orders"):
+                sending = asyncio.ensure_future(orders.send(Message(b"x", message_id="m")))
+                await asyncio.sleep(5)
+                assert paired.health("orders") is aiosb.pairing.Health.SUSPECT
+                paired.mark_healthy("orders")  # wrongly: the primary is still down
+                async with asyncio.timeout(30):
+                    await sending
+                assert paired.health("orders") is aiosb.pairing.Health.FAILED_OVER
+            assert paired.stats.backlog_sends == 1
