@@ -330,3 +330,25 @@ async def test_an_informational_answer_is_skipped_and_an_unasked_one_breaks_the_
         answer = await pool.request("POST", URL(server.url), {}, b"")
         assert (answer.status, answer.body) == (200, b"ok")  # not "extra"
         assert server.connections == 2
+
+
+async def test_an_ipv6_server_is_reached_with_its_host_in_brackets():
+    import socket
+
+    from aiosb.emulator.server import serve
+
+    if not socket.has_ipv6:
+        pytest.skip("this machine has no IPv6")
+    try:
+        probe = socket.socket(socket.AF_INET6)
+        probe.bind(("::1", 0))
+        probe.close()
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback")
+    async with serve(host="::1") as server, aiosb.connect(server.namespace_url("v6")) as ns:
+        assert server.url.startswith("http://[::1]:")
+        await ns.create_queue("q")
+        async with ns.sender("q") as sender:
+            await sender.send(aiosb.Message(b"over IPv6"))
+        async with ns.receiver("q", mode="receive_and_delete") as receiver:
+            assert [m.body for m in await receiver.receive(max_wait=0)] == [b"over IPv6"]
