@@ -5,12 +5,14 @@ pages past 100, namespace properties; and ``aiosb serve --tls`` from the command
 from __future__ import annotations
 
 import asyncio
+import datetime
 import itertools
 import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -162,3 +164,32 @@ async def test_managing_over_an_amqp_connection_string_says_where_management_is(
                                match=r"does not speak TLS.*HTTP port"):
                 await ns.queue_exists("orders")
             assert asyncio.get_running_loop().time() - started < 5
+
+
+@pytest.mark.looptime(False)
+@pytest.mark.parametrize("case", ["another name", "expired"])
+async def test_a_trusted_certificate_for_another_name_or_out_of_date_is_said_so(
+        tmp_path, monkeypatch, case):
+    """Issue 17: a certificate this machine trusts, but issued for another address, or
+    out of date, is named as such, not met with advice to trust it (which would not
+    help)."""
+    if case == "expired":  # made two days ago, for one day
+        class TwoDaysAgo(datetime.datetime):
+            @classmethod
+            def now(cls, tz=None):
+                return datetime.datetime.now(tz) - datetime.timedelta(days=2)
+
+        monkeypatch.setattr(_tls, "_dt", SimpleNamespace(
+            datetime=TwoDaysAgo, timedelta=datetime.timedelta, UTC=datetime.UTC))
+    cert, key = _tls.self_signed(tmp_path, days=1)
+    monkeypatch.undo()
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    host = "127.0.0.2" if case == "another name" else "127.0.0.1"
+    async with serve(host, ssl_context=_tls.context(cert, key), root="elsewhere") as server:
+        url = server.url.replace("http://", "https://") + "/elsewhere"
+        async with aiosb.connect(url, credential=(DEV_KEY_NAME, DEV_KEY),
+                                 operation_timeout=30) as ns:
+            says = "certificate for another name" if case == "another name" else "not valid now"
+            with pytest.raises(aiosb.errors.InvalidOperation, match=says) as caught:
+                await ns.queue_exists("orders")
+            assert "SSL_CERT_FILE" not in str(caught.value)
