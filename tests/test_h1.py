@@ -352,3 +352,104 @@ async def test_an_ipv6_server_is_reached_with_its_host_in_brackets():
             await sender.send(aiosb.Message(b"over IPv6"))
         async with ns.receiver("q", mode="receive_and_delete") as receiver:
             assert [m.body for m in await receiver.receive(max_wait=0)] == [b"over IPv6"]
+
+
+# -- what a review found (each red before its fix) ----------------------------------------
+
+
+async def test_an_idempotent_request_on_a_connection_closed_under_it_goes_once_more(pools):
+    """The server closed a kept-alive connection as the next request went out (read,
+    never answered): a DELETE goes once more on a new connection, a POST does not (it
+    may have been carried out)."""
+    async def first_only(head, body, n, writer):
+        if len(server.requests) > 1 and n == 1:
+            return False  # the second request on the first connection: closed unanswered
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n%d" % n)
+        return True
+
+    async with Scripted(first_only) as server:
+        pool = pool_for(pools, server.url)
+        assert (await pool.request("DELETE", URL(server.url), {})).body == b"1"
+        assert (await pool.request("DELETE", URL(server.url), {})).body == b"2"
+        assert server.connections == 2
+    async with Scripted(first_only) as server:
+        pool = pool_for(pools, server.url)
+        await pool.request("POST", URL(server.url), {}, b"")
+        with pytest.raises(Broken):
+            await pool.request("POST", URL(server.url), {}, b"")
+
+
+async def test_a_request_still_connecting_when_the_pool_closes_fails(pools):
+    async with Scripted(ok()) as server:
+        pool = pool_for(pools, server.url)
+        pending = asyncio.ensure_future(pool.request("POST", URL(server.url), {}, b""))
+        await asyncio.sleep(0)  # in create_connection
+        await pool.close()
+        with pytest.raises(Broken, match="closed"):
+            await pending
+        await asyncio.sleep(0.05)
+        assert server.requests == []
+
+
+async def test_requests_say_their_length_and_ask_for_no_encoding(pools):
+    async with Scripted(ok()) as server:
+        pool = pool_for(pools, server.url)
+        await pool.request("DELETE", URL(server.url), {})
+        await pool.request("GET", URL(server.url), {})
+        (delete, _), (get, _) = server.requests
+        assert b"\r\nContent-Length: 0\r\n" in delete and b"Content-Length" not in get
+        assert all(b"\r\nAccept-Encoding: identity\r\n" in h for h in (delete, get))
+
+
+async def test_an_answer_ended_by_a_reset_is_broken_not_taken_whole(pools):
+    import socket
+    import struct
+
+    async def reset(head, body, n, writer):
+        writer.write(b"HTTP/1.1 200 OK\r\n\r\npartial-bo")
+        await writer.drain()
+        await asyncio.sleep(0.02)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+        return False
+
+    async with Scripted(reset) as server:
+        pool = pool_for(pools, server.url)
+        with pytest.raises(Broken):
+            await pool.request("POST", URL(server.url), {}, b"")
+
+
+async def test_an_answer_with_too_many_header_bytes_is_broken(pools, monkeypatch):
+    from aiosb.transport import _h1
+
+    monkeypatch.setattr(_h1, "MAX_HEAD", 1000)
+    async with Scripted(ok(extra=b"X-Big: " + b"x" * 2000 + b"\r\n")) as server:
+        pool = pool_for(pools, server.url)
+        with pytest.raises(Broken, match="bytes of headers"):
+            await pool.request("POST", URL(server.url), {}, b"")
+        server.script = ok(extra=b"X-Big: " + b"x" * 900 + b"\r\n")
+        assert (await pool.request("POST", URL(server.url), {}, b"")).status == 200
+
+
+@pytest.mark.parametrize("answer,error,says", [
+    (b"HTTP/1.1 307 Temporary Redirect\r\nLocation: http://elsewhere/q\r\nContent-Length: 0"
+     b"\r\n\r\n", errors.InvalidOperation, "307 Temporary Redirect .to http://elsewhere/q.; "
+     "aiosb follows no redirects"),
+    (b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc",
+     errors.MessagingError, "'gzip' encoding"),
+])
+async def test_transport_refuses_a_redirect_or_an_encoded_answer_rather_than_take_it(
+    answer, error, says
+):
+    """A 3xx is not success: a send answered 307 stored nothing, and returning would
+    lose the message. An answer in an encoding not asked for would be misread."""
+    async def script(head, body, n, writer):
+        writer.write(answer)
+        return True
+
+    async with Scripted(script) as server:
+        async with aiosb.connect(f"{server.url}/ns") as ns:
+            async with ns.sender("q") as sender:
+                with pytest.raises(error, match=says):
+                    await sender.send(aiosb.Message(b"x"))

@@ -6,8 +6,10 @@ times what this costs (45-55 µs, measured against the same server in another pr
 a round trip of the benchmark's (send, receive, complete) is three requests, one after
 another. What the transport needs of a client is small: requests with a body of bytes,
 answers read whole, connections kept alive and shared, TLS. So this does that and no
-more: no redirects, no proxies, no cookies, no compression (it asks for none), no
-``Expect: 100-continue``, no HEAD (an answer without the body its length announces).
+more: no redirects (the transport refuses a 3xx), no proxies, no cookies, no
+compression (it asks for none), no ``Expect: 100-continue``, no HEAD (an answer
+without the body its length announces). A request that meets a kept-alive connection
+the server closed is sent once more on a new one when it is idempotent.
 
 A connection serves one request at a time. It goes back to the pool when its answer
 is read whole and the server keeps it alive; a request cancelled or failed midway
@@ -29,7 +31,13 @@ from yarl import URL
 __all__ = ["Answer", "Broken", "ConnectFailed", "Pool"]
 
 #: Methods whose request carries a Content-Length even without a body (as aiohttp's).
-_BODIED = frozenset({"POST", "PUT", "PATCH"})
+_BODIED = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: Methods a request may be sent again for, when a kept-alive connection turns out to
+#: have been closed by the server before it read a byte of it (RFC 9110, 9.2.2).
+_IDEMPOTENT = frozenset({"GET", "PUT", "DELETE", "HEAD", "OPTIONS"})
+#: The most bytes an answer's status line and headers may take (a REST answer carries
+#: a message's properties as headers: 64 KB of them at most, as Service Bus allows).
+MAX_HEAD = 1 << 20
 #: What may not stand in a header (a request splitting into two otherwise).
 _UNSAFE = ("\r", "\n", "\x00")
 
@@ -72,6 +80,8 @@ class _Connection(asyncio.Protocol):
         self._headers: CIMultiDict[str] = CIMultiDict()
         self._body: list[bytes] = []
         self._headed = False  # the answer's headers are all in
+        self._head_size = 0
+        self.answered = False  # a byte of an answer arrived on this connection
         self.closed = False
         self.keep = False  # the server keeps the connection alive after this answer
         self.idle_since = 0.0
@@ -82,6 +92,7 @@ class _Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
+        self.answered = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -89,6 +100,7 @@ class _Connection(asyncio.Protocol):
             self.close()
 
     def eof_received(self) -> bool:
+        self.closed = True  # at once: the pool must not hand it out before it is lost
         return False  # close: a half-closed connection serves no next request
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -96,7 +108,7 @@ class _Connection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is None or waiter.done():
             return
-        if self._headed and self._until_close():
+        if exc is None and self._headed and self._until_close():  # not cut by a reset
             self.keep = False
             self._finish()
             return
@@ -114,9 +126,17 @@ class _Connection(asyncio.Protocol):
 
     def on_status(self, status: bytes) -> None:
         self._reason += _text(status)
+        self._headed_bytes(len(status))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.add(_text(name), _text(value))
+        self._headed_bytes(len(name) + len(value))
+
+    def _headed_bytes(self, count: int) -> None:
+        self._head_size += count
+        if self._head_size > MAX_HEAD:
+            self._fail(Broken(f"the server's answer has over {MAX_HEAD} bytes of headers"))
+            self.close()
 
     def on_headers_complete(self) -> None:
         self._headed = True
@@ -127,6 +147,7 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if 100 <= self._parser.get_status_code() < 200:  # informational: the answer follows
             self._reason, self._headers, self._body, self._headed = "", CIMultiDict(), [], False
+            self._head_size = 0
             return
         self.keep = self._parser.should_keep_alive()
         self._finish()
@@ -143,6 +164,7 @@ class _Connection(asyncio.Protocol):
             self._parser.get_status_code(), self._reason, self._headers, b"".join(self._body)
         )
         self._reason, self._headers, self._body, self._headed = "", CIMultiDict(), [], False
+        self._head_size = 0
         if waiter is not None and not waiter.done():
             waiter.set_result(answer)
 
@@ -203,26 +225,43 @@ class Pool:
         """
         request = self._encode(method, url, headers, body)
         async with self._slots:
-            connection = await self._connection()
-            self._busy.add(connection)
+            connection, reused = await self._connection()
             try:
-                answer = await connection.send(request)
-            except BaseException:
-                connection.close()  # what is left on it is unknown: a cancel, a failure
-                raise
-            finally:
-                self._busy.discard(connection)
-            if connection.keep and not connection.closed and not self._closed:
-                connection.idle_since = time.monotonic()
-                self._idle.append(connection)
-            else:
-                connection.close()
-            return answer
+                return await self._exchange(connection, request)
+            except Broken:
+                # A kept-alive connection the server closed as this request went out:
+                # nothing of it was read, so an idempotent one goes once more, anew.
+                if not (reused and not connection.answered and method in _IDEMPOTENT):
+                    raise
+            return await self._exchange(await self._connect(), request)
+
+    async def _exchange(self, connection: _Connection, request: bytes) -> Answer:
+        """Send ``request`` on ``connection`` and read its answer; the connection goes
+        back to the pool if it may serve another."""
+        self._busy.add(connection)
+        try:
+            answer = await connection.send(request)
+        except BaseException:
+            connection.close()  # what is left on it is unknown: a cancel, a failure
+            raise
+        finally:
+            self._busy.discard(connection)
+        if connection.keep and not connection.closed and not self._closed:
+            connection.idle_since = time.monotonic()
+            connection.answered = False
+            self._idle.append(connection)
+        else:
+            connection.close()
+        return answer
 
     def _encode(
         self, method: str, url: URL, headers: dict[str, str], body: bytes | None
     ) -> bytes:
-        lines = [f"{method} {url.raw_path_qs} HTTP/1.1", f"Host: {self._host_header}"]
+        lines = [
+            f"{method} {url.raw_path_qs} HTTP/1.1",
+            f"Host: {self._host_header}",
+            "Accept-Encoding: identity",  # an answer in any other encoding is not read
+        ]
         for name, value in headers.items():
             if any(c in name or c in value for c in _UNSAFE):
                 raise ValueError(f"header {name!r} has a line break or a NUL in it")
@@ -233,16 +272,20 @@ class Pool:
         head = "\r\n".join(lines).encode("utf-8")
         return head + body if body else head
 
-    async def _connection(self) -> _Connection:
-        """A kept-alive connection that is still open and fresh, or a new one."""
+    async def _connection(self) -> tuple[_Connection, bool]:
+        """A kept-alive connection that is still open and fresh, or a new one; and
+        whether it was kept alive."""
         if self._closed:
             raise Broken(f"the connections to {self._where} are closed")
         stale = time.monotonic() - self._keepalive
         while self._idle:
             connection = self._idle.pop()
             if not connection.closed and connection.idle_since > stale:
-                return connection
+                return connection, True
             connection.close()
+        return await self._connect(), False
+
+    async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         if self._tls and self._ssl is None:
             self._ssl = ssl.create_default_context()
@@ -252,6 +295,9 @@ class Pool:
             )
         except OSError as exc:
             raise ConnectFailed(self._where, exc) from exc
+        if self._closed:  # closed while it connected
+            connection.close()
+            raise Broken(f"the connections to {self._where} are closed")
         return connection
 
     async def close(self) -> None:

@@ -242,6 +242,19 @@ class HttpTransport(HttpManagement):
         self._answered = True
         if status >= 400:
             raise self._error(status, reason, answer, body, settling=settling)
+        if status >= 300:  # nothing was done: said, not taken for success
+            location = answer.get("Location")
+            raise InvalidOperation(
+                f"{method} {self.url}/{path} was answered {status} {reason}"
+                + (f" (to {location})" if location else "")
+                + "; aiosb follows no redirects: connect to the address the server names."
+            )
+        encoding = answer.get("Content-Encoding", "identity").strip().lower()
+        if encoding != "identity":  # asked for none; such a body would be misread
+            raise MessagingError(
+                f"{method} {self.url}/{path} was answered in {encoding!r} encoding, which "
+                "aiosb did not ask for and does not read."
+            )
         return status, answer, body
 
     @staticmethod
