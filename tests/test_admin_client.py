@@ -193,3 +193,30 @@ async def test_a_trusted_certificate_for_another_name_or_out_of_date_is_said_so(
             with pytest.raises(aiosb.errors.InvalidOperation, match=says) as caught:
                 await ns.queue_exists("orders")
             assert "SSL_CERT_FILE" not in str(caught.value)
+
+
+@pytest.mark.looptime(False)
+async def test_the_rest_protocol_over_tls_as_a_real_namespace_gets_it(certificate, monkeypatch):
+    """What aiosb sends a real namespace (https://: the REST protocol, TLS, its own HTTP
+    client) against aiosb serve with TLS: management in Atom, single and batch sends,
+    peek-lock receives, renew, complete, runtime counts."""
+    cert, key = certificate
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    async with serve(ssl_context=_tls.context(cert, key), root="restls") as server:
+        url = server.url.replace("http://", "https://") + "/restls"
+        async with aiosb.connect(url, credential=(DEV_KEY_NAME, DEV_KEY),
+                                 operation_timeout=30) as ns:
+            assert ns.transport.extensions is False  # https: the documented protocol
+            await ns.create_queue("orders", max_delivery_count=3)
+            async with ns.sender("orders") as sender:
+                await sender.send(Message(b"one", application_properties={"n": 1}))
+                await sender.send([Message(b"two"), Message(b"three")])
+            assert (await ns.runtime_properties("orders")).active_message_count == 3
+            async with ns.receiver("orders") as receiver:
+                got = await receiver.receive(max_messages=3, max_wait=5)
+                assert [m.body for m in got] == [b"one", b"two", b"three"]
+                assert got[0].application_properties == {"n": 1}
+                assert await receiver.renew_lock(got[0]) > got[0].enqueued_time
+                await receiver.complete(got)
+            assert (await ns.runtime_properties("orders")).total_message_count == 0
+            await ns.delete_queue("orders")
