@@ -29,6 +29,14 @@ ERROR, records the exception and ``error.type`` (the exception class, e.g.
 ``OperationTimeout``); a cancelled operation (a syphon's long poll, a closed receiver)
 just ends its span. A span covers the operation's retries.
 
+**Trace context in messages**, as the official SDKs carry it: a message sent without
+one gets the send span's W3C context as application properties ``Diagnostic-Id`` and
+``traceparent`` (and ``tracestate`` when there is one), written into the message
+object (about 110 bytes against its size limit); a message that has one keeps it, so
+a resend, and a backlog copy and its move home, still point at where it was made. A
+receive span links to each received message's context (``traceparent``, else
+``Diagnostic-Id``), whichever client sent it.
+
 **Metrics**: ``messaging.client.operation.duration`` (histogram, s),
 ``messaging.client.sent.messages`` and ``messaging.client.consumed.messages``
 (counters), with the attributes above that have low cardinality; and, for each open
@@ -49,7 +57,7 @@ import functools
 import time
 import urllib.parse
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -57,12 +65,12 @@ from . import client
 from .auth import is_connection_string, parse_connection_string
 from .entities import DEAD_LETTER_SUFFIX, parse_entity_path
 from .errors import ServiceBusError
-from .message import PING_CONTENT_TYPE
+from .message import PING_CONTENT_TYPE, Message
 from .pairing import PairingStats, runtime
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
-    from opentelemetry.trace import TracerProvider
+    from opentelemetry.trace import Span, TracerProvider
 
     from .client import Namespace
     from .pairing import PairedNamespace
@@ -102,6 +110,11 @@ PAIRING_METRICS: dict[str, tuple[str, str, str]] = {
         "Failed syphon receives or moves (retried)."),
 }
 BACKLOG_DEPTH = "aiosb.pairing.backlog.depth"
+#: The application properties that carry a message's creation context (W3C trace
+#: context), as the official SDKs write and read them.
+DIAGNOSTIC_ID = "Diagnostic-Id"
+TRACE_PARENT = "traceparent"
+TRACE_STATE = "tracestate"
 
 # Bucket boundaries the messaging conventions advise for operation durations (s).
 _DURATION_BUCKETS = (
@@ -284,6 +297,7 @@ class _Instrumentation:
     def __init__(self, tracer_provider: TracerProvider | None, metrics: _Metrics) -> None:
         from opentelemetry import trace
         from opentelemetry.trace import SpanKind, Status, StatusCode
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         from . import __version__
 
@@ -291,6 +305,9 @@ class _Instrumentation:
         self.tracer = source.get_tracer("aiosb", __version__)
         self.metrics = metrics
         self._use_span = trace.use_span
+        self._in_context = trace.set_span_in_context
+        self._span_of = trace.get_current_span
+        self._propagator = TraceContextTextMapPropagator()
         self._kinds = {"send": SpanKind.PRODUCER, None: SpanKind.CLIENT}
         self._client = SpanKind.CLIENT
         self._status = Status
@@ -309,10 +326,12 @@ class _Instrumentation:
         operation = _describe(getattr(fn, "__name__", ""), args)
         if operation is None:
             return run
-        return self._observe(namespace, args[0], operation, run)
+        sent = args[1] if operation.type == "send" and not operation.ping else None
+        return self._observe(namespace, args[0], operation, run, sent)
 
     async def _observe(
-        self, namespace: Namespace, entity: str, op: _Operation, run: Coroutine[Any, Any, T]
+        self, namespace: Namespace, entity: str, op: _Operation, run: Coroutine[Any, Any, T],
+        sent: Sequence[Message] | None = None,
     ) -> T:
         server = self._servers.get(namespace)
         if server is None:
@@ -334,6 +353,8 @@ class _Instrumentation:
         span = self.tracer.start_span(
             f"{op.name} {destination[0][1]}", kind=kind, attributes=on_span
         )
+        if sent:
+            self._carry(span, sent)
         metrics = self.metrics
         start = time.perf_counter()
         try:
@@ -358,6 +379,7 @@ class _Instrumentation:
         elapsed = time.perf_counter() - start
         if op.type == "receive" and isinstance(result, list):
             span.set_attribute("messaging.batch.message_count", len(result))
+            self._link(span, result)
             if result and op.name in _RECEIVES:
                 metrics.consumed.add(len(result), attributes)
         elif op.type == "send":
@@ -365,6 +387,44 @@ class _Instrumentation:
         span.end()
         metrics.duration.record(elapsed, attributes)
         return result
+
+    def _carry(self, span: Span, messages: Sequence[Message]) -> None:
+        """Write the send span's context into each message that carries none (its
+        creation context, as the official SDKs write it: ``Diagnostic-Id`` and
+        ``traceparent``, with ``tracestate`` when there is one). A message that has one
+        keeps it: a resend, or a backlog copy and its move home (the pairing), still
+        point at where the message was made."""
+        carrier: dict[str, str] = {}
+        self._propagator.inject(carrier, context=self._in_context(span))
+        parent = carrier.get(TRACE_PARENT)
+        if parent is None:  # a span not recorded: no context to carry
+            return
+        added = {DIAGNOSTIC_ID: parent, TRACE_PARENT: parent}
+        state = carrier.get(TRACE_STATE)
+        if state:
+            added[TRACE_STATE] = state
+        for message in messages:
+            props = message.application_properties
+            if DIAGNOSTIC_ID not in props and TRACE_PARENT not in props:
+                props.update(added)
+
+    def _link(self, span: Span, messages: list[Any]) -> None:
+        """Link the receive span to the creation context of each message that carries
+        one (``traceparent``, else ``Diagnostic-Id``), as the official SDKs do."""
+        for message in messages:
+            props = getattr(message, "application_properties", None)
+            if not props:
+                continue
+            parent = props.get(TRACE_PARENT) or props.get(DIAGNOSTIC_ID)
+            if not isinstance(parent, str):
+                continue
+            carrier = {TRACE_PARENT: parent}
+            state = props.get(TRACE_STATE)
+            if isinstance(state, str):
+                carrier[TRACE_STATE] = state
+            context = self._span_of(self._propagator.extract(carrier)).get_span_context()
+            if context.is_valid:
+                span.add_link(context)
 
 
 _active: _Instrumentation | None = None

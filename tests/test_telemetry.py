@@ -309,3 +309,86 @@ async def test_uninstrument_turns_it_all_off(otel):
     assert otel.spans() == []
     assert not any(name.startswith("aiosb.pairing.") and points
                    for name, points in metrics.items())
+
+
+def _traceparent(span: Any) -> str:
+    context = span.context
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+
+async def test_a_sent_message_carries_its_creation_context_and_a_receive_links_to_it(otel):
+    """As the official SDKs do: a message sent without trace context gets the send's
+    (``Diagnostic-Id`` and ``traceparent``); one that has its own keeps it; the receive
+    span links to each message's."""
+
+    own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    async with aiosb.connect("memory://otel-context") as ns:
+        await ns.create_queue("orders")
+        async with ns.sender("orders") as sender:
+            await sender.send([Message(b"made here"), Message(
+                b"made elsewhere", application_properties={"traceparent": own, "n": 1})])
+        async with ns.receiver("orders", mode="receive_and_delete") as receiver:
+            here, elsewhere = await receiver.receive(max_messages=2, max_wait=1)
+    (send,) = otel.spans("send orders")
+    (receive,) = otel.spans("receive orders")
+    carried = _traceparent(send)
+    assert here.application_properties == {"Diagnostic-Id": carried, "traceparent": carried}
+    assert elsewhere.application_properties == {"traceparent": own, "n": 1}
+    linked = {(link.context.trace_id, link.context.span_id) for link in receive.links}
+    assert linked == {(send.context.trace_id, send.context.span_id),
+                      (0x0af7651916cd43dd8448eb211c80319c, 0xb7ad6b7169203331)}
+
+
+async def test_the_official_sdk_reads_the_creation_context_aiosb_wrote(otel):
+    """The official SDK, receiving over AMQP from aiosb serve what aiosb sent, finds the
+    send's context where its own tracing looks for it (its span links)."""
+    pytest.importorskip("azure.servicebus")
+    from azure.servicebus._common.tracing import get_span_link_from_message
+    from azure.servicebus.aio import ServiceBusClient
+
+    from aiosb.amqp import serve_amqp
+
+    async with aiosb.connect("memory://otel-sdk") as ns:
+        await ns.create_queue("orders")
+        async with ns.sender("orders") as sender:
+            await sender.send(Message(b"traced"))
+        (send,) = otel.spans("send orders")
+        async with serve_amqp(namespace="otel-sdk") as server, \
+                ServiceBusClient.from_connection_string(server.connection_string()) as client, \
+                client.get_queue_receiver("orders") as receiver:
+            (got,) = await receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            await receiver.complete_message(got)
+    assert get_span_link_from_message(got).headers == {"traceparent": _traceparent(send)}
+
+
+async def test_a_message_keeps_its_creation_context_through_failover_and_pings_carry_none(otel):
+    async with aiosb.connect("memory://otel-ctx-p", operation_timeout=10) as primary, \
+            aiosb.connect("memory://otel-ctx-s", operation_timeout=10) as secondary:
+        await primary.create_queue("orders")
+        options = PairedNamespaceOptions(
+            backlog_queue_count=1, failover_interval=timedelta(0),
+            ping_primary_interval=timedelta(seconds=30),
+        )
+        async with primary.pair(secondary, options) as paired:
+            async with paired.sender("orders") as sender:
+                emulator.namespace("otel-ctx-p").faults.fail("orders")
+                await sender.send(Message(b"during"))
+            (queue,) = paired.backlog_queues
+            async with secondary.receiver(queue) as receiver:
+                (copy,) = await receiver.peek(1)
+    (first,) = otel.spans("send orders")  # the primary's attempt, which failed over
+    assert copy.application_properties["traceparent"] == _traceparent(first)
+    backlog = otel.spans(f"send {queue}")
+    assert backlog and all(_traceparent(first) != _traceparent(s) for s in backlog)
+
+
+async def test_nothing_is_written_into_messages_when_not_instrumented(otel):
+    import aiosb.telemetry
+
+    aiosb.telemetry.uninstrument()
+    async with aiosb.connect("memory://otel-none") as ns:
+        await ns.create_queue("orders")
+        message = Message(b"x")
+        async with ns.sender("orders") as sender:
+            await sender.send(message)
+    assert message.application_properties == {}
