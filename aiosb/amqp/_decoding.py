@@ -111,6 +111,8 @@ def _dec_sym32(buf: bytes, pos: int) -> tuple[Any, int]:
 
 def _items(buf: bytes, pos: int, count: int, end: int) -> tuple[list[Any], int]:
     _span(buf, pos, end - pos)
+    if count > end - pos:  # each item takes a byte at least (its constructor)
+        raise DecodeError(f"a compound value of {end - pos} bytes says it holds {count} items.")
     items: list[Any] = []
     append = items.append
     for _ in range(count):
@@ -147,7 +149,14 @@ def _dec_map32(buf: bytes, pos: int) -> tuple[Any, int]:
     return _pairs(items), end
 
 
+#: Array element constructors that take no bytes of their own (null, true, false, 0):
+#: such an array's count is not bounded by its size, so it is bounded here.
+_EMPTY_ELEMENTS = frozenset((0x40, 0x41, 0x42, 0x43, 0x44, 0x45))
+_MOST_EMPTY_ELEMENTS = 1 << 16
+
+
 def _array(buf: bytes, pos: int, count: int, end: int) -> tuple[Any, int]:
+    _span(buf, pos, end - pos)
     code = buf[pos]
     pos += 1
     descriptor = None
@@ -156,6 +165,8 @@ def _array(buf: bytes, pos: int, count: int, end: int) -> tuple[Any, int]:
         code = buf[pos]
         pos += 1
     decoder = _DECODERS[code]
+    if count > (_MOST_EMPTY_ELEMENTS if code in _EMPTY_ELEMENTS else end - pos):
+        raise DecodeError(f"an array of {end - pos} bytes says it holds {count} elements.")
     items: list[Any] = []
     for _ in range(count):
         value, pos = decoder(buf, pos)
@@ -238,8 +249,11 @@ def decode(buf: bytes, pos: int = 0) -> tuple[Any, int]:
         return _DECODERS[buf[pos]](buf, pos + 1)
     except DecodeError:
         raise
-    except (IndexError, struct.error, UnicodeDecodeError, ValueError, OverflowError) as exc:
+    except (IndexError, struct.error, UnicodeDecodeError, ValueError, OverflowError,
+            TypeError) as exc:  # TypeError: a map key that cannot be one (a list)
         raise DecodeError(f"malformed AMQP value at byte {pos}: {exc}") from None
+    except RecursionError:
+        raise DecodeError(f"an AMQP value nested too deep at byte {pos}.") from None
 
 
 def decode_all(buf: bytes) -> list[Any]:

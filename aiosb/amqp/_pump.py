@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ServiceBusError
@@ -156,8 +157,15 @@ class ReceiverLinks:
         first = int(fields[1])
         last = int(fields[2]) if fields[2] is not None else first
         replies: list[tuple[int, Any]] = []
-        for delivery_id in range(first, min(last, first + 10_000) + 1):
-            entry = session.unsettled.pop(delivery_id, None)
+        unsettled = session.unsettled
+        # The deliveries outstanding in the range: never more work than they are, however
+        # wide a range a client names.
+        ids: Iterable[int] = (
+            range(first, last + 1) if last - first < len(unsettled)
+            else sorted(d for d in unsettled if first <= d <= last)
+        )
+        for delivery_id in ids:
+            entry = unsettled.pop(delivery_id, None)
             if entry is None:
                 continue
             link, token = entry

@@ -59,6 +59,14 @@ from .messages import messages_of, reply_payload, sections_of
 __all__ = ["CREDIT", "LONG_POLL", "MAX_FRAME", "WINDOW", "Connection", "ProtocolViolation"]
 
 log = logging.getLogger("aiosb.amqp")
+#: The highest channel a session may have, and the highest link handle in one.
+CHANNEL_MAX = 255
+HANDLE_MAX = 2**32 - 1
+#: The most links one session may have open at once.
+MOST_LINKS = 4096
+#: The least idle timeout (ms) whose half the server beats at: a client's 1 ms would
+#: have it write a frame every half millisecond.
+_LEAST_IDLE = 2000
 
 #: The SASL mechanisms offered: the Python SDK uses ANONYMOUS, .NET and Rust MSSBCBS.
 MECHANISMS = ("MSSBCBS", "ANONYMOUS", "PLAIN", "EXTERNAL")
@@ -92,6 +100,7 @@ class Connection(ReceiverLinks):
         self.hostname: str | None = None
         self.remote_max_frame = 512
         self._heartbeat: asyncio.Task[None] | None = None
+        self._opened = False
         self._closed = False
         self.held: dict[tuple[str, str], str] = {}
         self._releases: set[asyncio.Task[None]] = set()
@@ -108,6 +117,10 @@ class Connection(ReceiverLinks):
             pass
         except ProtocolViolation as exc:
             self._send(0, p.performative(p.CLOSE, p.amqp_error(exc.condition, exc.description)))
+        except Exception as exc:  # a bug's blast ends this connection, said, not silent
+            log.exception("AMQP connection failed unexpectedly")
+            self._send(0, p.performative(p.CLOSE, p.amqp_error(
+                "amqp:internal-error", f"{type(exc).__name__}: {str(exc)[:200]}")))
         finally:
             if self._heartbeat is not None:
                 self._heartbeat.cancel()
@@ -140,10 +153,14 @@ class Connection(ReceiverLinks):
             self.writer.write(SASL_HEADER)
             offered = Array(Symbol, [Symbol(m) for m in MECHANISMS])
             self._send(0, p.performative(p.SASL_MECHANISMS, offered), kind=1)
-            _kind, _channel, body = await self._read_frame()
-            code, fields, _end = p.parse(body)
-            if code != p.SASL_INIT:
+            kind, _channel, body = await self._read_frame()
+            try:
+                code, fields, _end = p.parse(body)
+            except DecodeError as exc:
+                raise ProtocolViolation("amqp:decode-error", str(exc)) from None
+            if kind != 1 or code != p.SASL_INIT or not fields:
                 raise ProtocolViolation("amqp:not-allowed", "expected sasl-init.")
+            fields += [None] * (3 - len(fields))
             self.hostname = fields[2] if isinstance(fields[2], str) else None
             # Every mechanism passes: the $cbs tokens are what is checked.
             self._send(0, p.performative(p.SASL_OUTCOME, UByte(0)), kind=1)
@@ -166,7 +183,15 @@ class Connection(ReceiverLinks):
                 code, fields, end = p.parse(body)
             except DecodeError as exc:
                 raise ProtocolViolation("amqp:decode-error", str(exc)) from None
-            await self._dispatch(channel, code, fields, body, end)
+            if not self._opened and code != p.OPEN:
+                raise ProtocolViolation("amqp:not-allowed", "the first frame must be an open.")
+            try:
+                await self._dispatch(channel, code, fields, body, end)
+            except (TypeError, ValueError, IndexError, struct.error, OverflowError) as exc:
+                # A field of the wrong type or out of range (an attach's handle "zero").
+                raise ProtocolViolation(
+                    "amqp:invalid-field", f"a {code:#x} frame: {str(exc)[:200]}"
+                ) from None
             if self.writer.transport.get_write_buffer_size() > 65536:
                 await self.writer.drain()
 
@@ -175,7 +200,8 @@ class Connection(ReceiverLinks):
             await asyncio.sleep(every)
             if self.writer.is_closing():
                 return
-            self.writer.write(_EMPTY_FRAME)
+            if self.writer.transport.get_write_buffer_size() < 65536:  # else it is not read
+                self.writer.write(_EMPTY_FRAME)
 
     # -- performatives ------------------------------------------------------------------
 
@@ -214,25 +240,47 @@ class Connection(ReceiverLinks):
         return session
 
     def _on_open(self, fields: list[Any]) -> None:
+        if self._opened:
+            raise ProtocolViolation("amqp:not-allowed", "the connection is open already.")
+        self._opened = True
         self.hostname = fields[1] if isinstance(fields[1], str) else self.hostname
         self.remote_max_frame = max(512, min(int(fields[2] or MAX_FRAME), MAX_FRAME))
         idle = fields[4]
+        if idle is not None and (type(idle) is not int or idle < 0):
+            raise ProtocolViolation("amqp:invalid-field", "idle-time-out must be milliseconds.")
         if idle:
-            self._heartbeat = asyncio.create_task(self._beat(idle / 2000))
+            # Half the client's idle timeout, as AMQP asks; at most one beat a second.
+            self._heartbeat = asyncio.create_task(self._beat(max(idle, _LEAST_IDLE) / 2000))
         self._send(0, p.performative(
-            p.OPEN, "aiosb", self.hostname, UInt(MAX_FRAME), UShort(255),
+            p.OPEN, "aiosb", self.hostname, UInt(MAX_FRAME), UShort(CHANNEL_MAX),
         ))
 
     def _on_begin(self, channel: int, fields: list[Any]) -> None:
+        if channel > CHANNEL_MAX:
+            raise ProtocolViolation(
+                "amqp:connection:framing-error", f"channel {channel} is over {CHANNEL_MAX}."
+            )
+        if channel in self.sessions:
+            raise ProtocolViolation("amqp:not-allowed", f"channel {channel} has a session.")
         session = Session(channel, next_incoming_id=int(fields[1] or 0),
                           remote_incoming_window=int(fields[2] or 0))
         self.sessions[channel] = session
         self._send(channel, p.performative(
-            p.BEGIN, UShort(channel), UInt(0), UInt(WINDOW), UInt(WINDOW), UInt(2**32 - 1),
+            p.BEGIN, UShort(channel), UInt(0), UInt(WINDOW), UInt(WINDOW), UInt(HANDLE_MAX),
         ))
 
     async def _on_attach(self, session: Session, fields: list[Any]) -> None:
-        name, handle, role = fields[0], int(fields[1]), bool(fields[2])
+        name, handle, role = fields[0], fields[1], bool(fields[2])
+        if type(handle) is not int or not 0 <= handle <= HANDLE_MAX:
+            raise ProtocolViolation("amqp:invalid-field", f"handle {handle!r} is not one.")
+        if handle in session.links:
+            # The old link would go on unseen (a receive-and-delete pump taking messages
+            # for nobody); AMQP calls it the session's error handle-in-use.
+            raise ProtocolViolation("amqp:session:handle-in-use", f"handle {handle} is in use.")
+        if len(session.links) >= MOST_LINKS:
+            raise ProtocolViolation(
+                "amqp:resource-limit-exceeded", f"a session may have {MOST_LINKS} links open."
+            )
         receiving = not role  # role False: the client is the sender
         terminus = fields[6] if receiving else fields[5]
         where = p.address(terminus) or ""
