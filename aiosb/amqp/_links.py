@@ -1,5 +1,5 @@
-"""The state of one connection's sessions and links, and the flow-control constants
-(see :mod:`.connection`)."""
+"""The state of one connection's sessions and links, the flow-control constants and
+the limits a client's OPEN, BEGIN and ATTACH are held to (see :mod:`.connection`)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ import asyncio
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..protocol import ReceiveMode
 
-__all__ = ["CREDIT", "LONG_POLL", "MAX_FRAME", "WINDOW", "Link", "ProtocolViolation", "Session"]
+__all__ = [
+    "CHANNEL_MAX", "CREDIT", "HANDLE_MAX", "LONG_POLL", "MAX_FRAME", "WINDOW", "Link",
+    "ProtocolViolation", "Session", "check_channel", "check_handle", "heartbeat_interval",
+]
 
 #: The largest frame we take (a whole standard-tier batch fits in one).
 MAX_FRAME = 1024 * 1024
@@ -20,6 +24,14 @@ WINDOW = 5000
 CREDIT = 1000
 #: How long one broker receive waits before the receiver link asks again (seconds).
 LONG_POLL = 30.0
+#: The highest channel a session may have, and the highest link handle in one.
+CHANNEL_MAX = 255
+HANDLE_MAX = 2**32 - 1
+#: The most links one session may have open at once.
+MOST_LINKS = 4096
+#: The least idle timeout (ms) whose half the server beats at: a client's 1 ms would
+#: have it write a frame every half millisecond.
+LEAST_IDLE = 2000
 
 
 class ProtocolViolation(Exception):
@@ -80,3 +92,36 @@ class Session:
     links: dict[int, Link] = field(default_factory=dict)
     unsettled: dict[int, tuple[Link, str]] = field(default_factory=dict)
     handles: itertools.count[int] = field(default_factory=itertools.count)
+
+
+def heartbeat_interval(idle: Any) -> float | None:
+    """Seconds between the heartbeats a client's OPEN asks for with its idle-time-out
+    (milliseconds): half of it, as AMQP asks, at most one a second; ``None``: none."""
+    if idle is not None and (type(idle) is not int or idle < 0):
+        raise ProtocolViolation("amqp:invalid-field", "idle-time-out must be milliseconds.")
+    return max(idle, LEAST_IDLE) / 2000 if idle else None
+
+
+def check_channel(channel: int, sessions: dict[int, Session]) -> None:
+    """Refuse a BEGIN on a channel over the limit, or on one that has a session."""
+    if channel > CHANNEL_MAX:
+        raise ProtocolViolation(
+            "amqp:connection:framing-error", f"channel {channel} is over {CHANNEL_MAX}."
+        )
+    if channel in sessions:
+        raise ProtocolViolation("amqp:not-allowed", f"channel {channel} has a session.")
+
+
+def check_handle(handle: Any, session: Session) -> int:
+    """An ATTACH's handle, refused if it is not one, is in use (the old link would go on
+    unseen: a receive-and-delete pump taking messages for nobody), or is one link too
+    many for the session."""
+    if type(handle) is not int or not 0 <= handle <= HANDLE_MAX:
+        raise ProtocolViolation("amqp:invalid-field", f"handle {handle!r} is not one.")
+    if handle in session.links:
+        raise ProtocolViolation("amqp:session:handle-in-use", f"handle {handle} is in use.")
+    if len(session.links) >= MOST_LINKS:
+        raise ProtocolViolation(
+            "amqp:resource-limit-exceeded", f"a session may have {MOST_LINKS} links open."
+        )
+    return handle

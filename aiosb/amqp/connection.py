@@ -37,7 +37,20 @@ from ..errors import (
 from ..protocol import ManagementRequest
 from . import performatives as p
 from ._cbs import Tokens, entity_of, put_token_reply
-from ._links import CREDIT, LONG_POLL, MAX_FRAME, WINDOW, Link, ProtocolViolation, Session
+from ._links import (
+    CHANNEL_MAX,
+    CREDIT,
+    HANDLE_MAX,
+    LONG_POLL,
+    MAX_FRAME,
+    WINDOW,
+    Link,
+    ProtocolViolation,
+    Session,
+    check_channel,
+    check_handle,
+    heartbeat_interval,
+)
 from ._management import Management
 from ._pump import SESSION_FILTER, ReceiverLinks
 from .codec import (
@@ -59,14 +72,8 @@ from .messages import messages_of, reply_payload, sections_of
 __all__ = ["CREDIT", "LONG_POLL", "MAX_FRAME", "WINDOW", "Connection", "ProtocolViolation"]
 
 log = logging.getLogger("aiosb.amqp")
-#: The highest channel a session may have, and the highest link handle in one.
-CHANNEL_MAX = 255
-HANDLE_MAX = 2**32 - 1
-#: The most links one session may have open at once.
-MOST_LINKS = 4096
-#: The least idle timeout (ms) whose half the server beats at: a client's 1 ms would
-#: have it write a frame every half millisecond.
-_LEAST_IDLE = 2000
+#: Seconds a client has from connecting to its OPEN (the header, SASL, the OPEN).
+HANDSHAKE_SECONDS = 30.0
 
 #: The SASL mechanisms offered: the Python SDK uses ANONYMOUS, .NET and Rust MSSBCBS.
 MECHANISMS = ("MSSBCBS", "ANONYMOUS", "PLAIN", "EXTERNAL")
@@ -111,7 +118,13 @@ class Connection(ReceiverLinks):
     async def serve(self) -> None:
         """Run the connection until the client closes it or breaks the protocol."""
         try:
-            if await self._negotiate():
+            try:
+                async with asyncio.timeout(HANDSHAKE_SECONDS):  # a silent socket is let go
+                    opened = await self._negotiate() and await self._opening()
+            except TimeoutError:
+                log.info("an AMQP client did not open within %g s", HANDSHAKE_SECONDS)
+                return
+            if opened:
                 await self._frames()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -172,28 +185,42 @@ class Connection(ReceiverLinks):
         self.writer.write(AMQP_HEADER)
         return True
 
+    async def _opening(self) -> bool:
+        """Read frames until the client's OPEN (answered); False if it closed first."""
+        while not self._opened and not self._closed:
+            if not await self._frame():
+                return False
+        return True
+
     async def _frames(self) -> None:
-        while not self._closed:
-            kind, channel, body = await self._read_frame()
-            if not body:
-                continue  # a heartbeat
-            if kind != 0:
-                raise ProtocolViolation("amqp:connection:framing-error", "a SASL frame after SASL.")
-            try:
-                code, fields, end = p.parse(body)
-            except DecodeError as exc:
-                raise ProtocolViolation("amqp:decode-error", str(exc)) from None
-            if not self._opened and code != p.OPEN:
-                raise ProtocolViolation("amqp:not-allowed", "the first frame must be an open.")
-            try:
-                await self._dispatch(channel, code, fields, body, end)
-            except (TypeError, ValueError, IndexError, struct.error, OverflowError) as exc:
-                # A field of the wrong type or out of range (an attach's handle "zero").
-                raise ProtocolViolation(
-                    "amqp:invalid-field", f"a {code:#x} frame: {str(exc)[:200]}"
-                ) from None
-            if self.writer.transport.get_write_buffer_size() > 65536:
-                await self.writer.drain()
+        while await self._frame():
+            pass
+
+    async def _frame(self) -> bool:
+        """Read and act on one frame; False once the connection is closed."""
+        if self._closed:
+            return False
+        kind, channel, body = await self._read_frame()
+        if not body:
+            return True  # a heartbeat
+        if kind != 0:
+            raise ProtocolViolation("amqp:connection:framing-error", "a SASL frame after SASL.")
+        try:
+            code, fields, end = p.parse(body)
+        except DecodeError as exc:
+            raise ProtocolViolation("amqp:decode-error", str(exc)) from None
+        if not self._opened and code != p.OPEN:
+            raise ProtocolViolation("amqp:not-allowed", "the first frame must be an open.")
+        try:
+            await self._dispatch(channel, code, fields, body, end)
+        except (TypeError, ValueError, IndexError, struct.error, OverflowError) as exc:
+            # A field of the wrong type or out of range (an attach's handle "zero").
+            raise ProtocolViolation(
+                "amqp:invalid-field", f"a {code:#x} frame: {str(exc)[:200]}"
+            ) from None
+        if self.writer.transport.get_write_buffer_size() > 65536:
+            await self.writer.drain()
+        return not self._closed
 
     async def _beat(self, every: float) -> None:
         while True:
@@ -245,23 +272,15 @@ class Connection(ReceiverLinks):
         self._opened = True
         self.hostname = fields[1] if isinstance(fields[1], str) else self.hostname
         self.remote_max_frame = max(512, min(int(fields[2] or MAX_FRAME), MAX_FRAME))
-        idle = fields[4]
-        if idle is not None and (type(idle) is not int or idle < 0):
-            raise ProtocolViolation("amqp:invalid-field", "idle-time-out must be milliseconds.")
-        if idle:
-            # Half the client's idle timeout, as AMQP asks; at most one beat a second.
-            self._heartbeat = asyncio.create_task(self._beat(max(idle, _LEAST_IDLE) / 2000))
+        every = heartbeat_interval(fields[4])
+        if every is not None:
+            self._heartbeat = asyncio.create_task(self._beat(every))
         self._send(0, p.performative(
             p.OPEN, "aiosb", self.hostname, UInt(MAX_FRAME), UShort(CHANNEL_MAX),
         ))
 
     def _on_begin(self, channel: int, fields: list[Any]) -> None:
-        if channel > CHANNEL_MAX:
-            raise ProtocolViolation(
-                "amqp:connection:framing-error", f"channel {channel} is over {CHANNEL_MAX}."
-            )
-        if channel in self.sessions:
-            raise ProtocolViolation("amqp:not-allowed", f"channel {channel} has a session.")
+        check_channel(channel, self.sessions)
         session = Session(channel, next_incoming_id=int(fields[1] or 0),
                           remote_incoming_window=int(fields[2] or 0))
         self.sessions[channel] = session
@@ -270,17 +289,7 @@ class Connection(ReceiverLinks):
         ))
 
     async def _on_attach(self, session: Session, fields: list[Any]) -> None:
-        name, handle, role = fields[0], fields[1], bool(fields[2])
-        if type(handle) is not int or not 0 <= handle <= HANDLE_MAX:
-            raise ProtocolViolation("amqp:invalid-field", f"handle {handle!r} is not one.")
-        if handle in session.links:
-            # The old link would go on unseen (a receive-and-delete pump taking messages
-            # for nobody); AMQP calls it the session's error handle-in-use.
-            raise ProtocolViolation("amqp:session:handle-in-use", f"handle {handle} is in use.")
-        if len(session.links) >= MOST_LINKS:
-            raise ProtocolViolation(
-                "amqp:resource-limit-exceeded", f"a session may have {MOST_LINKS} links open."
-            )
+        name, handle, role = fields[0], check_handle(fields[1], session), bool(fields[2])
         receiving = not role  # role False: the client is the sender
         terminus = fields[6] if receiving else fields[5]
         where = p.address(terminus) or ""
@@ -449,6 +458,11 @@ class Connection(ReceiverLinks):
             return
         link.delivery_count += 1
         link.credit -= 1
+        if link.credit < 0:  # what it was not given room for would queue without end
+            raise ProtocolViolation(
+                "amqp:link:transfer-limit-exceeded",
+                f"a transfer on handle {link.handle} beyond the credit it was given.",
+            )
         if link.kind == "cbs":
             self._settle(session, link, delivery_id, settled, self._on_cbs(session, payload))
             return

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 
 from .. import emulator
@@ -51,6 +52,10 @@ class AmqpServer:
         )
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:  # a peer gone without a word is found out, and let go
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         connection = Connection(self.ns, self._checker, reader, writer, self._journal)
         task = asyncio.current_task()
         assert task is not None

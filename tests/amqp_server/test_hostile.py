@@ -285,3 +285,39 @@ async def test_a_disposition_over_a_vast_range_looks_only_at_what_is_outstanding
     raw.send(0, p.performative(p.END))
     assert (await raw.read())[0] == p.END
     assert looked == []
+
+
+async def test_transfers_beyond_the_credit_given_close_the_connection(server):
+    """A sender that ignores its credit would queue transfers without end behind a hung
+    send (300,000 in the probe, 340 MB); beyond the credit it is refused."""
+    from aiosb.amqp.connection import CREDIT
+
+    raw = await Raw.to(server)
+    await raw.open()
+    await raw.begin()
+    await raw.put_token(server.port, "q1")
+    raw.send(0, p.performative(
+        p.ATTACH, "s0", UInt(0), False, None, None,
+        Described(ULong(0x28), ["q1"]), Described(ULong(0x29), ["q1"]), None, None, UInt(0),
+    ))
+    assert (await raw.read())[0] == p.ATTACH
+    with emulator.namespace(NAMESPACE).faults.fail("q1", kind="timeout", operations=["send"]):
+        payload = bytes.fromhex("005375a003") + b"abc"  # a data section (vbin8)
+        for delivery in range(CREDIT + 5):
+            raw.send(0, p.performative(
+                p.TRANSFER, UInt(0), UInt(delivery), b"%d" % delivery, UInt(0), False,
+            ), payload)
+        assert await raw.closed_with() == "amqp:link:transfer-limit-exceeded"
+    await good_client_is_served(server)
+
+
+async def test_a_client_that_never_opens_is_let_go(server, monkeypatch):
+    from aiosb.amqp import connection
+
+    monkeypatch.setattr(connection, "HANDSHAKE_SECONDS", 0.2)
+    raw = await Raw.to(server)
+    raw.writer.write(SASL_HEADER)  # and nothing more
+    async with asyncio.timeout(5):
+        while (await raw.read())[0] != "eof":
+            pass
+    await good_client_is_served(server)
