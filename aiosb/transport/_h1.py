@@ -146,8 +146,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         if 100 <= self._parser.get_status_code() < 200:  # informational: the answer follows
-            self._reason, self._headers, self._body, self._headed = "", CIMultiDict(), [], False
-            self._head_size = 0
+            self._reset()
             return
         self.keep = self._parser.should_keep_alive()
         self._finish()
@@ -158,13 +157,17 @@ class _Connection(asyncio.Protocol):
         """Whether the answer's body ends with the connection (no length, not chunked)."""
         return "Content-Length" not in self._headers and "Transfer-Encoding" not in self._headers
 
+    def _reset(self) -> None:
+        """Ready for the next answer."""
+        self._reason, self._headers, self._body, self._headed = "", CIMultiDict(), [], False
+        self._head_size = 0
+
     def _finish(self) -> None:
         waiter, self._waiter = self._waiter, None
         answer = Answer(
             self._parser.get_status_code(), self._reason, self._headers, b"".join(self._body)
         )
-        self._reason, self._headers, self._body, self._headed = "", CIMultiDict(), [], False
-        self._head_size = 0
+        self._reset()
         if waiter is not None and not waiter.done():
             waiter.set_result(answer)
 

@@ -20,8 +20,8 @@ Sessions are not part of the REST protocol: asking for a session raises
 
 One connection pool per transport (:mod:`aiosb.transport._h1`, a lean client: #16)
 keeps connections alive (it also keeps a receive from landing on a front end that holds
-its locked messages, PT-15). Requests
-are signed with a shared access signature cached until five minutes before it expires.
+its locked messages, PT-15). Requests are signed with a shared access signature cached
+until five minutes before it expires.
 The transport never retries: status codes map to :mod:`aiosb.errors` with the right
 ``retryable``, and :mod:`aiosb.client` retries what is transient.
 """

@@ -497,7 +497,7 @@ def _valid(bodies: list[bytes], columns: dict[str, list[Any]]) -> bool:
 
 def decode_received_batch(data: dict[str, Any]) -> list[ReceivedMessage]:
     """:class:`~aiosb.ReceivedMessage` objects from the server's batch encoding."""
-    bodies, columns = _received_columns(data, _COLUMNS)
+    bodies, columns = _received_columns(data)
     if not bodies:
         return []
     n = len(bodies)
@@ -510,24 +510,22 @@ def decode_received_columns(data: dict[str, Any]) -> tuple[list[bytes], dict[str
     """What :func:`decode_received_batch` gives, as the bodies and, by field name of
     :class:`~aiosb.ReceivedMessage`, a list of each message's value (a field left out
     has its default): no message object per message (``ColumnTransport``, #16)."""
-    bodies, columns = _received_columns(data, _COLUMNS)
+    bodies, columns = _received_columns(data)
     props = columns.pop(_PROPS, None)
     if props is not None:
         columns[_PROPERTIES] = props
     return bodies, columns
 
 
-def _received_columns(
-    data: dict[str, Any], names: tuple[str, ...]
-) -> tuple[list[bytes], dict[str, list[Any]]]:
-    """The bodies of a received batch and its columns ``names`` that it has (by wire
-    name), each a list of one value per message."""
+def _received_columns(data: dict[str, Any]) -> tuple[list[bytes], dict[str, list[Any]]]:
+    """The bodies of a received batch and the columns it has (by wire name), each a
+    list of one value per message."""
     bodies = _bodies(data)
     n = len(bodies)
     columns: dict[str, list[Any]] = {}
     if not n:
         return bodies, columns
-    for name in names:
+    for name in _COLUMNS:
         column = data.get(name)
         if column is None:
             continue
