@@ -367,7 +367,7 @@ async def test_a_message_keeps_its_creation_context_through_failover_and_pings_c
         await primary.create_queue("orders")
         options = PairedNamespaceOptions(
             backlog_queue_count=1, failover_interval=timedelta(0),
-            ping_primary_interval=timedelta(seconds=30),
+            ping_primary_interval=timedelta(seconds=30), enable_syphon=True,
         )
         async with primary.pair(secondary, options) as paired:
             async with paired.sender("orders") as sender:
@@ -376,8 +376,17 @@ async def test_a_message_keeps_its_creation_context_through_failover_and_pings_c
             (queue,) = paired.backlog_queues
             async with secondary.receiver(queue) as receiver:
                 (copy,) = await receiver.peek(1)
-    (first,) = otel.spans("send orders")  # the primary's attempt, which failed over
+            emulator.namespace("otel-ctx-p").faults.heal()
+            paired.mark_healthy("orders")
+            for _ in range(100):  # the syphon moves it home
+                if paired.stats.syphon_moved:
+                    break
+                await asyncio.sleep(0.05)
+        async with primary.receiver("orders", mode="receive_and_delete") as receiver:
+            (home,) = await receiver.receive(max_wait=1)
+    first = next(s for s in otel.spans("send orders") if "error.type" in s.attributes)
     assert copy.application_properties["traceparent"] == _traceparent(first)
+    assert home.application_properties["traceparent"] == _traceparent(first)
     backlog = otel.spans(f"send {queue}")
     assert backlog and all(_traceparent(first) != _traceparent(s) for s in backlog)
 
