@@ -13,7 +13,8 @@ from ..protocol import ReceiveMode
 
 __all__ = [
     "CHANNEL_MAX", "CREDIT", "HANDLE_MAX", "LONG_POLL", "MAX_FRAME", "WINDOW", "Link",
-    "ProtocolViolation", "Session", "check_channel", "check_handle", "heartbeat_interval",
+    "ProtocolViolation", "Session", "after", "check_channel", "check_handle",
+    "heartbeat_interval", "since",
 ]
 
 #: The largest frame we take (a whole standard-tier batch fits in one).
@@ -32,6 +33,9 @@ MOST_LINKS = 4096
 #: The least idle timeout (ms) whose half the server beats at: a client's 1 ms would
 #: have it write a frame every half millisecond.
 LEAST_IDLE = 2000
+#: Transfer ids and delivery counts are sequence numbers of 32 bits (AMQP 2.8.9,
+#: RFC 1982): they wrap around, and a client may start them anywhere.
+SEQUENCE = 2**32
 
 
 class ProtocolViolation(Exception):
@@ -92,6 +96,17 @@ class Session:
     links: dict[int, Link] = field(default_factory=dict)
     unsettled: dict[int, tuple[Link, str]] = field(default_factory=dict)
     handles: itertools.count[int] = field(default_factory=itertools.count)
+
+
+def after(number: int, count: int = 1) -> int:
+    """The sequence number ``count`` after ``number``, wrapping at 2**32."""
+    return (number + count) % SEQUENCE
+
+
+def since(later: int, earlier: int) -> int:
+    """How many sequence numbers from ``earlier`` to ``later`` (wrapping at 2**32): the
+    transfers a peer has not yet seen, or the width of a disposition's range."""
+    return (later - earlier) % SEQUENCE
 
 
 def heartbeat_interval(idle: Any) -> float | None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ServiceBusError
 from ..protocol import ReceiveRequest, SessionRequest
 from . import performatives as p
-from ._links import LONG_POLL, Link, Session
+from ._links import LONG_POLL, Link, Session, after, since
 from ._receiving import delivery_payload, delivery_tag, settlement_of
 from .codec import Described, Symbol, UInt, ULong
 
@@ -144,7 +144,7 @@ class ReceiverLinks:
                 if not settled and message.lock_token is not None:
                     session.unsettled[delivery_id] = (link, message.lock_token)
             if drain and link.credit > 0:
-                link.delivery_count += link.credit
+                link.delivery_count = after(link.delivery_count, link.credit)
                 link.credit = 0
                 link.drain = False
                 self._flow(session, link, drain=True)
@@ -158,11 +158,14 @@ class ReceiverLinks:
         last = int(fields[2]) if fields[2] is not None else first
         replies: list[tuple[int, Any]] = []
         unsettled = session.unsettled
-        # The deliveries outstanding in the range: never more work than they are, however
-        # wide a range a client names.
+        # The deliveries outstanding in the range, which may wrap past 2**32 - 1 (ids are
+        # sequence numbers): never more work than they are, however wide a range a
+        # client names.
+        width = since(last, first) + 1
         ids: Iterable[int] = (
-            range(first, last + 1) if last - first < len(unsettled)
-            else sorted(d for d in unsettled if first <= d <= last)
+            [after(first, i) for i in range(width)] if width <= len(unsettled)
+            else sorted((d for d in unsettled if since(d, first) < width),
+                        key=lambda d: since(d, first))
         )
         for delivery_id in ids:
             entry = unsettled.pop(delivery_id, None)

@@ -47,9 +47,11 @@ from ._links import (
     Link,
     ProtocolViolation,
     Session,
+    after,
     check_channel,
     check_handle,
     heartbeat_interval,
+    since,
 )
 from ._management import Management
 from ._pump import SESSION_FILTER, ReceiverLinks
@@ -406,9 +408,10 @@ class Connection(ReceiverLinks):
         ))
 
     def _on_flow(self, session: Session, fields: list[Any]) -> None:
+        # Its window, less what we sent that it had not seen yet (ids wrap: _links.since).
         next_incoming = fields[0] if fields[0] is not None else session.next_outgoing_id
-        session.remote_incoming_window = int(next_incoming) + int(fields[1] or 0) \
-            - session.next_outgoing_id
+        session.remote_incoming_window = int(fields[1] or 0) \
+            - since(session.next_outgoing_id, int(next_incoming))
         if fields[4] is None:
             for each in session.links.values():
                 each.wake.set()
@@ -418,7 +421,7 @@ class Connection(ReceiverLinks):
             return
         if not link.receiving and fields[6] is not None:
             count = int(fields[5]) if fields[5] is not None else link.delivery_count
-            link.credit = count + int(fields[6]) - link.delivery_count
+            link.credit = int(fields[6]) - since(link.delivery_count, count)
             link.drain = bool(fields[8])
             link.wake.set()
             self._pump(session, link)
@@ -429,7 +432,7 @@ class Connection(ReceiverLinks):
 
     async def _on_transfer(self, session: Session, fields: list[Any], body: bytes,
                            end: int) -> None:
-        session.next_incoming_id += 1
+        session.next_incoming_id = after(session.next_incoming_id)
         session.incoming_window -= 1
         if session.incoming_window < WINDOW // 2:
             session.incoming_window = WINDOW
@@ -456,7 +459,7 @@ class Connection(ReceiverLinks):
         link.partial = None
         if fields[9]:  # aborted
             return
-        link.delivery_count += 1
+        link.delivery_count = after(link.delivery_count)
         link.credit -= 1
         if link.credit < 0:  # what it was not given room for would queue without end
             raise ProtocolViolation(
@@ -562,9 +565,9 @@ class Connection(ReceiverLinks):
                   settled: bool = True) -> int:
         """One settled delivery, split into frames no larger than the client takes."""
         delivery_id = session.next_outgoing_id
-        session.next_outgoing_id += 1
+        session.next_outgoing_id = after(delivery_id)
         session.remote_incoming_window -= 1
-        link.delivery_count += 1
+        link.delivery_count = after(link.delivery_count)
         link.credit -= 1
         head = encode(p.performative(p.TRANSFER, UInt(link.our_handle), UInt(delivery_id),
                                      tag, UInt(0), settled, True))

@@ -29,7 +29,7 @@ from aiosb.amqp.codec import (
 from aiosb.message import Message
 from aiosb.protocol import ReceiveRequest
 
-from .conftest import NAMESPACE
+from .conftest import NAMESPACE, drain
 
 _HEADER = struct.Struct(">IBBH")
 
@@ -93,8 +93,9 @@ class Raw:
         self.send(channel, p.performative(p.BEGIN, None, UInt(0), UInt(5000), UInt(5000)))
         assert (await self.read())[0] == p.BEGIN
 
-    async def put_token(self, port: int, path: str) -> None:
-        """Authorize ``path`` as the SDKs do: a token put on $cbs (handles 100, 101)."""
+    async def put_token(self, port: int, path: str, next_incoming: int = 0) -> None:
+        """Authorize ``path`` as the SDKs do: a token put on $cbs (handles 100, 101);
+        ``next_incoming``: the transfer id the client expects next from the server."""
         from aiosb.amqp.codec import encode
         from aiosb.auth import DEV_KEY, DEV_KEY_NAME, SasCredential
 
@@ -105,8 +106,8 @@ class Raw:
                 Described(ULong(0x28), ["$cbs"]), Described(ULong(0x29), ["$cbs"]),
                 None, None, None if receiving else UInt(0),
             ))
-        self.send(0, p.performative(p.FLOW, UInt(0), UInt(5000), UInt(0), UInt(5000),
-                                    UInt(101), UInt(0), UInt(10)))
+        self.send(0, p.performative(p.FLOW, UInt(next_incoming), UInt(5000), UInt(0),
+                                    UInt(5000), UInt(101), UInt(0), UInt(10)))
         request = (
             encode(Described(ULong(0x73), ["put"]))
             + encode(Described(ULong(0x74), {
@@ -120,11 +121,11 @@ class Raw:
             while (await self.read())[0] != p.TRANSFER:  # the reply
                 pass
 
-    def attach_receiver(self, handle: Any, address: str) -> None:
-        """A receive-and-delete receiver on ``address`` (no token: the refusal, or the
-        link, follows)."""
+    def attach_receiver(self, handle: Any, address: str, mode: int = 1) -> None:
+        """A receiver on ``address``, receive-and-delete (``mode`` 1) or peek-lock (0)
+        (no token: the refusal, or the link, follows)."""
         self.send(0, p.performative(
-            p.ATTACH, f"r{handle}", handle, True, UByte(1), None,
+            p.ATTACH, f"r{handle}", handle, True, UByte(mode), None,
             Described(ULong(0x28), [address]), Described(ULong(0x29), [address]),
         ))
 
@@ -321,3 +322,81 @@ async def test_a_client_that_never_opens_is_let_go(server, monkeypatch):
         while (await raw.read())[0] != "eof":
             pass
     await good_client_is_served(server)
+
+
+# -- sequence numbers wrap --------------------------------------------------------------
+
+
+async def test_a_client_whose_transfer_ids_and_delivery_count_wrap_past_2_32_is_served(
+    server
+):
+    """Transfer ids and delivery counts are 32-bit sequence numbers (AMQP 2.8.9) that a
+    client may start anywhere: counted on past 2**32 - 1, the server's next flow could
+    not be encoded, and the connection closed with invalid-field."""
+    raw = await Raw.to(server)
+    await raw.open()
+    first = 2**32 - 3
+    raw.send(0, p.performative(p.BEGIN, None, UInt(first), UInt(5000), UInt(5000)))
+    assert (await raw.read())[0] == p.BEGIN
+    await raw.put_token(server.port, "q1")
+    raw.send(0, p.performative(
+        p.ATTACH, "s0", UInt(0), False, None, None,
+        Described(ULong(0x28), ["q1"]), Described(ULong(0x29), ["q1"]), None, None,
+        UInt(2**32 - 2),
+    ))
+    code, attached = await raw.read()
+    assert code == p.ATTACH
+    count = 600  # past half the credit: the server's link flow follows
+    payload = bytes.fromhex("005375a003") + b"abc"
+    for n in range(count):
+        raw.send(0, p.performative(
+            p.TRANSFER, UInt(0), UInt((first + 1 + n) % 2**32), b"%d" % n, UInt(0), False,
+        ), payload)
+    accepted, flows = 0, []
+    async with asyncio.timeout(10):
+        while accepted < count:
+            code, fields = await raw.read()
+            assert code not in ("eof", p.CLOSE), fields
+            if code == p.DISPOSITION:
+                assert fields[4].descriptor == ULong(0x24)  # accepted
+                accepted += 1 + (fields[2] - fields[1] if fields[2] is not None else 0)
+            elif code == p.FLOW and fields[4] == attached[1]:  # our handle of the link
+                flows.append(fields)
+    assert flows[0][5] == 2**32 - 2  # the attach's credit, at the client's count
+    assert len(flows) > 1
+    for flow in flows[1:]:  # ids and count went on past 2**32 - 1, round to 0
+        assert 0 < flow[0] <= count and 0 < flow[5] <= count, flow
+    assert len(await drain("q1")) == count
+    await good_client_is_served(server)
+
+
+async def test_deliveries_and_a_disposition_range_that_wrap_past_2_32(server):
+    """The server's own transfer ids wrap too: deliveries numbered 2**32 - 1, 0, 1 ...
+    are sent, and a disposition from 2**32 - 1 to 3 settles every one of them."""
+    ns = emulator.namespace(NAMESPACE)
+    await ns.send("q1", [Message(b"m%d" % n) for n in range(5)])
+    raw = await Raw.to(server)
+    await raw.open()
+    await raw.begin()
+    (connection,) = server._connections
+    connection.sessions[0].next_outgoing_id = 2**32 - 2  # the $cbs reply takes this one
+    await raw.put_token(server.port, "q1", next_incoming=2**32 - 2)
+    raw.attach_receiver(UInt(0), "q1", mode=0)
+    assert (await raw.read())[0] == p.ATTACH
+    raw.send(0, p.performative(p.FLOW, UInt(2**32 - 1), UInt(5000), UInt(1), UInt(5000),
+                                UInt(0), UInt(0), UInt(5)))
+    ids = []
+    async with asyncio.timeout(10):
+        while len(ids) < 5:
+            code, fields = await raw.read()
+            assert code not in ("eof", p.CLOSE), fields
+            if code == p.TRANSFER:
+                ids.append(fields[1])
+    assert ids == [2**32 - 1, 0, 1, 2, 3]
+    raw.send(0, p.performative(p.DISPOSITION, True, UInt(2**32 - 1), UInt(3), False,
+                                Described(ULong(0x24), [])))
+    async with asyncio.timeout(10):
+        while (got := await raw.read())[0] != p.DISPOSITION:
+            assert got[0] not in ("eof", p.CLOSE), got
+    assert got[1][1:3] == [2**32 - 1, 3]
+    assert await drain("q1", peek=True) == []  # completed, every one
