@@ -93,6 +93,16 @@ class Tokens:
             "before attaching a link."
         )
 
+    def any_right(self, entity: str) -> bool:
+        """Whether a token put on this connection covers ``entity`` for some right."""
+        for right in RIGHTS:
+            try:
+                self.check(entity, right)
+                return True
+            except Unauthorized:
+                continue
+        return False
+
 
 def put_token_reply(request: dict[Any, Any], token: Any, tokens: Tokens,
                     host: str | None) -> tuple[int, str]:

@@ -14,7 +14,7 @@ from ..protocol import ReceiveMode
 __all__ = [
     "CHANNEL_MAX", "CREDIT", "HANDLE_MAX", "LONG_POLL", "MAX_FRAME", "WINDOW", "Link",
     "ProtocolViolation", "Session", "after", "check_channel", "check_handle",
-    "heartbeat_interval", "since",
+    "heartbeat_interval", "hold_reply", "since",
 ]
 
 #: The largest frame we take (a whole standard-tier batch fits in one).
@@ -33,6 +33,9 @@ MOST_LINKS = 4096
 #: The least idle timeout (ms) whose half the server beats at: a client's 1 ms would
 #: have it write a frame every half millisecond.
 LEAST_IDLE = 2000
+#: The most replies (``$cbs``, ``$management``) a link holds for want of the client's
+#: credit: a client that asks and never takes its answers would fill the server's memory.
+MOST_REPLIES = CREDIT
 #: Transfer ids and delivery counts are sequence numbers of 32 bits (AMQP 2.8.9,
 #: RFC 1982): they wrap around, and a client may start them anywhere.
 SEQUENCE = 2**32
@@ -107,6 +110,18 @@ def since(later: int, earlier: int) -> int:
     """How many sequence numbers from ``earlier`` to ``later`` (wrapping at 2**32): the
     transfers a peer has not yet seen, or the width of a disposition's range."""
     return (later - earlier) % SEQUENCE
+
+
+def hold_reply(link: Link, reply: bytes) -> None:
+    """Queue ``reply`` on ``link`` (a ``$cbs`` or ``$management`` reply link) until the
+    client gives credit for it; refused beyond :data:`MOST_REPLIES` waiting."""
+    if len(link.outbox) >= MOST_REPLIES:
+        raise ProtocolViolation(
+            "amqp:resource-limit-exceeded",
+            f"{MOST_REPLIES} replies wait on link {str(link.name)[:80]!r} for credit the "
+            "client does not give.",
+        )
+    link.outbox.append(reply)
 
 
 def heartbeat_interval(idle: Any) -> float | None:

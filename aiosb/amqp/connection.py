@@ -51,6 +51,7 @@ from ._links import (
     check_channel,
     check_handle,
     heartbeat_interval,
+    hold_reply,
     since,
 )
 from ._management import Management
@@ -131,7 +132,7 @@ class Connection(ReceiverLinks):
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except ProtocolViolation as exc:
-            self._send(0, p.performative(p.CLOSE, p.amqp_error(exc.condition, exc.description)))
+            self._fail(exc)
         except Exception as exc:  # a bug's blast ends this connection, said, not silent
             log.exception("AMQP connection failed unexpectedly")
             self._send(0, p.performative(p.CLOSE, p.amqp_error(
@@ -145,6 +146,12 @@ class Connection(ReceiverLinks):
             self.writer.close()
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
+
+    def _fail(self, exc: ProtocolViolation) -> None:
+        """Close the connection, saying why; its frame reader then meets the end."""
+        self._send(0, p.performative(p.CLOSE, p.amqp_error(exc.condition, exc.description)))
+        self._closed = True
+        self.writer.close()
 
     def _send(self, channel: int, body: Any, payload: bytes = b"", kind: int = 0) -> None:
         if not self.writer.is_closing():
@@ -370,7 +377,7 @@ class Connection(ReceiverLinks):
             )
         try:
             if link.kind == "management":  # each operation checks the right it needs
-                if not _any_right(self.tokens, link.address):
+                if not self.tokens.any_right(link.address):
                     self.tokens.check(link.address, "Listen")  # raises, saying why
             else:
                 self.tokens.check(link.address, "Send" if link.receiving else "Listen")
@@ -494,6 +501,9 @@ class Connection(ReceiverLinks):
                     outcome = await self._deliver(link, payload, fmt)
             except asyncio.CancelledError:
                 raise
+            except ProtocolViolation as exc:  # replies the client takes none of
+                self._fail(exc)
+                return
             except Exception:  # a bug: say so, answer, keep serving
                 log.exception("unexpected error serving a transfer on %s", link.address)
                 outcome = p.rejected("amqp:internal-error", "internal error in the emulator.")
@@ -539,7 +549,7 @@ class Connection(ReceiverLinks):
                                            "status-description": description})
         for link in session.links.values():
             if link.kind == "cbs" and not link.receiving:
-                link.outbox.append(reply)
+                hold_reply(link, reply)
                 self._pump(session, link)
                 break
         return _ACCEPTED
@@ -550,7 +560,7 @@ class Connection(ReceiverLinks):
             if (link.kind == "management" and not link.receiving
                     and link.path == request_link.path
                     and link.sub_queue == request_link.sub_queue):
-                link.outbox.append(reply)
+                hold_reply(link, reply)
                 self._pump(session, link)
                 return
 
@@ -584,13 +594,3 @@ class Connection(ReceiverLinks):
         ), payload[start:])
         return delivery_id
 
-
-def _any_right(tokens: Tokens, address: str) -> bool:
-    """Whether a token put on the connection covers ``address`` for some right."""
-    for right in ("Listen", "Send", "Manage"):
-        try:
-            tokens.check(address, right)
-            return True
-        except Unauthorized:
-            continue
-    return False

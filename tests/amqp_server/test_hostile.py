@@ -400,3 +400,46 @@ async def test_deliveries_and_a_disposition_range_that_wrap_past_2_32(server):
             assert got[0] not in ("eof", p.CLOSE), got
     assert got[1][1:3] == [2**32 - 1, 3]
     assert await drain("q1", peek=True) == []  # completed, every one
+
+
+# -- replies the client takes none of ---------------------------------------------------
+
+
+@pytest.mark.parametrize("node", ["$cbs", "q1/$management"])
+async def test_requests_whose_replies_are_never_taken_close_the_connection(server, node):
+    """Asking on $cbs or $management while giving the reply link no credit queued every
+    reply (51 MB from 12 MB of requests in the probe); past MOST_REPLIES waiting, the
+    connection is closed with resource-limit-exceeded."""
+    from aiosb.amqp._links import MOST_REPLIES
+
+    raw = await Raw.to(server)
+    await raw.open()
+    await raw.begin()
+    if node != "$cbs":
+        await raw.put_token(server.port, "q1")
+    for handle, receiving in ((0, False), (1, True)):  # and no flow for the reply link
+        raw.send(0, p.performative(
+            p.ATTACH, f"n{handle}", UInt(handle), receiving, None, None,
+            Described(ULong(0x28), [node]), Described(ULong(0x29), [node]),
+            None, None, None if receiving else UInt(0),
+        ))
+    request = bytes.fromhex("00537740")  # an amqp-value of null: answered with an error
+    sent = served = 0
+    condition = None
+    async with asyncio.timeout(20):
+        while True:  # within the credit: at most 100 requests not yet served
+            while sent <= MOST_REPLIES and sent - served < 100:
+                raw.send(0, p.performative(
+                    p.TRANSFER, UInt(0), UInt(sent), b"%d" % sent, UInt(0), False,
+                ), request)
+                sent += 1
+            code, fields = await raw.read()
+            if code == p.DISPOSITION:
+                served += 1 + (fields[2] - fields[1] if fields[2] is not None else 0)
+            elif code == p.CLOSE:
+                condition = str(fields[0].value[0])
+            elif code == "eof":
+                break
+    assert condition == "amqp:resource-limit-exceeded"
+    assert served == MOST_REPLIES  # each reply it could hold was answered
+    await good_client_is_served(server)
