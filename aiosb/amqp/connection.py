@@ -175,13 +175,15 @@ class Connection(ReceiverLinks):
             self.writer.write(SASL_HEADER)
             offered = Array(Symbol, [Symbol(m) for m in MECHANISMS])
             self._send(0, p.performative(p.SASL_MECHANISMS, offered), kind=1)
-            kind, _channel, body = await self._read_frame()
-            try:
+            try:  # what is not a sasl-init fails the SASL layer (sys-perm), not AMQP's
+                kind, _channel, body = await self._read_frame()
                 code, fields, _end = p.parse(body)
-            except DecodeError as exc:
-                raise ProtocolViolation("amqp:decode-error", str(exc)) from None
-            if kind != 1 or code != p.SASL_INIT or not fields:
-                raise ProtocolViolation("amqp:not-allowed", "expected sasl-init.")
+                if kind != 1 or code != p.SASL_INIT or not fields:
+                    raise DecodeError("expected a sasl-init.")
+            except (DecodeError, ProtocolViolation) as exc:
+                log.info("an AMQP client failed SASL: %s", exc)
+                self._send(0, p.performative(p.SASL_OUTCOME, UByte(3)), kind=1)
+                return False
             fields += [None] * (3 - len(fields))
             self.hostname = fields[2] if isinstance(fields[2], str) else None
             # Every mechanism passes: the $cbs tokens are what is checked.

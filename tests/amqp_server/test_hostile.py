@@ -74,6 +74,17 @@ class Raw:
                 if code == p.CLOSE and fields:
                     condition = str(fields[0].value[0])
 
+    async def sasl_outcome(self) -> int | None:
+        """Read to the end: the code of the sasl-outcome the server sent, if any."""
+        outcome = None
+        async with asyncio.timeout(10):
+            while True:
+                code, fields = await self.read()
+                if code == "eof":
+                    return outcome
+                if code == p.SASL_OUTCOME:
+                    outcome = int(fields[0])
+
     async def sasl(self) -> None:
         self.writer.write(SASL_HEADER)
         assert (await self.read())[0] == "header"
@@ -175,7 +186,26 @@ async def test_an_array_count_in_sasl_init_is_refused_at_once(server):
     await raw.read()
     body = bytes.fromhex("005341") + b"\xf0" + struct.pack(">II", 5, 2**32 - 1) + b"\x40"
     raw.writer.write(_HEADER.pack(8 + len(body), 2, 1, 0) + body)
-    assert await raw.closed_with() == "amqp:decode-error"
+    assert await raw.sasl_outcome() == 3  # sys-perm, and the socket closed
+    await good_client_is_served(server)
+
+
+@pytest.mark.parametrize("case", ["an open", "a sasl-init as an AMQP frame", "a huge frame"])
+async def test_what_is_not_a_sasl_init_fails_the_sasl_layer_with_its_outcome(server, case):
+    """In the SASL layer the client reads SASL frames: a wrong frame there was answered
+    with an AMQP close, which a SASL client does not expect; it gets a sasl-outcome of
+    sys-perm (AMQP 5.3.3.6), and the socket is closed."""
+    raw = await Raw.to(server)
+    raw.writer.write(SASL_HEADER)
+    assert (await raw.read())[0] == "header"
+    assert (await raw.read())[0] == p.SASL_MECHANISMS
+    if case == "an open":
+        raw.send(0, p.performative(p.OPEN, "raw", "localhost"))
+    elif case == "a huge frame":
+        raw.writer.write(_HEADER.pack(2**31, 2, 1, 0))
+    else:
+        raw.send(0, p.performative(p.SASL_INIT, Symbol("ANONYMOUS"), b"", "localhost"))
+    assert await raw.sasl_outcome() == 3
     await good_client_is_served(server)
 
 
