@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import struct
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,8 +15,8 @@ from ..protocol import ReceiveMode
 
 __all__ = [
     "CHANNEL_MAX", "CREDIT", "HANDLE_MAX", "LONG_POLL", "MAX_FRAME", "WINDOW", "Link",
-    "ProtocolViolation", "Session", "after", "check_channel", "check_handle",
-    "heartbeat_interval", "hold_reply", "since",
+    "IDLE_SECONDS", "ProtocolViolation", "Session", "after", "beat", "check_channel",
+    "check_handle", "heartbeat_interval", "hold_reply", "since", "watch_idle",
 ]
 
 #: The largest frame we take (a whole standard-tier batch fits in one).
@@ -33,6 +35,10 @@ MOST_LINKS = 4096
 #: The least idle timeout (ms) whose half the server beats at: a client's 1 ms would
 #: have it write a frame every half millisecond.
 LEAST_IDLE = 2000
+#: A connection the client sends nothing on for this long is closed: the idle-time-out
+#: our OPEN advertises, Service Bus's (the SDKs send a heartbeat at half of it).
+IDLE_SECONDS = 120.0
+_EMPTY_FRAME = struct.pack(">IBBH", 8, 2, 0, 0)
 #: The most replies (``$cbs``, ``$management``) a link holds for want of the client's
 #: credit: a client that asks and never takes its answers would fill the server's memory.
 MOST_REPLIES = CREDIT
@@ -110,6 +116,32 @@ def since(later: int, earlier: int) -> int:
     """How many sequence numbers from ``earlier`` to ``later`` (wrapping at 2**32): the
     transfers a peer has not yet seen, or the width of a disposition's range."""
     return (later - earlier) % SEQUENCE
+
+
+async def beat(writer: asyncio.StreamWriter, every: float) -> None:
+    """Write an empty frame every ``every`` seconds (the heartbeat a client's idle
+    timeout asks for), but none while the client does not read what we wrote."""
+    while True:
+        await asyncio.sleep(every)
+        if writer.is_closing():
+            return
+        if writer.transport.get_write_buffer_size() < 65536:
+            writer.write(_EMPTY_FRAME)
+
+
+async def watch_idle(heard: Callable[[], float],
+                     fail: Callable[[ProtocolViolation], None]) -> None:
+    """Call ``fail`` once nothing was heard (``heard()``: the loop time of the client's
+    last frame) for :data:`IDLE_SECONDS`, as AMQP's idle timeout has a peer do (2.4.5)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(max(1.0, heard() + IDLE_SECONDS - loop.time()))
+        if loop.time() - heard() >= IDLE_SECONDS:
+            fail(ProtocolViolation(
+                "amqp:resource-limit-exceeded",
+                f"no frame from the client in {IDLE_SECONDS:g} s, the idle timeout.",
+            ))
+            return
 
 
 def hold_reply(link: Link, reply: bytes) -> None:

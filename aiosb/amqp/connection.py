@@ -41,6 +41,7 @@ from ._links import (
     CHANNEL_MAX,
     CREDIT,
     HANDLE_MAX,
+    IDLE_SECONDS,
     LONG_POLL,
     MAX_FRAME,
     WINDOW,
@@ -48,11 +49,13 @@ from ._links import (
     ProtocolViolation,
     Session,
     after,
+    beat,
     check_channel,
     check_handle,
     heartbeat_interval,
     hold_reply,
     since,
+    watch_idle,
 )
 from ._management import Management
 from ._pump import SESSION_FILTER, ReceiverLinks
@@ -84,7 +87,6 @@ _MANAGEMENT = "/$management"
 
 _HEADER = struct.Struct(">IBBH")
 _ACCEPTED = p.performative(p.ACCEPTED)
-_EMPTY_FRAME = _HEADER.pack(8, 2, 0, 0)
 
 
 class Connection(ReceiverLinks):
@@ -109,7 +111,9 @@ class Connection(ReceiverLinks):
         self.sessions: dict[int, Session] = {}
         self.hostname: str | None = None
         self.remote_max_frame = 512
-        self._heartbeat: asyncio.Task[None] | None = None
+        self._tending: list[asyncio.Task[None]] = []  # heartbeats, the idle watch
+        self._loop = asyncio.get_running_loop()
+        self._heard = 0.0  # the loop time of the client's last frame
         self._opened = False
         self._closed = False
         self.held: dict[tuple[str, str], str] = {}
@@ -138,8 +142,8 @@ class Connection(ReceiverLinks):
             self._send(0, p.performative(p.CLOSE, p.amqp_error(
                 "amqp:internal-error", f"{type(exc).__name__}: {str(exc)[:200]}")))
         finally:
-            if self._heartbeat is not None:
-                self._heartbeat.cancel()
+            for task in self._tending:
+                task.cancel()
             for session in self.sessions.values():
                 for link in session.links.values():
                     self._unlink(link)
@@ -166,6 +170,7 @@ class Connection(ReceiverLinks):
                 f"a frame of {size} bytes (data offset {offset}); the limit is {MAX_FRAME}.",
             )
         body = await self.reader.readexactly(size - 8)
+        self._heard = self._loop.time()
         return kind, channel, body[offset * 4 - 8:]
 
     async def _negotiate(self) -> bool:
@@ -233,14 +238,6 @@ class Connection(ReceiverLinks):
             await self.writer.drain()
         return not self._closed
 
-    async def _beat(self, every: float) -> None:
-        while True:
-            await asyncio.sleep(every)
-            if self.writer.is_closing():
-                return
-            if self.writer.transport.get_write_buffer_size() < 65536:  # else it is not read
-                self.writer.write(_EMPTY_FRAME)
-
     # -- performatives ------------------------------------------------------------------
 
     async def _dispatch(self, channel: int, code: int, fields: list[Any], body: bytes,
@@ -285,9 +282,11 @@ class Connection(ReceiverLinks):
         self.remote_max_frame = max(512, min(int(fields[2] or MAX_FRAME), MAX_FRAME))
         every = heartbeat_interval(fields[4])
         if every is not None:
-            self._heartbeat = asyncio.create_task(self._beat(every))
+            self._tending.append(asyncio.create_task(beat(self.writer, every)))
+        self._tending.append(asyncio.create_task(watch_idle(lambda: self._heard, self._fail)))
         self._send(0, p.performative(
             p.OPEN, "aiosb", self.hostname, UInt(MAX_FRAME), UShort(CHANNEL_MAX),
+            UInt(int(IDLE_SECONDS * 1000)),
         ))
 
     def _on_begin(self, channel: int, fields: list[Any]) -> None:

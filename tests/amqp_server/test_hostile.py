@@ -473,3 +473,37 @@ async def test_requests_whose_replies_are_never_taken_close_the_connection(serve
     assert condition == "amqp:resource-limit-exceeded"
     assert served == MOST_REPLIES  # each reply it could hold was answered
     await good_client_is_served(server)
+
+
+# -- the idle timeout -------------------------------------------------------------------
+
+
+@pytest.mark.looptime
+async def test_a_connection_silent_past_the_idle_timeout_it_was_told_is_closed(server):
+    """Our OPEN says Service Bus's idle-time-out (120 s): a client that sends a frame
+    (a heartbeat will do) within it keeps its connection for as long as it likes; one
+    silent for 120 s is closed with resource-limit-exceeded (AMQP 2.4.5), so a peer that
+    vanished without a word holds no connection and no link."""
+    from aiosb.amqp._links import IDLE_SECONDS
+
+    loop = asyncio.get_running_loop()
+    raw = await Raw.to(server)
+    await raw.sasl()
+    raw.writer.write(AMQP_HEADER)
+    assert (await raw.read())[0] == "header"
+    raw.send(0, p.performative(p.OPEN, "raw", "localhost"))
+    code, fields = await raw.read()
+    assert code == p.OPEN and fields[4] == IDLE_SECONDS * 1000
+    for _ in range(6):  # ten minutes of heartbeats at just under the timeout
+        await asyncio.sleep(IDLE_SECONDS - 5)
+        raw.writer.write(_HEADER.pack(8, 2, 0, 0))
+    await raw.begin()  # still open: the BEGIN is answered
+    silent_from = loop.time()
+    condition = None
+    async with asyncio.timeout(IDLE_SECONDS * 2):
+        while (got := await raw.read())[0] != "eof":
+            if got[0] == p.CLOSE:
+                condition = str(got[1][0].value[0])
+    assert condition == "amqp:resource-limit-exceeded"
+    assert IDLE_SECONDS <= loop.time() - silent_from <= IDLE_SECONDS + 2
+    assert not server._connections
