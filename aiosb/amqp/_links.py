@@ -132,14 +132,16 @@ async def beat(writer: asyncio.StreamWriter, every: float) -> None:
 async def watch_idle(heard: Callable[[], float],
                      fail: Callable[[ProtocolViolation], None]) -> None:
     """Call ``fail`` once nothing was heard (``heard()``: the loop time of the client's
-    last frame) for :data:`IDLE_SECONDS`, as AMQP's idle timeout has a peer do (2.4.5)."""
+    last frame) for :data:`IDLE_SECONDS`, as AMQP's idle timeout has a peer do (2.4.5),
+    with what Service Bus closes an inactive connection with (the SDKs reconnect)."""
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(max(1.0, heard() + IDLE_SECONDS - loop.time()))
         if loop.time() - heard() >= IDLE_SECONDS:
             fail(ProtocolViolation(
-                "amqp:resource-limit-exceeded",
-                f"no frame from the client in {IDLE_SECONDS:g} s, the idle timeout.",
+                "amqp:connection:forced",
+                f"The connection was inactive for more than the allowed "
+                f"{IDLE_SECONDS * 1000:.0f} milliseconds and is closed by container 'aiosb'.",
             ))
             return
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 from typing import Any
 
 import pytest
@@ -482,8 +483,9 @@ async def test_requests_whose_replies_are_never_taken_close_the_connection(serve
 async def test_a_connection_silent_past_the_idle_timeout_it_was_told_is_closed(server):
     """Our OPEN says Service Bus's idle-time-out (120 s): a client that sends a frame
     (a heartbeat will do) within it keeps its connection for as long as it likes; one
-    silent for 120 s is closed with resource-limit-exceeded (AMQP 2.4.5), so a peer that
-    vanished without a word holds no connection and no link."""
+    silent for 120 s is closed (AMQP 2.4.5) as Service Bus closes it (connection:forced,
+    which the SDKs meet by reconnecting), so a peer that vanished without a word holds no
+    connection and no link."""
     from aiosb.amqp._links import IDLE_SECONDS
 
     loop = asyncio.get_running_loop()
@@ -504,6 +506,47 @@ async def test_a_connection_silent_past_the_idle_timeout_it_was_told_is_closed(s
         while (got := await raw.read())[0] != "eof":
             if got[0] == p.CLOSE:
                 condition = str(got[1][0].value[0])
-    assert condition == "amqp:resource-limit-exceeded"
+    assert condition == "amqp:connection:forced"
     assert IDLE_SECONDS <= loop.time() - silent_from <= IDLE_SECONDS + 2
     assert not server._connections
+
+
+@pytest.mark.parametrize("sdk", ["python", "python-sync"])
+async def test_the_official_sdk_sends_again_after_sitting_idle_past_the_timeout(
+    server, monkeypatch, sdk
+):
+    """An SDK sender and receiver left idle past the idle timeout (2 s here) go on: the
+    Python SDK sends no heartbeat while idle, so its connection is closed, and it opens
+    a new one, as it does against Service Bus."""
+    from azure.servicebus import ServiceBusClient as SyncClient
+    from azure.servicebus import ServiceBusMessage
+    from azure.servicebus.aio import ServiceBusClient
+
+    from aiosb.amqp import _links, connection
+
+    monkeypatch.setattr(_links, "IDLE_SECONDS", 2.0)
+    monkeypatch.setattr(connection, "IDLE_SECONDS", 2.0)
+    if sdk == "python":
+        async with ServiceBusClient.from_connection_string(server.connection_string()) as c:
+            async with c.get_queue_sender("q1") as sender, c.get_queue_receiver(
+                "q1", receive_mode="receiveanddelete"
+            ) as receiver:
+                await sender.send_messages(ServiceBusMessage(b"before"))
+                await asyncio.sleep(5)
+                await sender.send_messages(ServiceBusMessage(b"after"))
+                got = await receiver.receive_messages(max_message_count=5, max_wait_time=5)
+                got += await receiver.receive_messages(max_message_count=5, max_wait_time=2)
+    else:
+        def run() -> list[Any]:
+            with SyncClient.from_connection_string(server.connection_string()) as c, \
+                    c.get_queue_sender("q1") as sender:
+                sender.send_messages(ServiceBusMessage(b"before"))
+                time.sleep(5)
+                sender.send_messages(ServiceBusMessage(b"after"))
+            return []
+
+        got = await asyncio.to_thread(run)
+        got = await drain("q1")
+    bodies = sorted(b"".join(m.body) if not isinstance(m.body, bytes) else m.body
+                    for m in got)
+    assert bodies == [b"after", b"before"]
