@@ -100,7 +100,8 @@ class Session:
     channel: int
     next_incoming_id: int
     incoming_window: int = WINDOW
-    next_outgoing_id: int = 0
+    next_outgoing_id: int = 0  # the transfer-id of our next transfer frame (2.5.6)
+    next_delivery_id: int = 0  # the delivery-id of our next delivery (2.6.12)
     remote_incoming_window: int = 0
     links: dict[int, Link] = field(default_factory=dict)
     unsettled: dict[int, tuple[Link, str]] = field(default_factory=dict)
@@ -113,9 +114,11 @@ def after(number: int, count: int = 1) -> int:
 
 
 def since(later: int, earlier: int) -> int:
-    """How many sequence numbers from ``earlier`` to ``later`` (wrapping at 2**32): the
-    transfers a peer has not yet seen, or the width of a disposition's range."""
-    return (later - earlier) % SEQUENCE
+    """How many sequence numbers from ``earlier`` on to ``later`` (RFC 1982, wrapping at
+    2**32): negative when ``later`` comes first (a peer's count ahead of ours), and a
+    distance of 2**31 or more reads as that."""
+    distance = (later - earlier) % SEQUENCE
+    return distance - SEQUENCE if distance >= SEQUENCE // 2 else distance
 
 
 async def beat(writer: asyncio.StreamWriter, every: float) -> None:

@@ -38,6 +38,9 @@ TIMEOUT = Symbol("com.microsoft:timeout")
 _EPOCH_TICKS = 621355968000000000
 #: How long a next-available session receiver waits without a com.microsoft:timeout (s).
 SESSION_WAIT = 60.0
+#: Bytes of a transfer frame that are not payload, at most: the frame header and the
+#: performative (a delivery tag of up to 32 bytes).
+_FRAME_HEAD = 8 + 96
 
 
 def ticks(seconds: float) -> int:
@@ -53,13 +56,11 @@ class ReceiverLinks:
     writer: asyncio.StreamWriter
     #: The sessions this connection holds: (entity path, lower case; session id) -> lock.
     held: dict[tuple[str, str], str]
+    #: The largest frame the client takes (its OPEN's max-frame-size).
+    remote_max_frame: int
 
     if TYPE_CHECKING:
         def _send(self, channel: int, body: Any, payload: bytes = b"", kind: int = 0) -> None:
-            ...
-
-        def _transfer(self, session: Session, link: Link, payload: bytes, tag: bytes,
-                      settled: bool = True) -> int:
             ...
 
         def _flow(self, session: Session, link: Link | None = None,
@@ -70,6 +71,41 @@ class ReceiverLinks:
                           refusal: ServiceBusError | None, source: Any = None,
                           properties: dict[Any, Any] | None = None) -> None:
             ...
+
+    def _pump(self, session: Session, link: Link) -> None:
+        """Send what ``link`` has queued while the client's credit and window last."""
+        outbox = link.outbox
+        while outbox and link.credit > 0 \
+                and session.remote_incoming_window >= self._frames_of(len(outbox[0])):
+            self._transfer(session, link, outbox.popleft(), link.delivery_count.to_bytes(4, "big"))
+
+    def _frames_of(self, size: int) -> int:
+        """The transfer frames a delivery of ``size`` bytes takes (its payload split to fit
+        the client's max-frame-size): each counts against the session window."""
+        return 1 + max(0, size - 1) // (self.remote_max_frame - _FRAME_HEAD)
+
+    def _transfer(self, session: Session, link: Link, payload: bytes, tag: bytes,
+                  settled: bool = True) -> int:
+        """One delivery, split into frames no larger than the client takes; its
+        delivery-id. Every frame is a transfer of the session (2.5.6: next-outgoing-id
+        and the client's window count frames); delivery-ids count deliveries."""
+        delivery_id = session.next_delivery_id
+        session.next_delivery_id = after(delivery_id)
+        frames = self._frames_of(len(payload))
+        session.next_outgoing_id = after(session.next_outgoing_id, frames)
+        session.remote_incoming_window -= frames
+        link.delivery_count = after(link.delivery_count)
+        link.credit -= 1
+        handle, ident, send = UInt(link.our_handle), UInt(delivery_id), self._send
+        room = self.remote_max_frame - _FRAME_HEAD
+        last = (frames - 1) * room
+        for start in range(0, last, room):
+            send(session.channel, p.performative(
+                p.TRANSFER, handle, ident, tag, UInt(0), settled, True,
+            ), payload[start:start + room])
+        send(session.channel, p.performative(p.TRANSFER, handle, ident, tag, UInt(0), settled),
+             payload[last:])
+        return delivery_id
 
     async def _open_session(self, session: Session, link: Link, fields: list[Any],
                             session_id: str | None) -> None:
@@ -162,9 +198,11 @@ class ReceiverLinks:
         # sequence numbers): never more work than they are, however wide a range a
         # client names.
         width = since(last, first) + 1
+        if width <= 0:
+            return  # last before first: a range of nothing (RFC 1982), not of everything
         ids: Iterable[int] = (
             [after(first, i) for i in range(width)] if width <= len(unsettled)
-            else sorted((d for d in unsettled if since(d, first) < width),
+            else sorted((d for d in unsettled if 0 <= since(d, first) < width),
                         key=lambda d: since(d, first))
         )
         for delivery_id in ids:

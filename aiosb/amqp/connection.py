@@ -70,7 +70,6 @@ from .codec import (
     UInt,
     ULong,
     UShort,
-    encode,
     frame,
 )
 from .messages import messages_of, reply_payload, sections_of
@@ -416,10 +415,10 @@ class Connection(ReceiverLinks):
         ))
 
     def _on_flow(self, session: Session, fields: list[Any]) -> None:
-        # Its window, less what we sent that it had not seen yet (ids wrap: _links.since).
+        # Its window, less the frames we sent that it had not seen yet (ids wrap: since).
         next_incoming = fields[0] if fields[0] is not None else session.next_outgoing_id
         session.remote_incoming_window = int(fields[1] or 0) \
-            - since(session.next_outgoing_id, int(next_incoming))
+            - max(0, since(session.next_outgoing_id, int(next_incoming)))
         if fields[4] is None:
             for each in session.links.values():
                 each.wake.set()
@@ -429,7 +428,7 @@ class Connection(ReceiverLinks):
             return
         if not link.receiving and fields[6] is not None:
             count = int(fields[5]) if fields[5] is not None else link.delivery_count
-            link.credit = int(fields[6]) - since(link.delivery_count, count)
+            link.credit = int(fields[6]) - max(0, since(link.delivery_count, count))
             link.drain = bool(fields[8])
             link.wake.set()
             self._pump(session, link)
@@ -449,12 +448,18 @@ class Connection(ReceiverLinks):
         if link is None or not link.receiving:
             raise ProtocolViolation("amqp:session:unattached-handle",
                                    f"a transfer on handle {fields[0]}, which is not attached.")
+        if fields[9]:  # aborted (whatever "more" says): nothing of it is kept (2.7.5)
+            link.partial = None
+            return
         if link.partial is None:
             link.partial = bytearray()
             link.partial_id = fields[1]
             link.partial_format = int(fields[3] or 0)
             link.partial_settled = bool(fields[4])
             link.partial_over = False
+        elif fields[1] is not None and fields[1] != link.partial_id:
+            raise ProtocolViolation("amqp:invalid-field", f"delivery {fields[1]} began "
+                                    f"before delivery {link.partial_id} ended.")
         if not link.partial_over:
             link.partial += memoryview(body)[end:]
             if len(link.partial) > 2 * self.ns.max_message_size + 65536:
@@ -465,8 +470,6 @@ class Connection(ReceiverLinks):
         payload, delivery_id = bytes(link.partial), link.partial_id
         fmt, settled, over = link.partial_format, link.partial_settled, link.partial_over
         link.partial = None
-        if fields[9]:  # aborted
-            return
         link.delivery_count = after(link.delivery_count)
         link.credit -= 1
         if link.credit < 0:  # what it was not given room for would queue without end
@@ -564,34 +567,4 @@ class Connection(ReceiverLinks):
                 hold_reply(link, reply)
                 self._pump(session, link)
                 return
-
-    def _pump(self, session: Session, link: Link) -> None:
-        """Send what ``link`` has queued while the client's credit and window last."""
-        while link.outbox and link.credit > 0 and session.remote_incoming_window > 0:
-            payload = link.outbox.popleft()
-            tag = link.delivery_count.to_bytes(4, "big")
-            self._transfer(session, link, payload, tag)
-
-    def _transfer(self, session: Session, link: Link, payload: bytes, tag: bytes,
-                  settled: bool = True) -> int:
-        """One settled delivery, split into frames no larger than the client takes."""
-        delivery_id = session.next_outgoing_id
-        session.next_outgoing_id = after(delivery_id)
-        session.remote_incoming_window -= 1
-        link.delivery_count = after(link.delivery_count)
-        link.credit -= 1
-        head = encode(p.performative(p.TRANSFER, UInt(link.our_handle), UInt(delivery_id),
-                                     tag, UInt(0), settled, True))
-        room = self.remote_max_frame - 8 - len(head) - 8
-        start = 0
-        while len(payload) - start > room:
-            self._send(session.channel, p.performative(
-                p.TRANSFER, UInt(link.our_handle), UInt(delivery_id), tag, UInt(0),
-                settled, True,
-            ), payload[start:start + room])
-            start += room
-        self._send(session.channel, p.performative(
-            p.TRANSFER, UInt(link.our_handle), UInt(delivery_id), tag, UInt(0), settled,
-        ), payload[start:])
-        return delivery_id
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import aiosb
 from aiosb import emulator
 from aiosb.amqp import performatives as p
 from aiosb.amqp._decoding import decode
@@ -410,7 +411,8 @@ async def test_deliveries_and_a_disposition_range_that_wrap_past_2_32(server):
     await raw.open()
     await raw.begin()
     (connection,) = server._connections
-    connection.sessions[0].next_outgoing_id = 2**32 - 2  # the $cbs reply takes this one
+    session = connection.sessions[0]  # transfer-ids and delivery-ids, just short of 2**32
+    session.next_outgoing_id = session.next_delivery_id = 2**32 - 2  # the $cbs reply's
     await raw.put_token(server.port, "q1", next_incoming=2**32 - 2)
     raw.attach_receiver(UInt(0), "q1", mode=0)
     assert (await raw.read())[0] == p.ATTACH
@@ -551,3 +553,159 @@ async def test_the_official_sdk_sends_again_after_sitting_idle_past_the_timeout(
     bodies = sorted(b"".join(m.body) if not isinstance(m.body, bytes) else m.body
                     for m in got)
     assert bodies == [b"after", b"before"]
+
+
+# -- deliveries over more than one frame ------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["receiveanddelete", "peeklock"])
+async def test_the_sdk_receives_on_after_a_message_over_one_frame(mode):
+    """A 1 MB message (premium) goes out in two frames. AMQP counts transfer-ids by the
+    frame (2.5.6), as the SDK does; the server counted deliveries, so the SDK's next
+    flow was ahead of it and the session's window read as -4 billion: nothing more was
+    ever sent on it (the SDK received the big message, then nothing)."""
+    from azure.servicebus import ServiceBusMessage
+    from azure.servicebus.aio import ServiceBusClient
+
+    from aiosb.amqp.server import serve_amqp
+
+    async with aiosb.connect("memory://bigframes?tier=premium") as ns:
+        await ns.create_queue("big")
+        async with serve_amqp(namespace="bigframes") as server:
+            async with ServiceBusClient.from_connection_string(server.connection_string()) as c:
+                async with c.get_queue_sender("big") as sender:
+                    await sender.send_messages(ServiceBusMessage(b"x" * 1_048_430))
+                    await sender.send_messages([ServiceBusMessage(b"small 1"),
+                                                ServiceBusMessage(b"small 2")])
+                async with c.get_queue_receiver("big", receive_mode=mode) as receiver:
+                    got = []
+                    for _ in range(6):
+                        batch = await receiver.receive_messages(max_message_count=1,
+                                                                max_wait_time=2)
+                        for message in batch:
+                            if mode == "peeklock":
+                                await receiver.complete_message(message)
+                            got.append(len(b"".join(message.body)))
+                        if len(got) == 3:
+                            break
+        assert sorted(got) == [7, 7, 1_048_430]  # (peek-lock: one may be released, then again)
+        assert (await ns.runtime_properties("big")).total_message_count == 0
+
+
+async def test_a_client_with_small_frames_gets_every_frame_counted(server):
+    """A client of 4 KB frames: a 10 KB message takes three transfer frames, which its
+    flow counts; the next delivery follows at once, with the next delivery-id."""
+    ns = emulator.namespace(NAMESPACE)
+    await ns.send("q1", [Message(b"b" * 10_000), Message(b"small")])
+    raw = await Raw.to(server)
+    await raw.sasl()
+    raw.writer.write(AMQP_HEADER)
+    assert (await raw.read())[0] == "header"
+    raw.send(0, p.performative(p.OPEN, "raw", "localhost", UInt(4096)))
+    assert (await raw.read())[0] == p.OPEN
+    await raw.begin()
+    await raw.put_token(server.port, "q1")  # its reply: transfer-id 0
+    raw.attach_receiver(UInt(0), "q1")
+    assert (await raw.read())[0] == p.ATTACH
+    frames: list[Any] = []
+
+    async def take(count: int) -> None:
+        async with asyncio.timeout(10):
+            while len(frames) < count:
+                code, fields = await raw.read()
+                assert code not in ("eof", p.CLOSE), fields
+                if code == p.TRANSFER:
+                    frames.append(fields)
+
+    raw.send(0, p.performative(p.FLOW, UInt(1), UInt(5000), UInt(1), UInt(5000),
+                                UInt(0), UInt(0), UInt(1)))
+    await take(3)
+    assert [bool(f[5]) for f in frames] == [True, True, False]  # more, more, last
+    assert {f[1] for f in frames} == {1}  # one delivery: the $cbs reply was 0
+    # The client saw transfers 0 to 3: it expects transfer-id 4 next, and gives credit.
+    raw.send(0, p.performative(p.FLOW, UInt(4), UInt(5000), UInt(1), UInt(5000),
+                                UInt(0), UInt(1), UInt(1)))
+    await take(4)
+    assert frames[3][1] == 2  # the next delivery-id, after 1
+    assert await drain("q1", peek=True) == []
+
+
+async def test_a_disposition_range_that_ends_before_it_begins_settles_nothing(server):
+    ns = emulator.namespace(NAMESPACE)
+    await ns.send("q1", [Message(b"m%d" % n) for n in range(5)])
+    raw = await Raw.to(server)
+    await raw.open()
+    await raw.begin()
+    await raw.put_token(server.port, "q1")
+    raw.attach_receiver(UInt(0), "q1", mode=0)
+    assert (await raw.read())[0] == p.ATTACH
+    raw.send(0, p.performative(p.FLOW, UInt(1), UInt(5000), UInt(1), UInt(5000),
+                                UInt(0), UInt(0), UInt(5)))
+    ids = []
+    async with asyncio.timeout(10):
+        while len(ids) < 5:
+            code, fields = await raw.read()
+            if code == p.TRANSFER:
+                ids.append(fields[1])
+    raw.send(0, p.performative(p.DISPOSITION, True, UInt(3), UInt(2), False,
+                                Described(ULong(0x24), [])))
+    raw.send(0, p.performative(p.DISPOSITION, True, UInt(ids[0]), None, False,
+                                Described(ULong(0x24), [])))  # then one that is real
+    async with asyncio.timeout(10):
+        while (got := await raw.read())[0] != p.DISPOSITION:
+            pass
+    assert got[1][1] == ids[0]  # the first answered is the real one's
+    assert len(await drain("q1", peek=True)) == 4  # only it was completed
+
+
+# -- deliveries the client sends over more than one frame -------------------------------
+
+
+def _transfer(raw: Raw, did: int, payload: bytes, more: bool = False,
+              aborted: bool | None = None) -> None:
+    raw.send(0, p.performative(p.TRANSFER, UInt(0), UInt(did), b"t%d" % did, UInt(0), False,
+                               more, None, None, None, aborted), payload)
+
+
+def _data(body: bytes) -> bytes:
+    from aiosb.amqp.codec import encode
+
+    return encode(Described(ULong(0x75), body))
+
+
+async def _sender(server: Any) -> Raw:
+    raw = await Raw.to(server)
+    await raw.open()
+    await raw.begin()
+    await raw.put_token(server.port, "q1")
+    raw.send(0, p.performative(
+        p.ATTACH, "s0", UInt(0), False, None, None,
+        Described(ULong(0x28), ["q1"]), Described(ULong(0x29), ["q1"]), None, None, UInt(0),
+    ))
+    assert (await raw.read())[0] == p.ATTACH
+    return raw
+
+
+async def test_an_abort_wins_over_more_and_nothing_of_the_delivery_is_kept(server):
+    """An abort sent with more=true (AMQP 2.7.5: abort takes precedence) was ignored:
+    the aborted bytes were glued to the next delivery, stored as one corrupt message
+    under the aborted delivery's id, and the next delivery was never settled."""
+    raw = await _sender(server)
+    _transfer(raw, 1, _data(b"ABORTED-PART"), more=True)
+    _transfer(raw, 1, b"", more=True, aborted=True)
+    _transfer(raw, 2, _data(b"GOOD"))
+    async with asyncio.timeout(10):
+        while (got := await raw.read())[0] != p.DISPOSITION:
+            assert got[0] not in ("eof", p.CLOSE), got
+    assert got[1][1] == 2  # settled under its own id
+    assert [m.body for m in await drain("q1")] == [b"GOOD"]
+
+
+async def test_a_delivery_begun_before_the_last_one_ended_closes_the_connection(server):
+    """Delivery 5 begun while delivery 4 still had more to come was glued onto it and
+    stored as one message (b"FOURFIVE"); it is a protocol error, and nothing is kept."""
+    raw = await _sender(server)
+    _transfer(raw, 4, _data(b"FOUR"), more=True)
+    _transfer(raw, 5, _data(b"FIVE"))
+    assert await raw.closed_with() == "amqp:invalid-field"
+    assert await drain("q1") == []
