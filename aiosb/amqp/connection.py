@@ -79,6 +79,10 @@ __all__ = ["CREDIT", "LONG_POLL", "MAX_FRAME", "WINDOW", "Connection", "Protocol
 log = logging.getLogger("aiosb.amqp")
 #: Seconds a client has from connecting to its OPEN (the header, SASL, the OPEN).
 HANDSHAKE_SECONDS = 30.0
+#: Seconds a closing connection's last bytes are given to reach the client.
+CLOSE_SECONDS = 5.0
+#: Bytes of a frame read at a time, at most.
+_PART = 65536
 
 #: The SASL mechanisms offered: the Python SDK uses ANONYMOUS, .NET and Rust MSSBCBS.
 MECHANISMS = ("MSSBCBS", "ANONYMOUS", "PLAIN", "EXTERNAL")
@@ -147,14 +151,18 @@ class Connection(ReceiverLinks):
                 for link in session.links.values():
                     self._unlink(link)
             self.writer.close()
-            with contextlib.suppress(Exception):
-                await self.writer.wait_closed()
+            with contextlib.suppress(Exception):  # a client that reads nothing more: let go
+                async with asyncio.timeout(CLOSE_SECONDS):
+                    await self.writer.wait_closed()
+            self.writer.transport.abort()
 
     def _fail(self, exc: ProtocolViolation) -> None:
-        """Close the connection, saying why; its frame reader then meets the end."""
+        """Close the connection, saying why; its frame reader meets the end at once
+        (closing waits for what is left to write, which a vanished client never reads)."""
         self._send(0, p.performative(p.CLOSE, p.amqp_error(exc.condition, exc.description)))
         self._closed = True
         self.writer.close()
+        self.reader.feed_eof()
 
     def _send(self, channel: int, body: Any, payload: bytes = b"", kind: int = 0) -> None:
         if not self.writer.is_closing():
@@ -168,7 +176,19 @@ class Connection(ReceiverLinks):
                 "amqp:connection:framing-error",
                 f"a frame of {size} bytes (data offset {offset}); the limit is {MAX_FRAME}.",
             )
-        body = await self.reader.readexactly(size - 8)
+        need = size - 8
+        if need <= _PART:
+            body = await self.reader.readexactly(need)
+        else:  # a large frame may come slowly: each part of it is heard (the idle watch)
+            parts: list[bytes] = []
+            while need:
+                part = await self.reader.read(min(need, _PART))
+                if not part:
+                    raise asyncio.IncompleteReadError(b"".join(parts), size - 8)
+                parts.append(part)
+                need -= len(part)
+                self._heard = self._loop.time()
+            body = b"".join(parts)
         self._heard = self._loop.time()
         return kind, channel, body[offset * 4 - 8:]
 

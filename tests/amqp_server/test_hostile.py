@@ -529,6 +529,14 @@ async def test_the_official_sdk_sends_again_after_sitting_idle_past_the_timeout(
 
     monkeypatch.setattr(_links, "IDLE_SECONDS", 2.0)
     monkeypatch.setattr(connection, "IDLE_SECONDS", 2.0)
+    closed: list[str] = []
+    fail = connection.Connection._fail
+
+    def watched(self: connection.Connection, exc: connection.ProtocolViolation) -> None:
+        closed.append(exc.condition)
+        fail(self, exc)
+
+    monkeypatch.setattr(connection.Connection, "_fail", watched)
     if sdk == "python":
         async with ServiceBusClient.from_connection_string(server.connection_string()) as c:
             async with c.get_queue_sender("q1") as sender, c.get_queue_receiver(
@@ -553,6 +561,7 @@ async def test_the_official_sdk_sends_again_after_sitting_idle_past_the_timeout(
     bodies = sorted(b"".join(m.body) if not isinstance(m.body, bytes) else m.body
                     for m in got)
     assert bodies == [b"after", b"before"]
+    assert "amqp:connection:forced" in closed  # it was closed for silence, and went on
 
 
 # -- deliveries over more than one frame ------------------------------------------------
@@ -709,3 +718,50 @@ async def test_a_delivery_begun_before_the_last_one_ended_closes_the_connection(
     _transfer(raw, 5, _data(b"FIVE"))
     assert await raw.closed_with() == "amqp:invalid-field"
     assert await drain("q1") == []
+
+
+@pytest.mark.looptime
+async def test_a_silent_client_that_reads_nothing_is_let_go_with_its_links(server):
+    """Closed for silence with bytes still unsent (the client read nothing of the
+    25 MB its credit asked for), the connection went on: closing waits to write them,
+    so the frame reader never ended and the link's pump, the connection and what it
+    held stayed. Now the reader ends at once and the socket goes within CLOSE_SECONDS."""
+    from aiosb.amqp._links import IDLE_SECONDS
+    from aiosb.amqp.connection import CLOSE_SECONDS
+
+    ns = emulator.namespace(NAMESPACE)
+    for _ in range(125):
+        await ns.send("q1", [Message(b"x" * 200_000)])
+    raw = await Raw.to(server)
+    await raw.open()
+    await raw.begin()
+    await raw.put_token(server.port, "q1")
+    raw.attach_receiver(UInt(0), "q1", mode=0)  # peek-lock: what it took comes back
+    assert (await raw.read())[0] == p.ATTACH
+    raw.send(0, p.performative(p.FLOW, UInt(1), UInt(5000), UInt(1), UInt(5000),
+                                UInt(0), UInt(0), UInt(1000)))
+    (connection,) = server._connections
+    await asyncio.sleep(IDLE_SECONDS + CLOSE_SECONDS + 2)  # and it reads nothing
+    assert not server._connections
+    assert all(link.pump is None or link.pump.done()
+               for session in connection.sessions.values() for link in session.links.values())
+
+
+@pytest.mark.looptime
+async def test_a_large_frame_that_comes_slowly_is_heard_all_along(server):
+    """A 200 KB frame sent over five minutes, a part a minute: the client is not
+    silent, though no frame is whole for longer than the idle timeout."""
+    from aiosb.amqp._links import IDLE_SECONDS
+
+    raw = await _sender(server)
+    data = frame(0, p.performative(p.TRANSFER, UInt(0), UInt(0), b"t", UInt(0), False),
+                 _data(b"x" * 200_000))
+    step = len(data) // 5 + 1
+    for start in range(0, len(data), step):
+        raw.writer.write(data[start:start + step])
+        await raw.writer.drain()
+        await asyncio.sleep(IDLE_SECONDS / 2)
+    async with asyncio.timeout(10):
+        while (got := await raw.read())[0] != p.DISPOSITION:
+            assert got[0] not in ("eof", p.CLOSE), got
+    assert [len(m.body) for m in await drain("q1")] == [200_000]
