@@ -88,6 +88,7 @@ class Link:
     #: transfers in order (``inbox``: payload, delivery id, format, settled, over-size).
     pump: asyncio.Task[None] | None = None
     inbox: deque[tuple[bytes, int | None, int, bool, bool]] = field(default_factory=deque)
+    serving_settled: bool = False  # the transfer being served came settled
     #: A session receiver: the session it holds and the broker's lock on it.
     session_id: str | None = None
     session_lock: str | None = None

@@ -149,7 +149,7 @@ class Connection(ReceiverLinks):
                 task.cancel()
             for session in self.sessions.values():
                 for link in session.links.values():
-                    self._unlink(link)
+                    self._unlink(session, link)
             self.writer.close()
             with contextlib.suppress(Exception):  # a client that reads nothing more: let go
                 async with asyncio.timeout(CLOSE_SECONDS):
@@ -275,8 +275,9 @@ class Connection(ReceiverLinks):
         elif code == p.BEGIN:
             self._on_begin(channel, fields)
         elif code == p.END:
-            for link in self._session(channel).links.values():
-                self._unlink(link)
+            ending = self._session(channel)
+            for link in ending.links.values():
+                self._unlink(ending, link)
             self.sessions.pop(channel, None)
             self._send(channel, p.performative(p.END))
         elif code == p.OPEN:
@@ -411,14 +412,22 @@ class Connection(ReceiverLinks):
     def _on_detach(self, session: Session, fields: list[Any]) -> None:
         link = session.links.pop(int(fields[0]), None)
         if link is not None:
-            self._unlink(link)
+            self._unlink(session, link)
             self._send(session.channel, p.performative(
                 p.DETACH, UInt(link.our_handle), bool(fields[1]),
             ))
 
-    def _unlink(self, link: Link) -> None:
-        if link.pump is not None:
+    def _unlink(self, session: Session, link: Link) -> None:
+        """End what ``link`` does. What the client sent settled is served still (it counts
+        it delivered); what had no disposition yet is dropped, even the transfer being
+        served (PN-6: the client takes it for failed, and sends it again or elsewhere)."""
+        kept = [t for t in link.inbox if t[3]] if link.kind == "entity" else []
+        link.inbox.clear()
+        link.inbox.extend(kept)
+        if link.pump is not None and not (link.receiving and link.serving_settled):
             link.pump.cancel()
+            if kept:
+                link.pump = asyncio.get_running_loop().create_task(self._work(session, link))
         if link.session_lock is not None:
             task = asyncio.get_running_loop().create_task(self._release(link))
             self._releases.add(task)
@@ -507,12 +516,13 @@ class Connection(ReceiverLinks):
     async def _work(self, session: Session, link: Link) -> None:
         """Serve ``link``'s transfers in order, away from the frame reader: an operation
         that hangs (an injected timeout) holds up its own link only, and a detach cancels
-        what the link has not done yet, as a client hanging up cancels its HTTP request.
-        The link's credit is given back as transfers are served, so a client cannot
-        queue more than ``CREDIT`` of them."""
+        what the link has not settled yet, as a client hanging up cancels its HTTP
+        request (:meth:`_unlink`). The link's credit is given back as transfers are
+        served, so a client cannot queue more than ``CREDIT`` of them."""
         inbox = link.inbox
         while inbox:
             payload, delivery_id, fmt, settled, over = inbox.popleft()
+            link.serving_settled = settled
             try:
                 if link.kind == "management":
                     reply = await self.management.reply(link.path, link.sub_queue, payload)

@@ -765,3 +765,29 @@ async def test_a_large_frame_that_comes_slowly_is_heard_all_along(server):
         while (got := await raw.read())[0] != p.DISPOSITION:
             assert got[0] not in ("eof", p.CLOSE), got
     assert [len(m.body) for m in await drain("q1")] == [200_000]
+
+
+@pytest.mark.parametrize("ending", ["detach", "end", "close"])
+async def test_what_a_client_sent_settled_is_kept_when_it_goes(server, ending):
+    """Sent pre-settled (the client counts each delivered as it sends it), then a
+    detach, end or close: the link's worker was cancelled with most of them still
+    queued (15 of 200 stored). Frames come in order: every one is stored now."""
+    raw = await Raw.to(server)
+    await raw.open()
+    await raw.begin()
+    await raw.put_token(server.port, "q1")
+    raw.send(0, p.performative(
+        p.ATTACH, "s0", UInt(0), False, UByte(1), None,
+        Described(ULong(0x28), ["q1"]), Described(ULong(0x29), ["q1"]), None, None, UInt(0),
+    ))
+    assert (await raw.read())[0] == p.ATTACH
+    for n in range(200):
+        raw.send(0, p.performative(p.TRANSFER, UInt(0), UInt(n), b"%d" % n, UInt(0), True),
+                 _data(b"m%d" % n))
+    raw.send(0, p.performative({"detach": p.DETACH, "end": p.END, "close": p.CLOSE}[ending],
+                               *([UInt(0), True] if ending == "detach" else [])))
+    async with asyncio.timeout(10):
+        while (await raw.read())[0] not in ("eof", p.DETACH, p.END, p.CLOSE):
+            pass
+    await asyncio.sleep(0.2)
+    assert [m.body for m in await drain("q1")] == [b"m%d" % n for n in range(200)]
