@@ -172,3 +172,20 @@ async def test_the_javascript_client_beats_through_the_idle_timeout(js_client, m
         got = await _node(js_client, "idle.mjs", server.connection_string(), "orders", "9")
     assert sorted(got) == ["after", "before"]
     assert closed == []
+
+
+async def test_a_javascript_session_receiver_settles_a_batch_smaller_than_asked(js_client):
+    """A receive that returns fewer than asked ends in a drain, which the client gives
+    200 ms before closing the link, and with it the session: the server answered it
+    only when its long poll (up to 30 s) ended, so every completion of the batch failed
+    with SessionLockLost and the messages came back counted. A drain now cuts the wait
+    short and is answered at once."""
+    async with serve_amqp(namespace="jsdrain") as server:
+        async with aiosb.connect("memory://jsdrain") as ns:
+            await ns.create_queue("sq", requires_session=True)
+            await ns.sender("sq").send([aiosb.Message(b"a", session_id="S"),
+                                        aiosb.Message(b"b", session_id="S")])
+            got = await _node(js_client, "sessiondrain.mjs", server.connection_string(), "sq")
+            left = (await ns.runtime_properties("sq")).total_message_count
+    assert got == {"got": ["a", "b"], "settled": ["ok", "ok"], "second": []}
+    assert left == 0

@@ -89,6 +89,9 @@ class Link:
     pump: asyncio.Task[None] | None = None
     inbox: deque[tuple[bytes, int | None, int, bool, bool]] = field(default_factory=deque)
     serving_settled: bool = False  # the transfer being served came settled
+    #: Sending: the broker receive waiting for messages, and how many it asked for.
+    poll: asyncio.Future[Any] | None = None
+    asked: int = 0
     #: A session receiver: the session it holds and the broker's lock on it.
     session_id: str | None = None
     session_lock: str | None = None

@@ -15,12 +15,14 @@ link detaches or the connection ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as _dt
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ServiceBusError
-from ..protocol import ReceiveRequest, SessionRequest
+from ..message import ReceivedMessage
+from ..protocol import ReceiveRequest, SessionRequest, Settlement
 from . import performatives as p
 from ._links import LONG_POLL, Link, Session, after, since
 from ._receiving import delivery_payload, delivery_tag, settlement_of
@@ -58,6 +60,7 @@ class ReceiverLinks:
     held: dict[tuple[str, str], str]
     #: The largest frame the client takes (its OPEN's max-frame-size).
     remote_max_frame: int
+    _releases: set[asyncio.Task[None]]
 
     if TYPE_CHECKING:
         def _send(self, channel: int, body: Any, payload: bytes = b"", kind: int = 0) -> None:
@@ -150,22 +153,39 @@ class ReceiverLinks:
             pass  # gone with its entity, or lost already: nothing to give back
 
     async def _pump_receive(self, session: Session, link: Link) -> None:
-        """Deliver the broker's messages on ``link`` while the client gives credit."""
+        """Deliver the broker's messages on ``link`` while the client gives credit.
+
+        A receive waits up to :data:`LONG_POLL` for messages; a flow that drains, or
+        takes back credit the wait counts on, cuts it short (:meth:`_recheck`: the
+        JavaScript client gives its drain 200 ms, then closes the link). Peek-locked
+        messages the client has no credit or window left for, or that a detach keeps
+        from it, are released (AMQP's released: not counted as a delivery).
+        """
         while True:
             await link.wake.wait()
             if link.credit <= 0 or session.remote_incoming_window <= 0:
                 link.wake.clear()
+                if link.drain:
+                    self._drained(session, link)
                 continue
-            drain = link.drain
+            link.asked = min(link.credit, session.remote_incoming_window, 1000)
             request = ReceiveRequest(
-                link.mode, max_messages=min(link.credit, session.remote_incoming_window, 1000),
-                max_wait=0 if drain else LONG_POLL, sub_queue=link.sub_queue,
-                session_id=link.session_id, session_lock=link.session_lock,
+                link.mode, max_messages=link.asked, max_wait=0 if link.drain else LONG_POLL,
+                sub_queue=link.sub_queue, session_id=link.session_id,
+                session_lock=link.session_lock,
             )
+            link.poll = poll = asyncio.ensure_future(self.ns.receive(link.path, request))
             try:
-                messages = await self.ns.receive(link.path, request)
+                messages = await poll
                 if messages and self.journal is not None:
                     await self.journal.commit()
+            except asyncio.CancelledError:
+                if poll.done() and not poll.cancelled() and poll.exception() is None:
+                    self._give_back(link, poll.result())  # taken, and never to be sent
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+                continue  # a flow cut the wait short: ask again, as it says
             except ServiceBusError as exc:
                 session.links.pop(link.handle, None)
                 self._send(session.channel, p.performative(
@@ -173,18 +193,53 @@ class ReceiverLinks:
                     p.error_of(exc, link.path),
                 ))
                 return
+            finally:
+                link.poll = None
             settled = link.mode == "receive_and_delete"
-            for message in messages:
-                delivery_id = self._transfer(session, link, delivery_payload(message),
-                                             delivery_tag(message), settled)
+            for n, message in enumerate(messages):
+                payload = delivery_payload(message)
+                if not settled and (link.credit <= 0 or session.remote_incoming_window
+                                    < self._frames_of(len(payload))):
+                    self._give_back(link, messages[n:])  # credit taken back meanwhile
+                    break
+                delivery_id = self._transfer(session, link, payload, delivery_tag(message),
+                                             settled)
                 if not settled and message.lock_token is not None:
                     session.unsettled[delivery_id] = (link, message.lock_token)
-            if drain and link.credit > 0:
-                link.delivery_count = after(link.delivery_count, link.credit)
-                link.credit = 0
-                link.drain = False
-                self._flow(session, link, drain=True)
+            if link.drain:
+                self._drained(session, link)
             await self.writer.drain()
+
+    def _recheck(self, link: Link) -> None:
+        """After the client's flow on ``link``: a receive waiting on credit the client
+        took back, or that a drain wants answered now, is cut short."""
+        if link.poll is not None and (link.drain or link.credit < link.asked):
+            link.poll.cancel()
+
+    def _drained(self, session: Session, link: Link) -> None:
+        """Answer a drain: the credit left is used up (2.6.7), said in a flow."""
+        link.delivery_count = after(link.delivery_count, max(0, link.credit))
+        link.credit = 0
+        link.drain = False
+        self._flow(session, link, drain=True)
+
+    def _give_back(self, link: Link, messages: list[ReceivedMessage]) -> None:
+        """Release the peek-locked ``messages`` the client will not be sent."""
+        tokens = [m.lock_token for m in messages if m.lock_token is not None]
+        if tokens:
+            settlement = Settlement("release", tokens, link.sub_queue)
+            settlement.session_id, settlement.session_lock = link.session_id, link.session_lock
+            self._background(self.ns.settle(link.path, settlement))
+
+    def _background(self, work: Awaitable[Any]) -> None:
+        """Run ``work`` on its own, beyond the link (or connection) that asked for it;
+        a broker error then has no one to tell (the messages' locks run out instead)."""
+        async def quietly() -> None:
+            with contextlib.suppress(ServiceBusError):
+                await work
+        task = asyncio.get_running_loop().create_task(quietly())
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
 
     async def _on_disposition(self, session: Session, fields: list[Any]) -> None:
         """Settle what a receiver's disposition says, and echo the outcome."""

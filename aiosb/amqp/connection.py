@@ -429,9 +429,7 @@ class Connection(ReceiverLinks):
             if kept:
                 link.pump = asyncio.get_running_loop().create_task(self._work(session, link))
         if link.session_lock is not None:
-            task = asyncio.get_running_loop().create_task(self._release(link))
-            self._releases.add(task)
-            task.add_done_callback(self._releases.discard)
+            self._background(self._release(link))
 
     def _flow(self, session: Session, link: Link | None = None, drain: bool = False) -> None:
         """A flow frame: the session's window and, with ``link``, its credit."""
@@ -460,6 +458,7 @@ class Connection(ReceiverLinks):
             link.credit = int(fields[6]) - max(0, since(link.delivery_count, count))
             link.drain = bool(fields[8])
             link.wake.set()
+            self._recheck(link)
             self._pump(session, link)
         elif fields[9]:  # echo
             self._flow(session, link)

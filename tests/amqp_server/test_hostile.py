@@ -791,3 +791,53 @@ async def test_what_a_client_sent_settled_is_kept_when_it_goes(server, ending):
             pass
     await asyncio.sleep(0.2)
     assert [m.body for m in await drain("q1")] == [b"m%d" % n for n in range(200)]
+
+
+# -- flows while a receive waits --------------------------------------------------------
+
+
+async def _waiting_receiver(server: Any, mode: int) -> Raw:
+    """A receiver on q1 (empty) given credit 5: the server's receive waits for messages."""
+    raw = await Raw.to(server)
+    await raw.open()
+    await raw.begin()
+    await raw.put_token(server.port, "q1")
+    raw.attach_receiver(UInt(0), "q1", mode=mode)
+    assert (await raw.read())[0] == p.ATTACH
+    raw.send(0, p.performative(p.FLOW, UInt(1), UInt(5000), UInt(1), UInt(5000),
+                                UInt(0), UInt(0), UInt(5)))
+    await asyncio.sleep(0.3)
+    return raw
+
+
+async def test_a_drain_is_answered_at_once_though_a_receive_waits(server):
+    """The drain was answered only when the server's receive ended (up to 30 s)."""
+    raw = await _waiting_receiver(server, mode=0)
+    raw.send(0, p.performative(p.FLOW, UInt(1), UInt(5000), UInt(1), UInt(5000),
+                                UInt(0), UInt(0), UInt(5), None, True))
+    async with asyncio.timeout(2):
+        while (got := await raw.read())[0] != p.FLOW:
+            pass
+    assert got[1][6] == 0 and got[1][5] == 5 and got[1][8]  # credit used up, drain said
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+async def test_credit_taken_back_while_a_receive_waits_is_respected(server, mode):
+    """Credit set to 0 during the wait was not seen: the messages that came were taken
+    from the broker and sent all the same, which a client holding to its credit throws
+    away (in receive-and-delete, lost). Now nothing is taken or sent."""
+    raw = await _waiting_receiver(server, mode)
+    raw.send(0, p.performative(p.FLOW, UInt(1), UInt(5000), UInt(1), UInt(5000),
+                                UInt(0), UInt(0), UInt(0)))
+    await asyncio.sleep(0.2)
+    await emulator.namespace(NAMESPACE).send("q1", [Message(b"one"), Message(b"two")])
+    transfers = 0
+    try:
+        async with asyncio.timeout(1):
+            while True:
+                if (await raw.read())[0] == p.TRANSFER:
+                    transfers += 1
+    except TimeoutError:
+        pass
+    assert transfers == 0
+    assert [m.body for m in await drain("q1")] == [b"one", b"two"]  # neither taken
