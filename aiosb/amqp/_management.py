@@ -133,9 +133,10 @@ class Management:
             # status and description: the exact class rides at the description's end.
             described = f"{p.description(exc, path)} [{p.ERROR_INFO}: {type(exc).__name__}]"
             return _reply(message_id, code, described, p.condition(exc))
-        except (DecodeError, ValueError, TypeError) as exc:
-            return _reply(message_id, 400, f"a malformed {operation} request: {exc}",
-                          _VENDOR + "argument-error")
+        except (DecodeError, ValueError, TypeError, KeyError, IndexError, OverflowError,
+                AttributeError) as exc:  # what a malformed body breaks: said, not silent
+            return _reply(message_id, 400, f"a malformed {operation} request: "
+                          f"{type(exc).__name__}: {str(exc)[:200]}", _VENDOR + "argument-error")
         return _reply(message_id, status, "OK" if status == 200 else "No Content",
                       _NOTHING.get(str(operation).removeprefix(_VENDOR)) if status == 204
                       else None, result)

@@ -523,13 +523,13 @@ class Connection(ReceiverLinks):
             payload, delivery_id, fmt, settled, over = inbox.popleft()
             link.serving_settled = settled
             try:
-                if link.kind == "management":
+                if over:  # a management request too: refused, as its reply could not say
+                    outcome = p.rejected("amqp:link:message-size-exceeded",
+                                         f"the message is over {self.ns.max_message_size} bytes.")
+                elif link.kind == "management":
                     reply = await self.management.reply(link.path, link.sub_queue, payload)
                     self._answer(session, link, reply)
                     outcome = _ACCEPTED
-                elif over:
-                    outcome = p.rejected("amqp:link:message-size-exceeded",
-                                         f"the message is over {self.ns.max_message_size} bytes.")
                 else:
                     outcome = await self._deliver(link, payload, fmt)
             except asyncio.CancelledError:

@@ -41,6 +41,7 @@ class Raw:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
+        self.payload = b""
 
     @classmethod
     async def to(cls, server: Any) -> Raw:
@@ -62,7 +63,8 @@ class Raw:
             return "eof", None
         if not body:
             return "empty", None
-        code, fields, _end = p.parse(body)
+        code, fields, end = p.parse(body)
+        self.payload = body[end:]  # what follows the performative (a transfer's message)
         return code, fields
 
     async def closed_with(self) -> str | None:
@@ -841,3 +843,44 @@ async def test_credit_taken_back_while_a_receive_waits_is_respected(server, mode
         pass
     assert transfers == 0
     assert [m.body for m in await drain("q1")] == [b"one", b"two"]  # neither taken
+
+
+# -- $management requests that break what reads them ------------------------------------
+
+
+async def test_a_management_request_that_breaks_its_reader_is_answered_400(server):
+    """A schedule-message whose scheduled time is an integer too large for a date (or
+    an entry with no message) raised past the reply: no answer ever came, and the SDK
+    waited out its whole timeout."""
+    from aiosb.amqp.codec import encode
+    from aiosb.amqp.messages import sections_of
+
+    raw = await Raw.to(server)
+    await raw.open()
+    await raw.begin()
+    await raw.put_token(server.port, "q1")
+    node = "q1/$management"
+    raw.send(0, p.performative(p.ATTACH, "ms", UInt(10), False, UByte(0), UByte(0),
+             Described(ULong(0x28), ["me"]), Described(ULong(0x29), [node]), None, None,
+             UInt(0)))
+    raw.send(0, p.performative(p.ATTACH, "mr", UInt(11), True, UByte(0), UByte(0),
+             Described(ULong(0x28), [node]), Described(ULong(0x29), ["me"])))
+    raw.send(0, p.performative(p.FLOW, UInt(1), UInt(5000), UInt(1), UInt(5000),
+                                UInt(11), UInt(0), UInt(10)))
+    notes = {Symbol("x-opt-scheduled-enqueue-time"): -2**62}
+    message = (encode(Described(ULong(0x72), notes)) + encode(Described(ULong(0x73), ["m"]))
+               + encode(Described(ULong(0x75), b"sched")))
+    statuses = []
+    for n, body in enumerate(({"messages": [{"message": message}]}, {"messages": [{}]})):
+        raw.send(0, p.performative(p.TRANSFER, UInt(10), UInt(n), b"r%d" % n, UInt(0), False),
+                 encode(Described(ULong(0x73), [f"id{n}", None, None, None, "me"]))
+                 + encode(Described(ULong(0x74), {"operation": "com.microsoft:schedule-message"}))
+                 + encode(Described(ULong(0x77), body)))
+        async with asyncio.timeout(5):
+            while True:
+                code, fields = await raw.read()
+                assert code not in ("eof", p.CLOSE), fields
+                if code == p.TRANSFER:
+                    break
+        statuses.append(sections_of(raw.payload).application_properties["statusCode"])
+    assert statuses == [400, 400]
