@@ -267,8 +267,12 @@ class ReceiverLinks:
             link, token = entry
             settlement, outcome = settlement_of(fields[4], token, link.sub_queue)
             if settlement is None:
-                session.unsettled[delivery_id] = entry
-                continue
+                if not fields[3]:  # no outcome yet (received): it stays outstanding
+                    session.unsettled[delivery_id] = entry
+                    continue
+                # Settled by the client with no outcome: released (2.6.12 leaves the
+                # default to us), not locked for a client that has forgotten it.
+                settlement = Settlement("release", [token], link.sub_queue)
             settlement.session_id, settlement.session_lock = link.session_id, link.session_lock
             try:
                 await self.ns.settle(link.path, settlement)

@@ -884,3 +884,26 @@ async def test_a_management_request_that_breaks_its_reader_is_answered_400(serve
                     break
         statuses.append(sections_of(raw.payload).application_properties["statusCode"])
     assert statuses == [400, 400]
+
+
+async def test_a_delivery_the_client_settles_with_no_outcome_is_released(server):
+    """Settled with no state, the delivery was kept outstanding and its message locked
+    until the lock ran out, for a client that had forgotten it; it is released now, as
+    if never delivered."""
+    await emulator.namespace(NAMESPACE).send("q1", [Message(b"m")])
+    raw = await Raw.to(server)
+    await raw.open()
+    await raw.begin()
+    await raw.put_token(server.port, "q1")
+    raw.attach_receiver(UInt(0), "q1", mode=0)
+    assert (await raw.read())[0] == p.ATTACH
+    raw.send(0, p.performative(p.FLOW, UInt(1), UInt(5000), UInt(1), UInt(5000),
+                                UInt(0), UInt(0), UInt(1)))
+    async with asyncio.timeout(10):
+        while (got := await raw.read())[0] != p.TRANSFER:
+            pass
+    raw.send(0, p.performative(p.DISPOSITION, True, UInt(got[1][1]), None, True, None))
+    await asyncio.sleep(0.3)
+    [seen] = await drain("q1", peek=True)
+    assert seen.delivery_count == 0  # not counted
+    assert [m.body for m in await drain("q1")] == [b"m"]  # and not locked: taken at once
