@@ -16,7 +16,8 @@ from ..protocol import ReceiveMode
 __all__ = [
     "CHANNEL_MAX", "CREDIT", "HANDLE_MAX", "LONG_POLL", "MAX_FRAME", "WINDOW", "Link",
     "IDLE_SECONDS", "ProtocolViolation", "Session", "after", "beat", "check_channel",
-    "check_handle", "heartbeat_interval", "hold_reply", "since", "watch_idle",
+    "check_handle", "heartbeat_interval", "hold_reply", "reply_link", "room_for_reply",
+    "since", "watch_idle",
 ]
 
 #: The largest frame we take (a whole standard-tier batch fits in one).
@@ -153,15 +154,31 @@ async def watch_idle(heard: Callable[[], float],
             return
 
 
-def hold_reply(link: Link, reply: bytes) -> None:
-    """Queue ``reply`` on ``link`` (a ``$cbs`` or ``$management`` reply link) until the
-    client gives credit for it; refused beyond :data:`MOST_REPLIES` waiting."""
-    if len(link.outbox) >= MOST_REPLIES:
+def reply_link(session: Session, request: Link) -> Link | None:
+    """The client's receiver link of the ``$management`` node ``request`` asks on."""
+    for link in session.links.values():
+        if (link.kind == "management" and not link.receiving and link.path == request.path
+                and link.sub_queue == request.sub_queue):
+            return link
+    return None
+
+
+def room_for_reply(link: Link | None) -> None:
+    """Refuse a request whose reply ``link`` holds :data:`MOST_REPLIES` waiting for the
+    client's credit already: asked before the operation is done, so none takes effect
+    with no reply to say so."""
+    if link is not None and len(link.outbox) >= MOST_REPLIES:
         raise ProtocolViolation(
             "amqp:resource-limit-exceeded",
             f"{MOST_REPLIES} replies wait on link {str(link.name)[:80]!r} for credit the "
             "client does not give.",
         )
+
+
+def hold_reply(link: Link, reply: bytes) -> None:
+    """Queue ``reply`` on ``link`` (a ``$cbs`` or ``$management`` reply link) until the
+    client gives credit for it; refused beyond :data:`MOST_REPLIES` waiting."""
+    room_for_reply(link)
     link.outbox.append(reply)
 
 

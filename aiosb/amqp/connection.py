@@ -54,6 +54,8 @@ from ._links import (
     check_handle,
     heartbeat_interval,
     hold_reply,
+    reply_link,
+    room_for_reply,
     since,
     watch_idle,
 )
@@ -527,6 +529,7 @@ class Connection(ReceiverLinks):
                     outcome = p.rejected("amqp:link:message-size-exceeded",
                                          f"the message is over {self.ns.max_message_size} bytes.")
                 elif link.kind == "management":
+                    room_for_reply(reply_link(session, link))  # else refused before done
                     reply = await self.management.reply(link.path, link.sub_queue, payload)
                     self._answer(session, link, reply)
                     outcome = _ACCEPTED
@@ -589,11 +592,8 @@ class Connection(ReceiverLinks):
 
     def _answer(self, session: Session, request_link: Link, reply: bytes) -> None:
         """Send a management reply on the client's receiver link of the same node."""
-        for link in session.links.values():
-            if (link.kind == "management" and not link.receiving
-                    and link.path == request_link.path
-                    and link.sub_queue == request_link.sub_queue):
-                hold_reply(link, reply)
-                self._pump(session, link)
-                return
+        link = reply_link(session, request_link)
+        if link is not None:
+            hold_reply(link, reply)
+            self._pump(session, link)
 

@@ -444,8 +444,12 @@ async def test_deliveries_and_a_disposition_range_that_wrap_past_2_32(server):
 async def test_requests_whose_replies_are_never_taken_close_the_connection(server, node):
     """Asking on $cbs or $management while giving the reply link no credit queued every
     reply (51 MB from 12 MB of requests in the probe); past MOST_REPLIES waiting, the
-    connection is closed with resource-limit-exceeded."""
+    connection is closed with resource-limit-exceeded, and the request refused is not
+    done (a schedule-message here: no message is scheduled with no reply to say so)."""
+    import datetime as dt
+
     from aiosb.amqp._links import MOST_REPLIES
+    from aiosb.amqp.codec import encode
 
     raw = await Raw.to(server)
     await raw.open()
@@ -459,6 +463,15 @@ async def test_requests_whose_replies_are_never_taken_close_the_connection(serve
             None, None, None if receiving else UInt(0),
         ))
     request = bytes.fromhex("00537740")  # an amqp-value of null: answered with an error
+    if node != "$cbs":
+        at = dt.datetime(2099, 1, 1, tzinfo=dt.UTC)
+        message = (encode(Described(ULong(0x72), {Symbol("x-opt-scheduled-enqueue-time"): at}))
+                   + encode(Described(ULong(0x75), b"later")))
+        request = (
+            encode(Described(ULong(0x73), ["id", None, None, None, "me"]))
+            + encode(Described(ULong(0x74), {"operation": "com.microsoft:schedule-message"}))
+            + encode(Described(ULong(0x77), {"messages": [{"message": message}]}))
+        )
     sent = served = 0
     condition = None
     async with asyncio.timeout(20):
@@ -477,6 +490,12 @@ async def test_requests_whose_replies_are_never_taken_close_the_connection(serve
                 break
     assert condition == "amqp:resource-limit-exceeded"
     assert served == MOST_REPLIES  # each reply it could hold was answered
+    if node != "$cbs":
+        from aiosb.protocol import ManagementRequest
+
+        counts = await emulator.namespace(NAMESPACE).manage(
+            ManagementRequest("runtime", None, "q1"))
+        assert counts.scheduled_message_count == MOST_REPLIES
     await good_client_is_served(server)
 
 
