@@ -20,3 +20,20 @@ def _fresh_emulator():
     emulator.reset()
     yield
     emulator.reset()
+
+
+@pytest.fixture
+def amqp_closes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The condition of every AMQP connection the server closes for cause (its
+    ``Connection._fail``: the idle watch, a protocol violation), in order."""
+    from aiosb.amqp import connection
+
+    closes: list[str] = []
+    fail = connection.Connection._fail
+
+    def watched(self: connection.Connection, exc: connection.ProtocolViolation) -> None:
+        closes.append(exc.condition)
+        fail(self, exc)
+
+    monkeypatch.setattr(connection.Connection, "_fail", watched)
+    return closes

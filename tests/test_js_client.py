@@ -151,27 +151,21 @@ async def test_the_javascript_rule_manager_adds_lists_and_removes_rules_that_rou
     assert rules == ["eu"]
 
 
-async def test_the_javascript_client_beats_through_the_idle_timeout(js_client, monkeypatch):
+async def test_the_javascript_client_beats_through_the_idle_timeout(
+    js_client, monkeypatch, amqp_closes
+):
     """The JavaScript client sends a heartbeat at half the idle timeout aiosb serve's OPEN
     says (4 s here): idle for 9 s, its connection is never closed, and it sends on."""
     from aiosb.amqp import _links, connection
 
     monkeypatch.setattr(_links, "IDLE_SECONDS", 4.0)
     monkeypatch.setattr(connection, "IDLE_SECONDS", 4.0)
-    closed: list[str] = []
-    fail = connection.Connection._fail
-
-    def watched(self: connection.Connection, exc: connection.ProtocolViolation) -> None:
-        closed.append(exc.condition)
-        fail(self, exc)
-
-    monkeypatch.setattr(connection.Connection, "_fail", watched)
     async with serve_amqp(namespace="jsidle") as server:
         async with aiosb.connect("memory://jsidle") as ns:
             await ns.create_queue("orders")
         got = await _node(js_client, "idle.mjs", server.connection_string(), "orders", "9")
     assert sorted(got) == ["after", "before"]
-    assert closed == []
+    assert amqp_closes == []
 
 
 async def test_a_javascript_session_receiver_settles_a_batch_smaller_than_asked(js_client):

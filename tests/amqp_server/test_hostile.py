@@ -327,15 +327,7 @@ async def test_transfers_beyond_the_credit_given_close_the_connection(server):
     send (300,000 in the probe, 340 MB); beyond the credit it is refused."""
     from aiosb.amqp.connection import CREDIT
 
-    raw = await Raw.to(server)
-    await raw.open()
-    await raw.begin()
-    await raw.put_token(server.port, "q1")
-    raw.send(0, p.performative(
-        p.ATTACH, "s0", UInt(0), False, None, None,
-        Described(ULong(0x28), ["q1"]), Described(ULong(0x29), ["q1"]), None, None, UInt(0),
-    ))
-    assert (await raw.read())[0] == p.ATTACH
+    raw = await _sender(server)
     with emulator.namespace(NAMESPACE).faults.fail("q1", kind="timeout", operations=["send"]):
         payload = bytes.fromhex("005375a003") + b"abc"  # a data section (vbin8)
         for delivery in range(CREDIT + 5):
@@ -536,7 +528,7 @@ async def test_a_connection_silent_past_the_idle_timeout_it_was_told_is_closed(s
 
 @pytest.mark.parametrize("sdk", ["python", "python-sync"])
 async def test_the_official_sdk_sends_again_after_sitting_idle_past_the_timeout(
-    server, monkeypatch, sdk
+    server, monkeypatch, amqp_closes, sdk
 ):
     """An SDK sender and receiver left idle past the idle timeout go on. The Python
     SDK's keep-alive (every 30 s) beats within the real 120 s (checked by hand: idle
@@ -550,14 +542,7 @@ async def test_the_official_sdk_sends_again_after_sitting_idle_past_the_timeout(
 
     monkeypatch.setattr(_links, "IDLE_SECONDS", 2.0)
     monkeypatch.setattr(connection, "IDLE_SECONDS", 2.0)
-    closed: list[str] = []
-    fail = connection.Connection._fail
-
-    def watched(self: connection.Connection, exc: connection.ProtocolViolation) -> None:
-        closed.append(exc.condition)
-        fail(self, exc)
-
-    monkeypatch.setattr(connection.Connection, "_fail", watched)
+    closed = amqp_closes
     if sdk == "python":
         async with ServiceBusClient.from_connection_string(server.connection_string()) as c:
             async with c.get_queue_sender("q1") as sender, c.get_queue_receiver(
@@ -663,14 +648,7 @@ async def test_a_client_with_small_frames_gets_every_frame_counted(server):
 async def test_a_disposition_range_that_ends_before_it_begins_settles_nothing(server):
     ns = emulator.namespace(NAMESPACE)
     await ns.send("q1", [Message(b"m%d" % n) for n in range(5)])
-    raw = await Raw.to(server)
-    await raw.open()
-    await raw.begin()
-    await raw.put_token(server.port, "q1")
-    raw.attach_receiver(UInt(0), "q1", mode=0)
-    assert (await raw.read())[0] == p.ATTACH
-    raw.send(0, p.performative(p.FLOW, UInt(1), UInt(5000), UInt(1), UInt(5000),
-                                UInt(0), UInt(0), UInt(5)))
+    raw = await _receiver(server, 0, credit=5)
     ids = []
     async with asyncio.timeout(10):
         while len(ids) < 5:
@@ -701,6 +679,20 @@ def _data(body: bytes) -> bytes:
     from aiosb.amqp.codec import encode
 
     return encode(Described(ULong(0x75), body))
+
+
+async def _receiver(server: Any, mode: int, credit: int) -> Raw:
+    """A receiver on q1, peek-lock (``mode`` 0) or receive-and-delete (1), given
+    ``credit`` (the client expects transfer-id 1 next: its token's reply was 0)."""
+    raw = await Raw.to(server)
+    await raw.open()
+    await raw.begin()
+    await raw.put_token(server.port, "q1")
+    raw.attach_receiver(UInt(0), "q1", mode=mode)
+    assert (await raw.read())[0] == p.ATTACH
+    raw.send(0, p.performative(p.FLOW, UInt(1), UInt(5000), UInt(1), UInt(5000),
+                                UInt(0), UInt(0), UInt(credit)))
+    return raw
 
 
 async def _sender(server: Any) -> Raw:
@@ -753,19 +745,13 @@ async def test_a_silent_client_that_reads_nothing_is_let_go_with_its_links(serve
     ns = emulator.namespace(NAMESPACE)
     for _ in range(125):
         await ns.send("q1", [Message(b"x" * 200_000)])
-    raw = await Raw.to(server)
-    await raw.open()
-    await raw.begin()
-    await raw.put_token(server.port, "q1")
-    raw.attach_receiver(UInt(0), "q1", mode=0)  # peek-lock: what it took comes back
-    assert (await raw.read())[0] == p.ATTACH
-    raw.send(0, p.performative(p.FLOW, UInt(1), UInt(5000), UInt(1), UInt(5000),
-                                UInt(0), UInt(0), UInt(1000)))
+    raw = await _receiver(server, 0, credit=1000)  # peek-lock: what it took comes back
     (connection,) = server._connections
     await asyncio.sleep(IDLE_SECONDS + CLOSE_SECONDS + 2)  # and it reads nothing
     assert not server._connections
     assert all(link.pump is None or link.pump.done()
                for session in connection.sessions.values() for link in session.links.values())
+    raw.writer.close()  # (held to here: the client is silent, not gone)
 
 
 @pytest.mark.looptime
@@ -819,14 +805,7 @@ async def test_what_a_client_sent_settled_is_kept_when_it_goes(server, ending):
 
 async def _waiting_receiver(server: Any, mode: int) -> Raw:
     """A receiver on q1 (empty) given credit 5: the server's receive waits for messages."""
-    raw = await Raw.to(server)
-    await raw.open()
-    await raw.begin()
-    await raw.put_token(server.port, "q1")
-    raw.attach_receiver(UInt(0), "q1", mode=mode)
-    assert (await raw.read())[0] == p.ATTACH
-    raw.send(0, p.performative(p.FLOW, UInt(1), UInt(5000), UInt(1), UInt(5000),
-                                UInt(0), UInt(0), UInt(5)))
+    raw = await _receiver(server, mode, credit=5)
     await asyncio.sleep(0.3)
     return raw
 
@@ -910,14 +889,7 @@ async def test_a_delivery_the_client_settles_with_no_outcome_is_released(server)
     until the lock ran out, for a client that had forgotten it; it is released now, as
     if never delivered."""
     await emulator.namespace(NAMESPACE).send("q1", [Message(b"m")])
-    raw = await Raw.to(server)
-    await raw.open()
-    await raw.begin()
-    await raw.put_token(server.port, "q1")
-    raw.attach_receiver(UInt(0), "q1", mode=0)
-    assert (await raw.read())[0] == p.ATTACH
-    raw.send(0, p.performative(p.FLOW, UInt(1), UInt(5000), UInt(1), UInt(5000),
-                                UInt(0), UInt(0), UInt(1)))
+    raw = await _receiver(server, 0, credit=1)
     async with asyncio.timeout(10):
         while (got := await raw.read())[0] != p.TRANSFER:
             pass
