@@ -144,8 +144,8 @@ class Connection(ReceiverLinks):
             self._fail(exc)
         except Exception as exc:  # a bug's blast ends this connection, said, not silent
             log.exception("AMQP connection failed unexpectedly")
-            self._send(0, p.performative(p.CLOSE, p.amqp_error(
-                "amqp:internal-error", f"{type(exc).__name__}: {str(exc)[:200]}")))
+            self._fail(ProtocolViolation(
+                "amqp:internal-error", f"{type(exc).__name__}: {str(exc)[:200]}"))
         finally:
             for task in self._tending:
                 task.cancel()

@@ -898,3 +898,23 @@ async def test_a_delivery_the_client_settles_with_no_outcome_is_released(server)
     [seen] = await drain("q1", peek=True)
     assert seen.delivery_count == 0  # not counted
     assert [m.body for m in await drain("q1")] == [b"m"]  # and not locked: taken at once
+
+
+async def test_a_bug_met_serving_a_frame_closes_that_connection_with_internal_error(
+    server, monkeypatch
+):
+    """An unexpected exception ends its own connection with amqp:internal-error (and
+    the server's log), not a traceback the client never hears of; others are served."""
+    from aiosb.amqp import connection
+
+    def broken(self: Any, channel: int, fields: list[Any]) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(connection.Connection, "_on_begin", broken)
+    raw = await Raw.to(server)
+    await raw.open()
+    raw.send(0, p.performative(p.BEGIN, None, UInt(0), UInt(5000), UInt(5000)))
+    assert await raw.closed_with() == "amqp:internal-error"
+    assert not server._connections
+    monkeypatch.undo()
+    await good_client_is_served(server)
