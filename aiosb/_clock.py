@@ -6,6 +6,10 @@ milliseconds. Wall-clock UTC is derived from it: an anchor taken when the clock 
 sees a loop, plus the loop time elapsed since. One clock serves the whole process, so
 the emulator and the pairing runtime on one loop read the very same instant.
 
+The clock never reads ahead of the loop's time (issue 33): nothing moves it but the
+loop, so a timer that fires reads the time the loop says, and whatever it ends (a lock,
+a schedule) is rechecked against that, never taken as the time.
+
 :func:`within` is the one deadline for an operation, the client's and the server's:
 the operation runs at once, and a timer is armed only if it waits.
 """
@@ -13,6 +17,7 @@ the operation runs at once, and a timer is armed only if it waits.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import weakref
 from collections.abc import Awaitable, Coroutine, Generator
@@ -35,6 +40,10 @@ class LoopClock:
         self._offsets: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, float] = (
             weakref.WeakKeyDictionary()
         )
+        #: Each loop's offset as first taken (:meth:`lead` measures from it).
+        self._anchors: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, float] = (
+            weakref.WeakKeyDictionary()
+        )
         self._last = 0.0
         #: The loop last read and its offset, as one tuple (read and replaced whole, so
         #: that a loop in another thread never pairs its loop with this one's offset):
@@ -51,7 +60,7 @@ class LoopClock:
         else:
             known = self._offsets.get(loop)
             if known is None:
-                known = self._offsets[loop] = max(time.time(), self._last) - loop.time()
+                known = self._offsets[loop] = self._anchors[loop] = self._anchor(loop)
             offset = known
             self._cached = (weakref.ref(loop), offset)
         value = loop.time() + offset
@@ -62,23 +71,42 @@ class LoopClock:
         self._last = value
         return value
 
-    def advance_to(self, utc: float) -> None:
-        """Never read earlier than ``utc`` again (a timer fired at its deadline)."""
-        if utc > self._last:
-            self._last = utc
+    def _anchor(self, loop: asyncio.AbstractEventLoop) -> float:
+        """The offset from ``loop``'s time to UTC. A loop whose time is the monotonic
+        clock's, or lags it (uvloop's is the time its iteration began, in whole
+        milliseconds), is anchored to the monotonic clock itself: anchored to its own
+        lagging time, the clock would read ahead of real time by that lag for good."""
+        at = loop.time()  # first: a loop reading monotonic() reads it no later than we do
+        wall, monotonic = time.time(), time.monotonic()
+        base = monotonic if 0.0 <= monotonic - at < 1.0 else at
+        return max(wall, self._last) - base
+
+    def lead(self) -> float:
+        """How far the clock reads ahead of the running loop's own time, from where it
+        was anchored: 0.0 unless that loop's time went backwards, or another loop's
+        read a later instant (the clock never goes back). Nothing else moves it."""
+        loop = asyncio.get_running_loop()
+        value = self.now()
+        return value - loop.time() - self._anchors[loop]
 
     def loop_time(self, utc: float) -> float:
-        """The running loop's time at which the clock will read ``utc``."""
+        """The running loop's time from which on the clock reads ``utc`` or later (not
+        a float's rounding before it: a timer armed for it finds its time come)."""
         loop = asyncio.get_running_loop()
         offset = self._offsets.get(loop)
         if offset is None:
             self.now()
             offset = self._offsets[loop]
-        return utc - offset
+        at = utc - offset
+        step = math.ulp(utc)
+        while at + offset < utc:
+            at += step
+        return at
 
     def reset(self) -> None:
         """Forget every anchor (between tests, with the emulator's reset)."""
         self._offsets.clear()
+        self._anchors.clear()
         self._last = 0.0
         self._cached = None
 

@@ -249,9 +249,13 @@ class EmulatorNamespace:
         self._handle = None
         self._handle_when = INF
         now = self.clock.now()
-        if now < when:  # float rounding at the timer's edge: the deadline has come
-            self.clock.advance_to(when)
-            now = when
+        if now < when:
+            # Fired a hair early (uvloop's timers keep whole milliseconds, looptime's
+            # microseconds; a float rounds): nothing runs before its time, and nothing
+            # moves the clock to it (issue 33). Armed again, the timer comes back
+            # within that hair: the loop time armed for reads at least ``when``.
+            self._rearm()
+            return
         self._run_due(now)
 
     # -- faults ----------------------------------------------------------------------

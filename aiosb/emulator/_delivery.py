@@ -183,9 +183,10 @@ async def _wait(
             looks = True
     except TimeoutError:
         if session is not None and (deadline is None or loop.time() < deadline):
-            # The session lock ended first: say so on the next pass, with the clock at
-            # that instant whatever the float rounding of the timer.
-            ns.clock.advance_to(session.locked_until)
+            # The session lock's end, as it was when the wait began, came first: look
+            # again, and the next pass checks the lock as it is now (renewed while this
+            # waited, or ended: SessionLockLost). Never move the clock to the lock's
+            # end: a renewal moved that, and the clock would run ahead (issue 33).
             looks = True
             return True
         return False
