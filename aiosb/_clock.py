@@ -81,6 +81,11 @@ class LoopClock:
         base = monotonic if 0.0 <= monotonic - at < 1.0 else at
         return max(wall, self._last) - base
 
+    def latest(self) -> float:
+        """The latest instant the clock has given, on any loop (0.0 if none since
+        :meth:`reset`): on real loops, never later than real time."""
+        return self._last
+
     def lead(self) -> float:
         """How far the clock reads ahead of the running loop's own time, from where it
         was anchored: 0.0 unless that loop's time went backwards, or another loop's

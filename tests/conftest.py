@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 # The transports and the pairing layer, imported now rather than by the first test that
@@ -13,6 +15,33 @@ import aiosb.transport.amqp
 import aiosb.transport.http
 import aiosb.transport.memory  # noqa: F401
 from aiosb import emulator
+from aiosb._clock import CLOCK
+
+#: seconds: how far the clock may read past the wall clock (the two are read apart).
+SKEW = 0.005
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test marked ``runs_in_background(run)`` waits for ``run``, which the session
+    starts once it has collected the test (``pytest_collection_finish``): it goes
+    last, so the run goes on beside the rest of the suite (tests/realclock/samples.py)."""
+    last = [item for item in items if item.get_closest_marker("runs_in_background")]
+    if last:
+        items[:] = [item for item in items if item not in last] + last
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    for item in session.items:
+        marker = item.get_closest_marker("runs_in_background")
+        if marker is not None:
+            marker.args[0].start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for item in session.items:
+        marker = item.get_closest_marker("runs_in_background")
+        if marker is not None:
+            marker.args[0].stop()
 
 
 @pytest.fixture(autouse=True)
@@ -20,6 +49,16 @@ def _fresh_emulator():
     emulator.reset()
     yield
     emulator.reset()
+
+
+@pytest.fixture(autouse=True)
+def _clock_keeps_real_time(request: pytest.FixtureRequest, _fresh_emulator: None):
+    """Issue 33: after every test that ran on the wall clock (not fast-forwarded), no
+    instant the clock gave is later than real time."""
+    yield
+    if request.node.get_closest_marker("looptime") is None:
+        ahead = CLOCK.latest() - time.time()
+        assert ahead <= SKEW, f"the clock read {ahead:.3f} s ahead of the wall clock"
 
 
 @pytest.fixture
