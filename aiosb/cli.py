@@ -68,10 +68,13 @@ async def serve_forever(
     amqp_port: int | None = None,
     namespace: str = "sbemulatorns",
     tls: tuple[str, str] | None = None,
+    amqp_tls: tuple[str, str] | None = None,
 ) -> None:
     """Serve the emulator over HTTP (and AMQP 1.0 on ``amqp_port``, for the official SDKs)
     until interrupted, printing how to connect and (unless ``quiet``) a line per
-    request."""
+    request. ``tls`` (certificate, key) makes the HTTP port HTTPS; ``amqp_tls`` (the
+    same, or another) makes the AMQP port answer a client that opens with TLS with the
+    HTTPS management API, so that one connection string reaches both (#34)."""
     from .amqp.server import serve_amqp
     from .auth import key_table
     from .emulator.server import DEV_KEY, serve
@@ -92,8 +95,15 @@ async def serve_forever(
         amqp = None
         if amqp_port is not None:
             try:
+                management = None
+                if served.protocol_factory is not None:
+                    from .emulator._tls import context
+
+                    tls_context = None if amqp_tls is None else context(*amqp_tls)
+                    management = (served.protocol_factory, tls_context)
                 amqp = await stack.enter_async_context(serve_amqp(
-                    host, amqp_port, namespace=namespace, keys=table, journal=served.journal
+                    host, amqp_port, namespace=namespace, keys=table, journal=served.journal,
+                    management=management,
                 ))
             except OSError as exc:  # say which of the two ports, and what to do
                 raise OSError(
@@ -125,6 +135,14 @@ async def serve_forever(
         if amqp is not None:
             _say(f"  AMQP 1.0 (the official SDKs) on port {amqp.port}, namespace {namespace}:")
             _say(f"    {amqp.connection_string()}")
+            if amqp_tls is not None:
+                _say(f"    and management (the administration clients) over HTTPS at the "
+                     f"same port, certificate {amqp_tls[0]}")
+                _say(f"    (trust it: connection_verify={amqp_tls[0]!r}, or SSL_CERT_FILE / "
+                     "NODE_EXTRA_CA_CERTS in the environment)")
+            else:
+                _say("    (management at this port needs a certificate: pip install "
+                     "aiosb[tls], or --tls-cert and --tls-key)")
         if metrics:
             _say(f"  Prometheus metrics: {served.url}/metrics")
         if not quiet:
@@ -256,7 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                            help="serve HTTPS with a self-signed certificate for localhost, made "
                            "in --tls-dir (needs cryptography: pip install aiosb[tls])")
     serve_cmd.add_argument("--tls-dir", default=".aiosb-tls",
-                           help="where --tls writes its certificate and key")
+                           help="where --tls (and, without --tls, the AMQP port's management "
+                           "over HTTPS) keeps its self-signed certificate and key")
     serve_cmd.add_argument("--quiet", action="store_true",
                            help="no line per request (they are on by default)")
     serve_cmd.add_argument("--metrics", action="store_true",
@@ -280,8 +299,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             elif args.tls:
                 from .emulator._tls import self_signed
 
-                cert, tls_key = self_signed(args.tls_dir)
+                cert, tls_key = self_signed(args.tls_dir, reuse=True)
                 tls = (str(cert), str(tls_key))
+            amqp_tls = tls
+            if amqp_tls is None and not args.no_amqp:
+                # The AMQP port answers TLS with the management API (#34): with the
+                # certificate in --tls-dir, made once, where cryptography is installed.
+                from .emulator._tls import self_signed
+
+                with contextlib.suppress(ImportError):
+                    cert, tls_key = self_signed(args.tls_dir, reuse=True)
+                    amqp_tls = (str(cert), str(tls_key))
             keys: dict[str, tuple[str, tuple[str, ...]]] = {}
             for option, right in ((args.send_key, "Send"), (args.listen_key, "Listen")):
                 for text in option:
@@ -292,7 +320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             run(serve_forever(args.host, args.port, args.key_name, args.key, args.data_dir,
                               keys, quiet=args.quiet, metrics=args.metrics,
                               amqp_port=None if args.no_amqp else args.amqp_port,
-                              namespace=args.namespace, tls=tls), args.loop)
+                              namespace=args.namespace, tls=tls, amqp_tls=amqp_tls),
+                args.loop)
         if args.command == "demo":
             if args.orders < 10:
                 parser.error("--orders must be at least 10")

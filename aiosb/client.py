@@ -108,7 +108,9 @@ def connect(
             ``extensions`` (HTTP: use the emulator server's aiosb extensions; default
             on for ``http://``, off for ``https://``), ``max_message_size`` (HTTP and
             AMQP: the namespace's limit in bytes, 256 KB by default; give a premium
-            namespace's).
+            namespace's), ``connection_verify`` (AMQP: the CA file, PEM, that the
+            endpoint's certificate is checked against, as the SDK's option of that name:
+            ``aiosb serve``'s self-signed one, for its management over HTTPS).
 
     Returns:
         An unopened :class:`Namespace`: ``async with aiosb.connect(url) as ns: ...``.
@@ -204,10 +206,15 @@ def _amqp_transport(
     from .transport.amqp import AmqpTransport
 
     max_message_size = options.pop("max_message_size", None)
+    verify = options.pop("connection_verify", None)
     if options:
         unknown = ", ".join(sorted(options))
         raise InvalidArgument(f"unknown option(s) for the AMQP transport: {unknown}.")
-    extra = {} if max_message_size is None else {"max_message_size": max_message_size}
+    extra: dict[str, Any] = {}
+    if max_message_size is not None:
+        extra["max_message_size"] = max_message_size
+    if verify is not None:
+        extra["connection_verify"] = verify
     if parsed.scheme.lower() == "sb":
         if credential is None:
             raise InvalidArgument(

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 README = Path(__file__).parent.parent / "README.md"
-KINDS = {"script", "ns", "async", "server", "sdk", "pytest", "spark", "azure"}
+KINDS = {"script", "ns", "async", "server", "sdk", "admin", "pytest", "spark", "azure"}
 #: The address README blocks use for ``aiosb serve``.
 SERVER = "http://127.0.0.1:5380"
 #: The AMQP address README blocks use for ``aiosb serve`` (the official SDKs).

@@ -96,6 +96,25 @@ async def test_the_javascript_admin_client_manages_entities_over_https(js_client
     }
 
 
+async def test_the_javascript_admin_client_takes_the_data_plane_connection_string(
+        js_client: Path, tmp_path: Path):
+    """Issue 34: the string the JavaScript data plane takes (AMQP port,
+    ``UseDevelopmentEmulator=true``) manages too: aiosb serve's AMQP port answers the
+    administration client's HTTP(S) with the management API."""
+    import os
+
+    from aiosb.emulator.process import ServerProcess
+
+    pytest.importorskip("cryptography")
+    with ServerProcess(args=["--tls-dir", str(tmp_path)]) as server:
+        got = await _node(js_client, "admin.mjs", server.amqp_connection_string,
+                          env={**os.environ, "NODE_EXTRA_CA_CERTS": server.certificate})
+    assert got == {
+        "maxDeliveryCount": 4, "queues": ["jsorders"], "rules": ["$Default", "eu"],
+        "active": 0, "namespace": "sbemulatorns",
+    }
+
+
 async def test_the_javascript_client_settles_in_peek_lock_mode(js_client: Path):
     """Complete and abandon from @azure/service-bus: the abandoned message comes back
     with its delivery count raised; the completed ones are gone. The SDK shows the AMQP

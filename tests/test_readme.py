@@ -70,6 +70,24 @@ def test_official_sdk_blocks_run_against_aiosb_serve(block: Block, capsys):
     assert "hello" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("block", of_kind("admin"), ids=str)
+def test_official_admin_blocks_run_with_the_data_plane_connection_string(block: Block,
+                                                                        tmp_path: Path):
+    """Verbatim but for the address and the certificate's path (the server's own)."""
+    pytest.importorskip("cryptography")
+    with ServerProcess(args=["--tls-dir", str(tmp_path)]) as server:
+        amqp = server.amqp_connection_string.split("sb://", 1)[1].split(";", 1)[0]
+        code = (block.code.replace(AMQP, amqp)
+                .replace(".aiosb-tls/aiosb-cert.pem", server.certificate))
+        exec(Block(block.kind, code, block.line).compiled(), {"__name__": "__main__"})
+
+        async def made() -> list[str]:
+            async with aiosb.connect(f"{server.url}/sbemulatorns") as ns:
+                return [q.name for q in await ns.list_queues()]
+
+        assert asyncio.run(made()) == ["invoices"]
+
+
 @pytest.mark.parametrize("block", of_kind("pytest"), ids=str)
 def test_pytest_blocks_run_with_the_configuration_the_readme_states(block: Block,
                                                                   tmp_path: Path):

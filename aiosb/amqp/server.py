@@ -3,21 +3,44 @@ official Service Bus SDKs, in the running event loop.
 
     async with serve_amqp(port=5672) as server:
         print(server.connection_string())   # what ServiceBusClient takes
+
+One connection string reaches everything, as on Azure (#34): an SDK's administration
+client given the data plane's connection string speaks HTTPS to the same host and port.
+So the listener looks at each connection's first byte before anything reads it: a TLS
+record (``0x16``, a ClientHello) goes over TLS to the HTTP server it was given
+(``management``: the management API of ``aiosb serve``), a plain HTTP request (its
+method's first letter) to that server as it is (the clients that take
+``UseDevelopmentEmulator=true`` for plain HTTP), anything else to AMQP (``A``, its
+protocol header).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import logging
 import socket
-from collections.abc import AsyncIterator
+import ssl
+from collections.abc import AsyncIterator, Callable
 
 from .. import emulator
 from ..auth import DEV_KEY, DEV_KEY_NAME, RIGHTS, SasChecker
 from ..emulator import Journal
-from .connection import Connection
+from .connection import HANDSHAKE_SECONDS, Connection
 
-__all__ = ["AmqpServer", "serve_amqp"]
+__all__ = ["AmqpServer", "ManagementSite", "serve_amqp"]
+
+log = logging.getLogger("aiosb.amqp")
+
+#: The first byte of a TLS record that opens a handshake (RFC 8446, 5.1).
+TLS_HANDSHAKE = 0x16
+#: The first bytes of the HTTP methods management requests use.
+HTTP_METHODS = frozenset(b"GPDHO")
+#: An HTTP server for the listener to hand management connections to: its protocol
+#: factory (an aiohttp server's) and the TLS context to present to clients that open
+#: with TLS (``None``: such clients are closed, said in the log).
+ManagementSite = tuple[Callable[[], asyncio.BaseProtocol], ssl.SSLContext | None]
 
 
 class AmqpServer:
@@ -31,9 +54,12 @@ class AmqpServer:
 
     def __init__(self, host: str, namespace: str,
                  keys: dict[str, tuple[str, frozenset[str]]],
-                 journal: Journal | None = None) -> None:
+                 journal: Journal | None = None,
+                 management: ManagementSite | None = None) -> None:
         self.host = host
         self.port = 0
+        self.management = management
+        self._routing: set[asyncio.Task[None]] = set()
         self.namespace = namespace
         self.keys = keys
         self.ns = emulator.namespace(namespace)
@@ -50,6 +76,70 @@ class AmqpServer:
             f"Endpoint=sb://localhost:{self.port};SharedAccessKeyName={name};"
             f"SharedAccessKey={key};UseDevelopmentEmulator=true"
         )
+
+    async def _accept(self, listener: socket.socket) -> None:
+        """Take each connection as it comes and route it by its first byte."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.warning("AMQP listener: %s; accepting again in 1 s", exc)
+                    await asyncio.sleep(1.0)  # out of descriptors: connections must end
+                    continue
+                raise
+            conn.setblocking(False)
+            task = asyncio.create_task(self._route(conn))
+            self._routing.add(task)
+            task.add_done_callback(self._routing.discard)
+
+    async def _route(self, conn: socket.socket) -> None:
+        """Wait for the connection's first byte without reading it, then hand the socket
+        to TLS (the HTTPS server) or to AMQP. A connection silent for the handshake's
+        time is let go, as an AMQP client that never opens is."""
+        loop = asyncio.get_running_loop()
+        try:
+            readable: asyncio.Future[None] = loop.create_future()
+            fd = conn.fileno()
+
+            def ready() -> None:
+                if not readable.done():
+                    readable.set_result(None)
+
+            loop.add_reader(fd, ready)
+            try:
+                async with asyncio.timeout(HANDSHAKE_SECONDS):
+                    await readable
+            finally:
+                loop.remove_reader(fd)
+            first = conn.recv(1, socket.MSG_PEEK)
+        except (TimeoutError, OSError):
+            conn.close()
+            return
+        except BaseException:
+            conn.close()
+            raise
+        try:
+            byte = first[0] if first else None
+            site = self.management
+            if site is not None and byte == TLS_HANDSHAKE and site[1] is not None:
+                await loop.connect_accepted_socket(
+                    site[0], conn, ssl=site[1], ssl_handshake_timeout=HANDSHAKE_SECONDS)
+            elif site is not None and byte in HTTP_METHODS:
+                await loop.connect_accepted_socket(site[0], conn)
+            else:
+                if byte == TLS_HANDSHAKE:  # AMQP answers with its header: the client
+                    # hears the port does not speak TLS (its WRONG_VERSION_NUMBER)
+                    log.info("a TLS client on the AMQP port, which has no certificate: "
+                             "answered in AMQP (aiosb serve answers TLS here with one: pip "
+                             "install aiosb[tls], or --tls-cert and --tls-key)")
+                reader = asyncio.StreamReader()
+                await loop.connect_accepted_socket(
+                    lambda: asyncio.StreamReaderProtocol(reader, self._serve), conn)
+        except (OSError, ssl.SSLError) as exc:  # a handshake that failed: the client's
+            log.info("a connection to the AMQP port ended before it began: %s", exc)
+            conn.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")
@@ -71,6 +161,8 @@ class AmqpServer:
 
     async def _stop(self) -> None:
         """Drop every connection (their tasks end on the closed socket), then wait."""
+        for task in list(self._routing):
+            task.cancel()
         for connection in list(self._connections):
             connection.writer.transport.abort()
         tasks = list(self._tasks)
@@ -88,6 +180,7 @@ async def serve_amqp(
     namespace: str = "sbemulatorns",
     keys: dict[str, tuple[str, frozenset[str]]] | None = None,
     journal: Journal | None = None,
+    management: ManagementSite | None = None,
 ) -> AsyncIterator[AmqpServer]:
     """Listen for AMQP 1.0 on ``host``:``port`` (0: a free port) for ``namespace``.
 
@@ -99,18 +192,55 @@ async def serve_amqp(
             the development key with every right.
         journal: Durable mode (the HTTP server's journal): what a transfer, a receive or
             a disposition changed is on disk before the client is answered.
+        management: Where a client that speaks HTTP goes (an HTTP server's protocol
+            factory, and the TLS context presented to one that opens with TLS): the
+            management API, so that the data plane's connection string reaches it too.
+            Without it such a client is closed.
     """
     server = AmqpServer(host, namespace, keys or {DEV_KEY_NAME: (DEV_KEY, frozenset(RIGHTS))},
-                        journal)
+                        journal, management)
     server.ns.attach()
     try:
-        listener = await asyncio.start_server(server._serve, host, port)
+        listeners = _listen(host, port)
         try:
-            server.port = listener.sockets[0].getsockname()[1]
-            yield server
+            server.port = listeners[0].getsockname()[1]
+            accepting = [asyncio.create_task(server._accept(sock)) for sock in listeners]
+            try:
+                yield server
+            finally:
+                for task in accepting:
+                    task.cancel()
+                await asyncio.gather(*accepting, return_exceptions=True)
+                await server._stop()
         finally:
-            listener.close()
-            await server._stop()
-            await listener.wait_closed()
+            for sock in listeners:
+                sock.close()
     finally:
         server.ns.detach()
+
+
+def _listen(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets on ``host``:``port``, one for each address it names, as
+    ``asyncio.start_server`` makes them (the address reused at once after a restart;
+    port 0: the port the first one was given, for all)."""
+    found = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                               flags=socket.AI_PASSIVE)
+    socks: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(
+                (f, k, p, "", a) for f, k, p, _, a in found):
+            if socks and port == 0:  # the others on the port the first was given
+                address = (address[0], socks[0].getsockname()[1], *address[2:])
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(socket.SOMAXCONN)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks

@@ -41,6 +41,9 @@ class ServerProcess:
         self.url = ""
         #: The connection string the official SDKs take (AMQP), from the banner.
         self.amqp_connection_string = ""
+        #: The certificate the AMQP port presents to clients that speak HTTPS there
+        #: (management), from the banner; "" if it serves none.
+        self.certificate = ""
         #: What the server printed on start-up, up to the banner's last line.
         self.banner = ""
         self.pid = 0
@@ -68,6 +71,8 @@ class ServerProcess:
                 self.url = line.rsplit(" ", 1)[-1].strip()
             elif line.strip().startswith("Endpoint=sb://"):
                 self.amqp_connection_string = line.strip()
+            elif "over HTTPS at the same port, certificate " in line:
+                self.certificate = line.rsplit("certificate ", 1)[1].strip()
             elif "python" in line and "aiosb.connect(" in line:  # the banner's last line
                 break
         if not self.url:
@@ -78,6 +83,13 @@ class ServerProcess:
         # Keep reading what it prints, so a full pipe never blocks the server.
         threading.Thread(target=proc.stdout.read, daemon=True).start()
         return self
+
+    def kill(self) -> None:
+        """End the server at once (SIGKILL), as a crash would: nothing is flushed."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after 10 s); idempotent."""

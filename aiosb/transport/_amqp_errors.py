@@ -152,10 +152,11 @@ def _from_request_error(text: str, exc: BaseException) -> errors.ServiceBusError
 #: Why the administration client's HTTPS fails on a port that does not speak TLS.
 _NO_ADMIN_HERE = (
     "the official SDK manages entities over HTTPS at the connection string's port. If "
-    "that is aiosb serve's AMQP port, it carries messages only: manage entities through its HTTP "
-    "port instead (aiosb.connect('http://localhost:5380/NAMESPACE'), or the SDK's "
-    "administration client against `aiosb serve --tls`); sending and receiving work "
-    "over this connection string."
+    "that is aiosb serve's AMQP port, it answers HTTPS there only with a certificate, and "
+    "has none: install cryptography (pip install aiosb[tls]) or give it --tls-cert and "
+    "--tls-key, and trust the certificate (connection_verify=...); or manage entities "
+    "through its HTTP port (aiosb.connect('http://localhost:5380/NAMESPACE')). Sending "
+    "and receiving work over this connection string."
 )
 
 

@@ -34,6 +34,7 @@ import collections
 import contextlib
 import datetime as _dt
 import functools
+import os
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -92,6 +93,9 @@ class AmqpTransport(AdminOperations):
             credential).
         max_message_size: The namespace's message size limit in bytes (256 KB on
             standard; give premium's).
+        connection_verify: The CA file (PEM) the endpoint's certificate is checked
+            against, for AMQP over TLS and the administration client's HTTPS (``aiosb
+            serve`` answers that at its AMQP port with a self-signed certificate).
         client_factory: Makes the ``ServiceBusClient`` from keyword arguments (tests).
         admin_factory: Makes the ``ServiceBusAdministrationClient`` likewise (tests).
 
@@ -108,6 +112,7 @@ class AmqpTransport(AdminOperations):
         fully_qualified_namespace: str | None = None,
         credential: Any = None,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        connection_verify: str | os.PathLike[str] | None = None,
         client_factory: Callable[..., Any] | None = None,
         admin_factory: Callable[..., Any] | None = None,
     ) -> None:
@@ -122,6 +127,12 @@ class AmqpTransport(AdminOperations):
         self.host = host
         self.max_message_size = max_message_size
         self._reached = Reached(address(connection_string, fully_qualified_namespace))
+        if connection_verify is not None and not os.path.isfile(connection_verify):
+            raise InvalidArgument(
+                f"connection_verify is {connection_verify!r}: no such file (give the CA "
+                "certificate, PEM, that the endpoint's certificate is checked against)."
+            )
+        self._verify = None if connection_verify is None else os.fspath(connection_verify)
         self._connection_string = connection_string
         self._credential = credential
         self._client_factory = client_factory
@@ -159,7 +170,10 @@ class AmqpTransport(AdminOperations):
     def _client_kwargs(self) -> dict[str, Any]:
         # No SDK retries: aiosb's client retries transient errors, and the failover
         # detector must see a non-transient failure the moment it happens.
-        return {"retry_total": 0}
+        kwargs: dict[str, Any] = {"retry_total": 0}
+        if self._verify is not None:
+            kwargs["connection_verify"] = self._verify
+        return kwargs
 
     def _make_client(self) -> Any:
         kwargs = self._client_kwargs()

@@ -163,12 +163,18 @@ class ServedEmulator:
         key: The key.
         journal: The durable journal (``data_dir`` given), which another front end of
             the same broker (AMQP) commits to as well; ``None`` in memory.
+        protocol_factory: What serves one HTTP connection (the server's own, connection
+            cap included): another listener that takes a connection meant for this
+            server (the AMQP port, for clients that speak HTTPS there) hands it over.
     """
 
     url: str
     key_name: str
     key: str
     journal: Journal | None = field(default=None, repr=False, compare=False)
+    protocol_factory: Callable[[], asyncio.BaseProtocol] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def credential(self) -> SasCredential:
@@ -206,6 +212,8 @@ class _CappedSite(web.TCPSite):
     makes room by closing the oldest connection with no request in progress, so idle
     connections (however many a hostile client opens) never lock signed clients out."""
 
+    protocol_factory: Callable[[], asyncio.Protocol] | None = None
+
     async def start(self) -> None:
         await web.BaseSite.start(self)
         handlers = self._runner.server
@@ -220,6 +228,7 @@ class _CappedSite(web.TCPSite):
                         handler.force_close()
             return handlers()
 
+        self.protocol_factory = connection
         self._server = await asyncio.get_running_loop().create_server(
             connection,
             self._host,
@@ -299,7 +308,8 @@ async def serve(
         bound = runner.addresses[0][1]  # (host, port, ...) of the listening socket
         shown = f"[{host}]" if ":" in host else host
         scheme = "https" if ssl_context is not None else "http"
-        served = ServedEmulator(f"{scheme}://{shown}:{bound}", key_name, key, journal)
+        served = ServedEmulator(f"{scheme}://{shown}:{bound}", key_name, key, journal,
+                                site.protocol_factory)
         if ready is not None:
             ready(served)
         yield served

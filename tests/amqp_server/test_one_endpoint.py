@@ -1,0 +1,137 @@
+"""Issue 34, point 1: one connection string reaches everything, as on Azure. An Azure
+namespace serves AMQP and the HTTPS management API at one host, so the data plane's
+connection string also manages; ``aiosb serve``'s AMQP port routes each connection by
+its first byte: TLS (a ClientHello) to the management API over HTTPS, a plain HTTP
+request to it as it is, anything else to AMQP. The official administration clients
+(Python sync and aio, JavaScript) and ``aiosb.connect`` manage entities with the very
+string the data plane takes; the certificate is ``aiosb serve``'s self-signed one,
+trusted as the README says (``connection_verify``, ``NODE_EXTRA_CA_CERTS``)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import aiosb
+from aiosb import Message
+from aiosb.emulator.process import ServerProcess
+
+pytest.importorskip("cryptography")
+pytest.importorskip("azure.servicebus")
+pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(60)]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    tls = tmp_path_factory.mktemp("tls")
+    with ServerProcess(args=["--tls-dir", str(tls)]) as running:
+        yield running
+
+
+def test_the_banner_says_management_is_at_the_amqp_port_too(server: ServerProcess):
+    assert Path(server.certificate).is_file()
+    assert "management (the administration clients) over HTTPS at the same port" in (
+        server.banner)
+
+
+def test_the_python_administration_client_takes_the_data_plane_connection_string(
+    server: ServerProcess,
+):
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+    from azure.servicebus.management import ServiceBusAdministrationClient, SqlRuleFilter
+
+    connection = server.amqp_connection_string  # what the data plane takes, unchanged
+    admin = ServiceBusAdministrationClient.from_connection_string(
+        connection, connection_verify=server.certificate)
+    with admin:
+        admin.create_queue("one-endpoint", max_delivery_count=3)
+        admin.create_topic("one-topic")
+        admin.create_subscription("one-topic", "eu")
+        admin.create_rule("one-topic", "eu", "eu-only",
+                          filter=SqlRuleFilter("region = 'eu'"))
+        with ServiceBusClient.from_connection_string(connection) as client:
+            with client.get_queue_sender("one-endpoint") as sender:
+                sender.send_messages([ServiceBusMessage("a"), ServiceBusMessage("b")])
+        counts = admin.get_queue_runtime_properties("one-endpoint")
+        assert counts.active_message_count == 2
+        assert admin.get_queue("one-endpoint").max_delivery_count == 3
+        assert "one-endpoint" in [q.name for q in admin.list_queues()]
+        rules = sorted(r.name for r in admin.list_rules("one-topic", "eu"))
+        assert rules == ["$Default", "eu-only"]
+        admin.delete_topic("one-topic")
+        admin.delete_queue("one-endpoint")
+        assert "one-endpoint" not in [q.name for q in admin.list_queues()]
+
+
+async def test_the_aio_administration_client_takes_it_too(server: ServerProcess):
+    from azure.servicebus.aio.management import ServiceBusAdministrationClient
+
+    async with ServiceBusAdministrationClient.from_connection_string(
+            server.amqp_connection_string, connection_verify=server.certificate) as admin:
+        await admin.create_queue("aio-endpoint")
+        assert (await admin.get_queue("aio-endpoint")).name == "aio-endpoint"
+        await admin.delete_queue("aio-endpoint")
+
+
+async def test_aiosb_connect_manages_with_the_amqp_connection_string(server: ServerProcess):
+    """aiosb's AMQP transport manages through the SDK's administration client: with the
+    certificate trusted (``connection_verify``), the same string creates, lists, counts
+    and deletes entities and rules, and carries the messages."""
+    async with aiosb.connect(server.amqp_connection_string,
+                             connection_verify=server.certificate,
+                             operation_timeout=20) as ns:
+        await ns.create_queue("made-over-amqp", max_delivery_count=4)
+        await ns.create_topic("events")
+        await ns.create_subscription("events", "audit")
+        async with ns.sender("made-over-amqp") as sender:
+            await sender.send([Message(b"one"), Message(b"two")])
+        assert (await ns.runtime_properties("made-over-amqp")).active_message_count == 2
+        assert "made-over-amqp" in [q.name for q in await ns.list_queues()]
+        assert (await ns.get_queue("made-over-amqp")).max_delivery_count == 4
+        async with ns.receiver("made-over-amqp") as receiver:
+            got = await receiver.receive(max_messages=2, max_wait=5)
+            await receiver.complete(got)
+        assert sorted(m.body for m in got) == [b"one", b"two"]
+        await ns.delete_topic("events")
+        await ns.delete_queue("made-over-amqp")
+        assert not await ns.queue_exists("made-over-amqp")
+
+
+async def test_an_http_client_at_the_amqp_port_is_served_as_at_the_http_port(
+    server: ServerProcess,
+):
+    """A plain HTTP request at the AMQP port goes to the same server (what clients
+    that take ``UseDevelopmentEmulator=true`` for plain HTTP send)."""
+    amqp_port = server.amqp_connection_string.split("localhost:", 1)[1].split(";", 1)[0]
+    async with aiosb.connect(f"http://127.0.0.1:{amqp_port}/sbemulatorns") as ns:
+        await ns.create_queue("over-http-at-5672")
+        async with ns.sender("over-http-at-5672") as sender:
+            await sender.send(Message(b"plain"))
+        assert (await ns.runtime_properties("over-http-at-5672")).active_message_count == 1
+        await ns.delete_queue("over-http-at-5672")
+
+
+async def test_without_a_certificate_tls_is_answered_in_amqp_and_said(caplog):
+    """``serve_amqp`` with no management site (or no certificate): a TLS client hears
+    AMQP (the SDK reports a port that does not speak TLS), the log says why, and AMQP
+    clients are served as ever."""
+    import asyncio
+    import ssl
+
+    from aiosb.amqp import serve_amqp
+
+    async with aiosb.connect("memory://no-tls") as setup:
+        await setup.create_queue("orders")
+    caplog.set_level(logging.INFO, logger="aiosb.amqp")
+    async with serve_amqp(namespace="no-tls") as server:
+        context = ssl.create_default_context()
+        with pytest.raises(ssl.SSLError, match="WRONG_VERSION_NUMBER|wrong version"):
+            await asyncio.open_connection("127.0.0.1", server.port, ssl=context,
+                                          server_hostname="localhost")
+        async with aiosb.connect(server.connection_string(), operation_timeout=10) as ns:
+            async with ns.sender("orders") as sender:
+                await sender.send(Message(b"amqp as ever"))
+    assert any("TLS client on the AMQP port" in r.getMessage() for r in caplog.records)
