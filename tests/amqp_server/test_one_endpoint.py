@@ -128,7 +128,7 @@ async def test_without_a_certificate_tls_is_answered_in_amqp_and_said(caplog):
     caplog.set_level(logging.INFO, logger="aiosb.amqp")
     async with serve_amqp(namespace="no-tls") as server:
         context = ssl.create_default_context()
-        with pytest.raises(ssl.SSLError, match="WRONG_VERSION_NUMBER|wrong version"):
+        with pytest.raises(ssl.SSLError, match=r"WRONG_VERSION_NUMBER|wrong version"):
             await asyncio.open_connection("127.0.0.1", server.port, ssl=context,
                                           server_hostname="localhost")
         async with aiosb.connect(server.connection_string(), operation_timeout=10) as ns:
