@@ -103,9 +103,8 @@ class LoopClock:
             self.now()
             offset = self._offsets[loop]
         at = utc - offset
-        step = math.ulp(utc)
-        while at + offset < utc:
-            at += step
+        while at + offset < utc:  # a step each moves both sums: at most a few
+            at += max(math.ulp(utc), math.ulp(at))
         return at
 
     def reset(self) -> None:

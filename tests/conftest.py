@@ -31,6 +31,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.option.collectonly:
+        return
     for item in session.items:
         marker = item.get_closest_marker("runs_in_background")
         if marker is not None:

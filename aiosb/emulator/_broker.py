@@ -62,6 +62,9 @@ from ._surroundings import Due
 __all__ = ["EmulatorNamespace"]
 
 NAMESPACE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,49}")
+#: Seconds: the least wait of a timer armed again after it fired before its time (a
+#: loop's timer resolution: uvloop's is a millisecond).
+EARLY_REARM = 0.001
 
 
 class EmulatorNamespace:
@@ -250,11 +253,16 @@ class EmulatorNamespace:
         self._handle_when = INF
         now = self.clock.now()
         if now < when:
-            # Fired a hair early (uvloop's timers keep whole milliseconds, looptime's
-            # microseconds; a float rounds): nothing runs before its time, and nothing
-            # moves the clock to it (issue 33). Armed again, the timer comes back
-            # within that hair: the loop time armed for reads at least ``when``.
-            self._rearm()
+            # Fired early (uvloop rounds a timer's delay to whole milliseconds, and runs
+            # one under half of one at once; a float rounds): nothing runs before its
+            # time, and nothing moves the clock to it (issue 33). Armed again no sooner
+            # than a millisecond on, not for the same instant, which on uvloop would
+            # come round again and again until its millisecond ticked over.
+            loop = self._loop
+            if loop is not None and when < INF:
+                self._handle_when = when
+                wait = max(self.clock.loop_time(when) - loop.time(), EARLY_REARM)
+                self._handle = loop.call_later(wait, self._on_timer)
             return
         self._run_due(now)
 

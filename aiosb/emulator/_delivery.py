@@ -33,6 +33,10 @@ from ._record import DEFERRED, _Record, received_columns, received_messages
 from ._sessions import held
 from ._store import _Store, _wake_one
 
+#: Seconds: the least wait for a session lock's end (uvloop's timers keep whole
+#: milliseconds).
+EARLY_REARM = 0.001
+
 __all__ = ["receive", "settle"]
 
 
@@ -168,7 +172,10 @@ async def _wait(
         if remaining <= 0:
             return None
     if session is not None:  # wake when the session lock ends, to say so
-        lock_left = session.locked_until - now
+        # (Never under a millisecond: a timer that fired a hair early, looking again
+        # for the rest, would on uvloop come round at once, again and again; the
+        # namespace's timer ends the lock at its instant all the same.)
+        lock_left = max(session.locked_until - now, EARLY_REARM)
         remaining = lock_left if remaining is None else min(remaining, lock_left)
     fut = loop.create_future()
     for store in stores:

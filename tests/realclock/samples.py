@@ -94,11 +94,14 @@ class SampleRun:
         return self._outcome
 
     def stop(self) -> None:
-        """End what still runs (the session is over)."""
+        """End what still runs (the session is over): the samples, then the server as
+        the run's thread leaves it."""
         self._stopping = True
         for proc in list(self._procs):
             if proc.poll() is None:
                 proc.kill()
+        if self._thread is not None:
+            self._thread.join(30)
 
     def _run(self) -> None:
         try:
@@ -131,7 +134,7 @@ class SampleRun:
         proc = subprocess.Popen(
             [sys.executable, str(SAMPLES / sample)], env=env, cwd=SAMPLES,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True,
+            text=True, preexec_fn=_die_with_parent,
         )
         self._procs.append(proc)
         try:
@@ -141,6 +144,16 @@ class SampleRun:
             output, _ = proc.communicate()
             output += f"\n(killed after {SAMPLE_SECONDS} s)"
         return SampleResult(sample, proc.returncode, output, time.monotonic() - started)
+
+
+def _die_with_parent() -> None:
+    """In the child: end when the thread that started it does (Linux), so that a test
+    session killed outright leaves no sample sleeping for minutes."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 RUN = SampleRun()

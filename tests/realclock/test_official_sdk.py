@@ -254,6 +254,10 @@ async def test_messages_expire_by_their_time_to_live(server: ServerProcess, conn
             brief = peeked[0]
             expires = brief.expires_at_utc
             assert expires == brief.enqueued_time_utc + ttl
+            await asyncio.sleep(max(0.0, expires.timestamp() - time.time() - 0.3))
+            peeked = await receiver.peek_messages(max_message_count=5,
+                                                  sequence_number=brief.sequence_number)
+            assert [str(m) for m in peeked] == ["brief", "lasting"]  # not early either
             await asyncio.sleep(max(0.0, expires.timestamp() - time.time()) + 0.5)
             got = await receiver.receive_messages(max_message_count=5, max_wait_time=1)
             assert [str(m) for m in got] == ["lasting"]
