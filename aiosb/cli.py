@@ -69,13 +69,17 @@ async def serve_forever(
     namespace: str = "sbemulatorns",
     tls: tuple[str, str] | None = None,
     amqp_tls: tuple[str, str] | None = None,
+    amqps_port: int | None = None,
 ) -> None:
     """Serve the emulator over HTTP (and AMQP 1.0 on ``amqp_port``, for the official SDKs)
     until interrupted, printing how to connect and (unless ``quiet``) a line per
     request. ``tls`` (certificate, key) makes the HTTP port HTTPS; ``amqp_tls`` (the
     same, or another) makes the AMQP port answer a client that opens with TLS with the
-    HTTPS management API, so that one connection string reaches both (#34)."""
-    from .amqp.server import serve_amqp
+    HTTPS management API, so that one connection string reaches both (#34), and
+    ``amqps_port`` (with ``amqp_tls``) serve AMQP over TLS, as the SDKs speak it to a
+    namespace on Azure."""
+    from .amqp._websocket import PATH, websocket_handler
+    from .amqp.server import AmqpServer, serve_amqp
     from .auth import key_table
     from .emulator.server import DEV_KEY, serve
 
@@ -87,12 +91,13 @@ async def serve_forever(
         from .emulator._tls import context
 
         ssl_context = context(*tls)
+    amqp: AmqpServer | None = None  # AMQP over WebSockets finds it here once it listens
+    websocket = websocket_handler(lambda: None if amqp is None else amqp._serve)
     async with serve(
         host, port, key_name=key_name, key=key or DEV_KEY, data_dir=data_dir, keys=keys,
         log_requests=not quiet, metrics=metrics, ssl_context=ssl_context,
-        root=namespace,
+        root=namespace, routes={PATH: websocket},
     ) as served, contextlib.AsyncExitStack() as stack:
-        amqp = None
         if amqp_port is not None:
             try:
                 management = None
@@ -101,16 +106,18 @@ async def serve_forever(
 
                     tls_context = None if amqp_tls is None else context(*amqp_tls)
                     management = (served.protocol_factory, tls_context)
+                secure = amqps_port if amqp_tls is not None else None
                 amqp = await stack.enter_async_context(serve_amqp(
                     host, amqp_port, namespace=namespace, keys=table, journal=served.journal,
-                    management=management,
+                    management=management, tls_port=secure,
                 ))
-            except OSError as exc:  # say which of the two ports, and what to do
+            except OSError as exc:  # say which of the ports, and what to do
                 raise OSError(
                     exc.errno,
-                    f"{exc.strerror or exc}; choose another port with --amqp-port, or serve "
-                    "HTTP alone with --no-amqp",
-                    f"{host}:{amqp_port} (AMQP)",
+                    f"{exc.strerror or exc}; choose other ports with --amqp-port and "
+                    "--amqps-port, or serve HTTP alone with --no-amqp",
+                    f"{host}:{amqp_port} (AMQP)"
+                    + ("" if amqp_tls is None else f" or {host}:{amqps_port} (AMQP over TLS)"),
                 ) from exc
         stopped = _Stopped()  # before the banner: a signal may follow it at once
         _tune_gc()
@@ -140,6 +147,9 @@ async def serve_forever(
                      f"same port, certificate {amqp_tls[0]}")
                 _say(f"    (trust it: connection_verify={amqp_tls[0]!r}, or SSL_CERT_FILE / "
                      "NODE_EXTRA_CA_CERTS in the environment)")
+                if amqp.tls_port:
+                    _say(f"  AMQP over TLS on port {amqp.tls_port}, as to a namespace on Azure "
+                         f"(the same certificate): {amqp.connection_string(tls=True)}")
             else:
                 _say("    (management at this port needs a certificate: pip install "
                      "aiosb[tls], or --tls-cert and --tls-key)")
@@ -262,6 +272,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_cmd.add_argument("--amqp-port", type=int, default=5672,
                            help="port for AMQP 1.0, what the official SDKs speak (0 picks a "
                            "free one)")
+    serve_cmd.add_argument("--amqps-port", type=int, default=5671,
+                           help="port for AMQP over TLS, as the SDKs speak to a namespace on "
+                           "Azure (with a certificate: see --tls-dir; 0 picks a free one)")
     serve_cmd.add_argument("--no-amqp", action="store_true", help="serve HTTP only")
     serve_cmd.add_argument("--namespace", default="sbemulatorns",
                            help="the default namespace: AMQP connections use it, and HTTP "
@@ -291,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error("--port must be between 0 and 65535")
             if not 0 <= args.amqp_port <= 65535:
                 parser.error("--amqp-port must be between 0 and 65535")
+            if not 0 <= args.amqps_port <= 65535:
+                parser.error("--amqps-port must be between 0 and 65535")
             tls = None
             if (args.tls_cert is None) != (args.tls_key is None):
                 parser.error("--tls-cert and --tls-key go together")
@@ -320,7 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             run(serve_forever(args.host, args.port, args.key_name, args.key, args.data_dir,
                               keys, quiet=args.quiet, metrics=args.metrics,
                               amqp_port=None if args.no_amqp else args.amqp_port,
-                              namespace=args.namespace, tls=tls, amqp_tls=amqp_tls),
+                              namespace=args.namespace, tls=tls, amqp_tls=amqp_tls,
+                              amqps_port=args.amqps_port),
                 args.loop)
         if args.command == "demo":
             if args.orders < 10:

@@ -23,6 +23,7 @@ import logging
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
+from typing import cast
 
 from .. import emulator
 from ..auth import DEV_KEY, DEV_KEY_NAME, RIGHTS, SasChecker
@@ -58,6 +59,9 @@ class AmqpServer:
                  management: ManagementSite | None = None) -> None:
         self.host = host
         self.port = 0
+        #: The port that is for TLS above all (AMQP over TLS, as the SDKs speak to any
+        #: namespace not a development emulator: 5671); 0 if none. It routes as ``port``.
+        self.tls_port = 0
         self.management = management
         self._routing: set[asyncio.Task[None]] = set()
         self.namespace = namespace
@@ -68,10 +72,14 @@ class AmqpServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[Connection] = set()
 
-    def connection_string(self) -> str:
+    def connection_string(self, *, tls: bool = False) -> str:
         """What an official SDK's ``from_connection_string`` takes to reach this server
-        (signed with the first key; TLS off, as ``UseDevelopmentEmulator`` says)."""
+        (signed with the first key): TLS off, as ``UseDevelopmentEmulator`` says; or,
+        with ``tls``, AMQP over TLS at :attr:`tls_port`, as to a namespace on Azure."""
         name, (key, _rights) = next(iter(self.keys.items()))
+        if tls:
+            return (f"Endpoint=sb://localhost:{self.tls_port};SharedAccessKeyName={name};"
+                    f"SharedAccessKey={key}")
         return (
             f"Endpoint=sb://localhost:{self.port};SharedAccessKeyName={name};"
             f"SharedAccessKey={key};UseDevelopmentEmulator=true"
@@ -124,8 +132,10 @@ class AmqpServer:
             byte = first[0] if first else None
             site = self.management
             if site is not None and byte == TLS_HANDSHAKE and site[1] is not None:
+                factory = site[0]
                 await loop.connect_accepted_socket(
-                    site[0], conn, ssl=site[1], ssl_handshake_timeout=HANDSHAKE_SECONDS)
+                    lambda: _Within(self, factory), conn, ssl=site[1],
+                    ssl_handshake_timeout=HANDSHAKE_SECONDS)
             elif site is not None and byte in HTTP_METHODS:
                 await loop.connect_accepted_socket(site[0], conn)
             else:
@@ -181,6 +191,7 @@ async def serve_amqp(
     keys: dict[str, tuple[str, frozenset[str]]] | None = None,
     journal: Journal | None = None,
     management: ManagementSite | None = None,
+    tls_port: int | None = None,
 ) -> AsyncIterator[AmqpServer]:
     """Listen for AMQP 1.0 on ``host``:``port`` (0: a free port) for ``namespace``.
 
@@ -195,8 +206,13 @@ async def serve_amqp(
         management: Where a client that speaks HTTP goes (an HTTP server's protocol
             factory, and the TLS context presented to one that opens with TLS): the
             management API, so that the data plane's connection string reaches it too.
-            Without it such a client is closed.
+            Without it such a client is answered in AMQP.
+        tls_port: Listen on this port too (0: a free one), where clients speak TLS:
+            AMQP over TLS, as the SDKs speak it to a namespace on Azure (5671), and the
+            management API over HTTPS; it needs ``management`` with a TLS context.
     """
+    if tls_port is not None and (management is None or management[1] is None):
+        raise ValueError("serve_amqp: tls_port needs management with a TLS context.")
     server = AmqpServer(host, namespace, keys or {DEV_KEY_NAME: (DEV_KEY, frozenset(RIGHTS))},
                         journal, management)
     server.ns.attach()
@@ -204,6 +220,10 @@ async def serve_amqp(
         listeners = _listen(host, port)
         try:
             server.port = listeners[0].getsockname()[1]
+            if tls_port is not None:
+                secure = _listen(host, tls_port)
+                listeners += secure
+                server.tls_port = secure[0].getsockname()[1]
             accepting = [asyncio.create_task(server._accept(sock)) for sock in listeners]
             try:
                 yield server
@@ -217,6 +237,37 @@ async def serve_amqp(
                 sock.close()
     finally:
         server.ns.detach()
+
+
+class _Within(asyncio.Protocol):
+    """Inside TLS, the first byte again: AMQP (its header, ``A``: AMQP over TLS, what
+    an SDK speaks to a namespace that is not a development emulator) or HTTP (the
+    management API). It hands the connection, and what it has read, to the one."""
+
+    def __init__(self, server: AmqpServer,
+                 http: Callable[[], asyncio.BaseProtocol]) -> None:
+        self._server = server
+        self._http = http
+        self._transport: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # uvloop's TLS transport is no asyncio.Transport
+
+    def data_received(self, data: bytes) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        inner: asyncio.BaseProtocol
+        if data[:1] == b"A":
+            inner = asyncio.StreamReaderProtocol(asyncio.StreamReader(), self._server._serve)
+        else:
+            inner = self._http()
+        transport.set_protocol(inner)
+        inner.connection_made(transport)
+        cast(asyncio.Protocol, inner).data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return None  # closed before a byte: nothing to hand over
 
 
 def _listen(host: str, port: int) -> list[socket.socket]:

@@ -33,7 +33,7 @@ class ServerProcess:
         self, host: str = "127.0.0.1", args: list[str] | None = None, *, quiet: bool = True
     ) -> None:
         self._cmd = [sys.executable, "-m", "aiosb.cli", "serve", "--host", host, "--port", "0",
-                     "--amqp-port", "0"]
+                     "--amqp-port", "0", "--amqps-port", "0"]
         if quiet:  # no line per request: benchmarks and tests want the server's CPU
             self._cmd.append("--quiet")
         self._cmd += args or []
@@ -41,6 +41,9 @@ class ServerProcess:
         self.url = ""
         #: The connection string the official SDKs take (AMQP), from the banner.
         self.amqp_connection_string = ""
+        #: The connection string for AMQP over TLS (no ``UseDevelopmentEmulator``), from
+        #: the banner; "" if it serves none.
+        self.amqps_connection_string = ""
         #: The certificate the AMQP port presents to clients that speak HTTPS there
         #: (management), from the banner; "" if it serves none.
         self.certificate = ""
@@ -71,6 +74,8 @@ class ServerProcess:
                 self.url = line.rsplit(" ", 1)[-1].strip()
             elif line.strip().startswith("Endpoint=sb://"):
                 self.amqp_connection_string = line.strip()
+            elif "AMQP over TLS on port " in line:
+                self.amqps_connection_string = "Endpoint=" + line.split("Endpoint=", 1)[1].strip()
             elif "over HTTPS at the same port, certificate " in line:
                 self.certificate = line.rsplit("certificate ", 1)[1].strip()
             elif "python" in line and "aiosb.connect(" in line:  # the banner's last line

@@ -135,3 +135,146 @@ async def test_without_a_certificate_tls_is_answered_in_amqp_and_said(caplog):
             async with ns.sender("orders") as sender:
                 await sender.send(Message(b"amqp as ever"))
     assert any("TLS client on the AMQP port" in r.getMessage() for r in caplog.records)
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def azure_like(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server with AMQP over TLS on 5671: the SDKs speak TLS to any namespace that is
+    not a development emulator, and always at 5671 (they drop the port they are given)."""
+    if not _port_free(5671):
+        pytest.skip("port 5671 is taken on this machine: the SDK speaks AMQP over TLS there "
+                    "and nowhere else")
+    tls = tmp_path_factory.mktemp("tls5671")
+    with ServerProcess(args=["--tls-dir", str(tls), "--amqps-port", "5671"]) as running:
+        yield running
+
+
+def test_amqp_over_tls_as_to_a_namespace_on_azure(azure_like: ServerProcess):
+    """Issue 34, point 2: the SDK given a connection string without
+    ``UseDevelopmentEmulator`` (TLS, port 5671), or a namespace and a credential
+    (``AzureNamedKeyCredential``, ``AzureSasCredential``: two of the SDK's samples), as
+    it would reach Azure; the certificate trusted with ``connection_verify``."""
+    import asyncio
+    import time
+
+    from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+    from aiosb.auth import DEV_KEY, DEV_KEY_NAME, SasCredential
+
+    server = azure_like
+    assert server.amqps_connection_string == (
+        f"Endpoint=sb://localhost:5671;SharedAccessKeyName={DEV_KEY_NAME};"
+        f"SharedAccessKey={DEV_KEY}")
+    verify = server.certificate
+
+    async def make() -> None:
+        async with aiosb.connect(f"{server.url}/sbemulatorns") as ns:
+            await ns.create_queue("tls-orders")
+
+    asyncio.run(make())
+    named = AzureNamedKeyCredential(DEV_KEY_NAME, DEV_KEY)
+    token = SasCredential(DEV_KEY_NAME, DEV_KEY).token("sb://localhost/tls-orders",
+                                                       expiry=time.time() + 3600)
+    clients = [
+        ServiceBusClient.from_connection_string(server.amqps_connection_string,
+                                                connection_verify=verify),
+        ServiceBusClient("localhost", named, connection_verify=verify),
+        ServiceBusClient("localhost", AzureSasCredential(token), connection_verify=verify),
+    ]
+    for i, client in enumerate(clients):
+        with client, client.get_queue_sender("tls-orders") as sender:
+            sender.send_messages(ServiceBusMessage(f"over tls {i}"))
+    with ServiceBusClient("localhost", named, connection_verify=verify) as client:
+        with client.get_queue_receiver("tls-orders") as receiver:
+            got = receiver.receive_messages(max_message_count=3, max_wait_time=5)
+            for msg in got:
+                receiver.complete_message(msg)
+    assert sorted(str(m) for m in got) == ["over tls 0", "over tls 1", "over tls 2"]
+
+
+def _amqp_port(server: ServerProcess) -> str:
+    return server.amqp_connection_string.split("localhost:", 1)[1].split(";", 1)[0]
+
+
+async def test_amqp_over_websockets_with_the_aio_sdk(server: ServerProcess):
+    """Issue 34, point 2: ``TransportType.AmqpOverWebsocket``, what users behind
+    firewalls and proxies take: an HTTPS upgrade at ``/$servicebus/websocket`` (here
+    at the AMQP port, which answers HTTPS; on Azure, port 443)."""
+    from azure.servicebus import ServiceBusMessage, TransportType
+    from azure.servicebus.aio import ServiceBusClient
+
+    async with aiosb.connect(f"{server.url}/sbemulatorns") as ns:
+        await ns.create_queue("ws-aio")
+    connection = server.amqp_connection_string.replace(";UseDevelopmentEmulator=true", "")
+    async with ServiceBusClient.from_connection_string(
+            connection, transport_type=TransportType.AmqpOverWebsocket,
+            custom_endpoint_address=f"https://localhost:{_amqp_port(server)}",
+            connection_verify=server.certificate) as client:
+        async with client.get_queue_sender("ws-aio") as sender:
+            await sender.send_messages([ServiceBusMessage(f"ws {i}") for i in range(50)])
+        async with client.get_queue_receiver("ws-aio") as receiver:
+            got = []
+            while len(got) < 50:
+                batch = await receiver.receive_messages(max_message_count=50, max_wait_time=5)
+                assert batch
+                for msg in batch:
+                    await receiver.complete_message(msg)
+                got += [str(m) for m in batch]
+    assert got == [f"ws {i}" for i in range(50)]
+
+
+def test_amqp_over_websockets_with_the_sync_sdk(server: ServerProcess):
+    pytest.importorskip("websocket")  # websocket-client: the sync SDK's WebSocket
+    import asyncio
+
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage, TransportType
+
+    async def make() -> None:
+        async with aiosb.connect(f"{server.url}/sbemulatorns") as ns:
+            await ns.create_queue("ws-sync")
+
+    asyncio.run(make())
+    connection = server.amqp_connection_string.replace(";UseDevelopmentEmulator=true", "")
+    with ServiceBusClient.from_connection_string(
+            connection, transport_type=TransportType.AmqpOverWebsocket,
+            custom_endpoint_address=f"https://localhost:{_amqp_port(server)}",
+            connection_verify=server.certificate) as client:
+        with client.get_queue_sender("ws-sync") as sender:
+            sender.send_messages(ServiceBusMessage("over a websocket"))
+        with client.get_queue_receiver("ws-sync") as receiver:
+            (msg,) = receiver.receive_messages(max_wait_time=5)
+            receiver.complete_message(msg)
+    assert str(msg) == "over a websocket"
+
+
+async def test_a_websocket_upgrade_with_another_subprotocol_is_told_which(
+        server: ServerProcess):
+    import ssl
+
+    import aiohttp
+
+    context = ssl.create_default_context(cafile=server.certificate)
+    url = f"https://localhost:{_amqp_port(server)}/$servicebus/websocket"
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as caught:
+            await session.ws_connect(url, protocols=("mqtt",), ssl=context)
+        assert caught.value.status == 400
+        async with session.get(url, ssl=context, headers={
+                "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                "Sec-WebSocket-Protocol": "mqtt"}) as answer:
+            said = await answer.text()
+    assert "AMQPWSB10" in said and "'mqtt'" in said

@@ -127,7 +127,7 @@ from aiohttp import web
 from ... import emulator
 from ...auth import DEV_KEY, DEV_KEY_NAME, SasCredential
 from .._durable import Journal
-from ._app import BODY_SECONDS, MAX_BODY, EmulatorServer
+from ._app import BODY_SECONDS, MAX_BODY, EmulatorServer, Handler
 from ._http import MAX_WAIT, PAGE, right_needed
 
 _right_needed = right_needed  # the name the tests knew
@@ -254,6 +254,7 @@ async def serve(
     metrics: bool = False,
     ssl_context: ssl.SSLContext | None = None,
     root: str | None = None,
+    routes: Mapping[str, Handler] | None = None,
 ) -> AsyncIterator[ServedEmulator]:
     """Serve the emulator over HTTP on the running loop, for the ``async with`` block.
 
@@ -279,6 +280,8 @@ async def serve(
             (``/orders`` is its queue ``orders``), instead of naming the namespace in
             each path's first segment (what the official clients need: they address
             entities, not namespaces).
+        routes: More GET handlers by path, before the server's own (``aiosb serve``
+            serves AMQP over WebSockets at ``/$servicebus/websocket`` so).
 
     Yields:
         A :class:`ServedEmulator` with the bound URL and the credential.
@@ -294,7 +297,8 @@ async def serve(
             await journal.aclose()
             raise
     server = EmulatorServer(key_name=key_name, key=key, journal=journal, keys=keys,
-                            log_requests=log_requests, metrics=metrics, root=root)
+                            log_requests=log_requests, metrics=metrics, root=root,
+                            routes=routes)
     # handler_cancellation: a client that hangs up (its own timeout) cancels the
     # operation it asked for, so that a long poll does not lock messages for nobody.
     runner = web.AppRunner(

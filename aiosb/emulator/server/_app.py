@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from aiohttp import web
 
@@ -39,6 +39,9 @@ from ._metrics import Observer
 
 log = logging.getLogger("aiosb.server")
 
+#: A request handler of aiohttp's.
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
 #: The largest request body: a batch at the premium limit, base64-encoded, with room.
 MAX_BODY = 4 * 1024 * 1024
 #: How long a signed request's body may take to arrive.
@@ -65,8 +68,11 @@ class EmulatorServer:
         log_requests: bool = False,
         metrics: bool = False,
         root: str | None = None,
+        routes: Mapping[str, Handler] | None = None,
     ) -> None:
         table = key_table(key_name, key, keys)
+        #: GET handlers by path, before the catch-all (AMQP over WebSockets, from above).
+        self._routes = dict(routes or {})
         self._auth = SasChecker(table)
         self._journal = journal
         self._namespaces: dict[str, EmulatorNamespace] = {}
@@ -86,6 +92,8 @@ class EmulatorServer:
         observer = self._observer
         if observer is not None and observer.registry is not None:
             app.router.add_get("/metrics", observer.metrics)  # unsigned, as scrapers are
+        for path, handler in self._routes.items():
+            app.router.add_get(path, handler)
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         app.on_cleanup.append(self._cleanup)
         return app
