@@ -89,6 +89,23 @@ async def test_counts_pages_and_namespace_properties(admin):
     assert made.forward_to.rstrip("/").endswith("q001")
 
 
+async def test_rules_list_past_a_page(admin):
+    """Issue 34: a subscription's rules page as its queues do: 105 rules come back as
+    105, not as the first 100 (the listing said no next page)."""
+    from azure.servicebus.management import SqlRuleFilter
+
+    client, name = admin
+    await client.create_topic("many")
+    await client.create_subscription("many", "audit")
+    await asyncio.gather(*(
+        client.create_rule("many", "audit", f"r{i:03d}", filter=SqlRuleFilter(f"n = {i}"))
+        for i in range(105)))
+    listed = [r.name async for r in client.list_rules("many", "audit")]
+    assert sorted(listed) == sorted(["$Default", *(f"r{i:03d}" for i in range(105))])
+    async with aiosb.connect(f"memory://{name}") as ns:  # the same, through aiosb
+        assert len(await ns.list_rules("many", "audit")) == 106
+
+
 def test_aiosb_serve_tls_makes_a_certificate_the_admin_client_trusts(tmp_path):
     with ServerProcess(args=["--tls", "--tls-dir", str(tmp_path), "--namespace", "clins"]) \
             as server:

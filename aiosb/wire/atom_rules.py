@@ -84,7 +84,7 @@ def _pairs(tag: str, values: dict[str, PropertyValue] | None) -> str:
 
 
 def _sql(expression: str, parameters: dict[str, PropertyValue] | None) -> str:
-    params = {f"@{k}": v for k, v in (parameters or {}).items()}
+    params = dict(parameters or {})  # names as given, with their @ or without
     return (
         f"<SqlExpression>{escape(expression)}</SqlExpression>"
         f"<CompatibilityLevel>20</CompatibilityLevel>{_pairs('Parameters', params)}"
@@ -174,14 +174,18 @@ def rule_entry_xml(rule: RuleProperties, url: str) -> bytes:
     return ('<?xml version="1.0" encoding="utf-8"?>' + body).encode()
 
 
-def rules_feed_xml(rules: list[RuleProperties], url: str) -> bytes:
-    """An Atom feed of a subscription's rules (what a listing answers)."""
+def rules_feed_xml(rules: list[RuleProperties], url: str,
+                   following: str | None = None) -> bytes:
+    """An Atom feed of (a page of) a subscription's rules (what a listing answers), with
+    a ``next`` link to ``following`` when the listing goes on (the official clients
+    follow it: without it they stopped at the first 100)."""
     now = _format_value("datetime", _dt.datetime.now(_dt.UTC))
     entries = "".join(_entry(rule, f"{url}/{rule.name}", now) for rule in rules)
+    more = "" if following is None else f"<link rel=\"next\" href={quoteattr(following)}/>"
     return (
         f'<?xml version="1.0" encoding="utf-8"?><feed xmlns="{ATOM}">'
         f'<title type="text">Rules</title><id>{escape(url)}</id><updated>{now}</updated>'
-        f"<link rel=\"self\" href={quoteattr(url)}/>{entries}</feed>"
+        f"<link rel=\"self\" href={quoteattr(url)}/>{more}{entries}</feed>"
     ).encode()
 
 
@@ -214,7 +218,7 @@ def _read_value(key: str, node: ET.Element) -> PropertyValue:
     return value
 
 
-def _read_pairs(node: ET.Element | None, strip_at: bool) -> dict[str, PropertyValue] | None:
+def _read_pairs(node: ET.Element | None) -> dict[str, PropertyValue] | None:
     if node is None:
         return None
     out: dict[str, PropertyValue] = {}
@@ -227,7 +231,7 @@ def _read_pairs(node: ET.Element | None, strip_at: bool) -> dict[str, PropertyVa
                 value = child
         if not key or value is None:
             raise InvalidArgument("a rule's key-value pair needs a <Key> and a <Value>.")
-        out[key.removeprefix("@") if strip_at else key] = _read_value(key, value)
+        out[key] = _read_value(key, value)  # names as given
     return out or None
 
 
@@ -255,12 +259,12 @@ def _read_filter(node: ET.Element | None) -> RuleFilter:
         return FalseRuleFilter()
     if kind == "SqlFilter":
         return SqlRuleFilter(_text(node, "SqlExpression") or "",
-                             _read_pairs(_child(node, "Parameters"), True))
+                             _read_pairs(_child(node, "Parameters")))
     if kind == "CorrelationFilter":
         fields = {field: _text(node, element) for element, field in _CORRELATION}
         return CorrelationRuleFilter(
             **{k: v for k, v in fields.items() if v is not None},
-            properties=_read_pairs(_child(node, "Properties"), False),
+            properties=_read_pairs(_child(node, "Properties")),
         )
     raise InvalidArgument(f"unknown rule filter type {kind[:40]!r}; use SqlFilter, "
                           "CorrelationFilter, TrueFilter or FalseFilter.")
@@ -273,7 +277,7 @@ def _read_action(node: ET.Element | None) -> SqlRuleAction | None:
         raise InvalidArgument(f"unknown rule action type {_type(node)[:40]!r}; use "
                               "SqlRuleAction or EmptyRuleAction.")
     return SqlRuleAction(_text(node, "SqlExpression") or "",
-                         _read_pairs(_child(node, "Parameters"), True))
+                         _read_pairs(_child(node, "Parameters")))
 
 
 def read_description(node: ET.Element, name: str | None = None) -> RuleProperties:

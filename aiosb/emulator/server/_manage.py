@@ -143,15 +143,19 @@ async def _feed(ns: EmulatorNamespace, kind: str, items: list[Any], page: slice,
         )
         counts = await ns.manage(ManagementRequest("runtime", None, path))
         entries.append((kind, props, counts, f"{base}/{_shown(path)}", props.name))
-    following = None
-    if page.stop < len(items):
-        top = page.stop - page.start
-        following = f"{url}?$skip={page.stop}&$top={top}&api-version={API_VERSION}"
+    following = _next_page(url, page, len(items))
     return web.Response(
         body=_atom.feed_xml(entries, url, title, following),
         content_type="application/atom+xml",
         charset="utf-8",
     )
+
+
+def _next_page(url: str, page: slice, total: int) -> str | None:
+    """The address of the page after ``page`` of a listing of ``total``, if any."""
+    if page.stop >= total:
+        return None
+    return f"{url}?$skip={page.stop}&$top={page.stop - page.start}&api-version={API_VERSION}"
 
 
 def _is_rules(segs: tuple[str, ...]) -> bool:
@@ -174,7 +178,10 @@ async def _rules(
             raise InvalidOperation(f"{method} is not allowed on a subscription's rules: GET "
                                    "lists them.")
         rules = await ns.manage(ManagementRequest("list", "rule", path))
-        return _atom_response(rules_feed_xml(rules[page_of(request)], f"{url}/{_shown(path)}"))
+        page = page_of(request)
+        listing = f"{url}/{_shown(path)}"
+        return _atom_response(rules_feed_xml(rules[page], listing,
+                                             _next_page(listing, page, len(rules))))
     if method == "GET":
         found = await ns.manage(ManagementRequest("get", "rule", path))
         return _atom_response(rule_entry_xml(found, f"{url}/{_shown(path)}"))
