@@ -64,10 +64,10 @@ def _parameters(what: str, parameters: Any) -> dict[str, PropertyValue] | None:
             -(2**63) <= value < 2**63
         ):
             raise InvalidArgument(f"parameter {name!r} of a {what} is beyond a 64-bit integer.")
-        if name.removeprefix("@") in out:
+        if name.removeprefix("@") in {n.removeprefix("@") for n in out}:
             raise InvalidArgument(f"the {what} names parameter {name!r} twice (with and "
                                   "without @).")
-        out[name.removeprefix("@")] = value
+        out[name] = value  # as given (``@p`` or ``p``), as Service Bus keeps it (#34)
     return out
 
 

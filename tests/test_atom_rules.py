@@ -48,8 +48,7 @@ def sdk_rule(rule: RuleProperties):
     """The SDK's RuleProperties for ``rule`` (what a user of the SDK would build)."""
     f = rule.filter
     if isinstance(f, SqlRuleFilter):
-        sdk_filter = m.SqlRuleFilter(f.sql_expression,
-                                     {f"@{k}": v for k, v in (f.parameters or {}).items()})
+        sdk_filter = m.SqlRuleFilter(f.sql_expression, dict(f.parameters or {}))  # as given
     elif isinstance(f, CorrelationRuleFilter):
         fields = {k: getattr(f, k) for k in ("correlation_id", "message_id", "to", "reply_to",
                                              "label", "session_id", "reply_to_session_id",
@@ -62,7 +61,7 @@ def sdk_rule(rule: RuleProperties):
     action = None
     if rule.action is not None:
         action = m.SqlRuleAction(rule.action.sql_expression,
-                                 {f"@{k}": v for k, v in (rule.action.parameters or {}).items()})
+                                 dict(rule.action.parameters or {}))
     return m.RuleProperties(rule.name, filter=sdk_filter, action=action, created_at_utc=None)
 
 

@@ -358,8 +358,9 @@ def rule_to_sdk(rule: RuleProperties) -> tuple[Any, Any]:
 
 
 def _at(parameters: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Parameters named as the SDK (and Service Bus) write them: ``@name``."""
-    return None if parameters is None else {f"@{k}": v for k, v in parameters.items()}
+    """Parameters for the SDK, named as given (``@name`` as Service Bus writes them, or
+    ``name``): what is read back is what was given (#34)."""
+    return None if parameters is None else dict(parameters)
 
 
 def rule_from_sdk(sdk_rule: Any) -> RuleProperties:

@@ -430,7 +430,7 @@ async def test_rules_go_through_the_sdk_admin_client(env):
     ns, _, made = env
     admin = made["admin"]
     await ns.create_subscription(
-        "t", "s", default_rule=RuleProperties("eu", SqlRuleFilter("r = @r", {"r": "eu"}))
+        "t", "s", default_rule=RuleProperties("eu", SqlRuleFilter("r = @r", {"@r": "eu"}))
     )
     names = [call[0] for call in admin.calls]
     assert names == ["create_subscription", "create_rule", "delete_rule"]

@@ -122,7 +122,7 @@ def _through_the_wire(value: Any) -> Any:
 
 @pytest.mark.parametrize("description, rule", [
     ({"sql-filter": {"expression": "qty > @min", "parameters": {"@min": 3}}},
-     RuleProperties("big", SqlRuleFilter("qty > @min", {"min": 3}))),
+     RuleProperties("big", SqlRuleFilter("qty > @min", {"@min": 3}))),  # names as given
     ({"sql-filter": {"expression": "1=1"},
       "sql-rule-action": {"expression": "SET sys.Label = 'x'"}},
      RuleProperties("big", SqlRuleFilter("1=1"), SqlRuleAction("SET sys.Label = 'x'"))),

@@ -183,6 +183,32 @@ async def test_parameters_and_correlation_properties_keep_their_types(ns):
     assert rules["c"].filter == CorrelationRuleFilter(properties=params)
 
 
+async def test_parameter_names_come_back_as_given_with_their_at_or_without(ns):
+    """Issue 34: ``{"@c": "red"}`` comes back as ``{"@c": "red"}`` (it came back as
+    ``{"c": "red"}`` through aiosb's own API, with the @ over the administration
+    client), and a name given without @ stays without; both route alike."""
+    await ns.create_topic("t")
+    await ns.create_subscription("t", "at")
+    await ns.create_subscription("t", "bare")
+    await ns.create_rule("t", "at", "red", filter=SqlRuleFilter("c = @c", {"@c": "red"}),
+                         action=SqlRuleAction("SET seen = @s", {"@s": "at"}))
+    await ns.create_rule("t", "bare", "red", filter=SqlRuleFilter("c = @c", {"c": "red"}))
+    for sub in ("at", "bare"):
+        await ns.delete_rule("t", sub, "$Default")
+    rules = {(sub, r.name): r for sub in ("at", "bare") for r in await ns.list_rules("t", sub)}
+    at, bare = rules["at", "red"], rules["bare", "red"]
+    assert isinstance(at.filter, SqlRuleFilter) and isinstance(bare.filter, SqlRuleFilter)
+    assert at.filter.parameters == {"@c": "red"}
+    assert at.action is not None and at.action.parameters == {"@s": "at"}
+    assert bare.filter.parameters == {"c": "red"}
+    async with ns.sender("t") as sender:
+        await sender.send([Message(b"red", application_properties={"c": "red"}),
+                           Message(b"blue", application_properties={"c": "blue"})])
+    got = await drain(ns, "t/subscriptions/at")
+    assert [(m.body, m.application_properties["seen"]) for m in got] == [(b"red", "at")]
+    assert bodies(await drain(ns, "t/subscriptions/bare")) == [b"red"]
+
+
 async def test_a_filter_that_fails_dead_letters_or_skips_as_the_subscription_says(ns):
     """A type mismatch in a SQL filter is an evaluation error: with
     dead_lettering_on_filter_evaluation_exceptions (the default) the message goes to that
