@@ -176,7 +176,10 @@ async def _wait(
         # for the rest, would on uvloop come round at once, again and again; the
         # namespace's timer ends the lock at its instant all the same.)
         lock_left = max(session.locked_until - now, EARLY_REARM)
+        lock_first = remaining is None or lock_left < remaining
         remaining = lock_left if remaining is None else min(remaining, lock_left)
+    else:
+        lock_first = False
     fut = loop.create_future()
     for store in stores:
         if front:
@@ -189,7 +192,10 @@ async def _wait(
             await fut
             looks = True
     except TimeoutError:
-        if session is not None and (deadline is None or loop.time() < deadline):
+        # Which timer it was is known from what was armed, not from the loop's time
+        # after it fired (a loop fires a timer a hair early or late; a deadline a hair
+        # past the loop's time fires at once, and looking again then spun for ever).
+        if lock_first:
             # The session lock's end, as it was when the wait began, came first: look
             # again, and the next pass checks the lock as it is now (renewed while this
             # waited, or ended: SessionLockLost). Never move the clock to the lock's

@@ -71,7 +71,8 @@ class World:
     held_plain: list[ReceivedMessage] = field(default_factory=list)
     deferred: list[int] = field(default_factory=list)
     deferred_session: list[int] = field(default_factory=list)
-    scheduled: dict[int, float] = field(default_factory=dict)  # sequence number: when
+    #: (queue, sequence number): when it was scheduled for.
+    scheduled: dict[tuple[str, int], float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
     def check_clock(self, where: str) -> None:
@@ -79,13 +80,13 @@ class World:
         if ahead > EPS:
             self.problems.append(f"after {where} the clock reads {ahead:.6f} s ahead")
 
-    def check_received(self, got: list[ReceivedMessage], fresh: bool) -> None:
+    def check_received(self, path: str, got: list[ReceivedMessage], fresh: bool) -> None:
         now = CLOCK.now()
         for msg in got:
             enqueued = msg.enqueued_time.timestamp()
             if enqueued > now + EPS:
                 self.problems.append(f"{msg.body!r} enqueued {enqueued - now:.6f} s ahead")
-            planned = self.scheduled.get(msg.sequence_number)
+            planned = self.scheduled.get((path, msg.sequence_number))
             if planned is not None and now + EPS < planned:
                 self.problems.append(f"{msg.body!r} active {planned - now:.6f} s early")
             if fresh and msg.locked_until_timestamp is not None:
@@ -109,7 +110,7 @@ async def _session_actor(world: World, steps: list[tuple[float, str, float]]) ->
             receiver = world.session
             if op == "receive":
                 got = await receiver.receive(max_messages=3, max_wait=wait)
-                world.check_received(got, fresh=False)  # a session's lock is the session's
+                world.check_received("sq", got, fresh=False)  # the lock is the session's
                 world.held_session += got
             elif op == "deferred" and world.deferred_session:
                 got = await receiver.receive_deferred(world.deferred_session[:2])
@@ -136,12 +137,12 @@ async def _plain_actor(world: World, steps: list[tuple[float, str, float]]) -> N
             try:
                 if op == "receive":
                     got = await receiver.receive(max_messages=3, max_wait=wait)
-                    world.check_received(got, fresh=True)
+                    world.check_received("q", got, fresh=True)
                     world.held_plain += got
                 elif op == "deferred" and world.deferred:
                     got = await receiver.receive_deferred(world.deferred[:2])
                     del world.deferred[:2]
-                    world.check_received(got, fresh=True)
+                    world.check_received("q", got, fresh=True)
                     world.held_plain += got
                 elif world.held_plain and op in ("complete", "abandon", "defer"):
                     msg = world.held_plain.pop(0)
@@ -182,9 +183,9 @@ async def _sender(world: World, steps: list[tuple[float, str, float]]) -> None:
                     at = dt.datetime.fromtimestamp(CLOCK.now() + ahead, dt.UTC)
                     seq = await plain.schedule(Message(f"at{i}".encode()), at)
                     assert isinstance(seq, int)
-                    world.scheduled[seq] = at.timestamp()
+                    world.scheduled["q", seq] = at.timestamp()
                 elif op == "cancel" and world.scheduled:
-                    await plain.cancel_scheduled(max(world.scheduled))
+                    await plain.cancel_scheduled(max(world.scheduled)[1])
                 elif op == "update_lock":
                     for path in ("q", "sq"):
                         now = (await ns.get_queue(path)).lock_duration.total_seconds()

@@ -67,3 +67,16 @@ async def test_a_waiting_receive_still_learns_its_session_lock_ended(ns):
             await receiver.receive(max_wait=None)
         assert loop.time() - start == pytest.approx(LOCK, abs=1e-3)
     assert lead(anchor) == pytest.approx(0.0, abs=1e-5)
+
+
+@pytest.mark.timeout(20)
+async def test_a_wait_shorter_than_the_loop_can_tell_ends_the_receive(ns):
+    """A deadline a hair past the loop's time (max_wait=1e-300 at loop time 0.0) fires
+    at once, with the loop's time still before it: the wait took that for the session
+    lock's end and looked again, for ever (found by the property test). Which timer
+    fired is now known from what was armed."""
+    await ns.create_queue("sq", requires_session=True, lock_duration=timedelta(seconds=LOCK))
+    async with ns.receiver("sq", session_id="s") as receiver:
+        async with asyncio.timeout(5):
+            assert await receiver.receive(max_wait=1e-300) == []
+            assert await receiver.receive(max_wait=1e-9) == []
