@@ -1,5 +1,6 @@
-"""The official SDK's own samples (``sdk_samples/``, unmodified) against one long-running
-``aiosb serve``, in the background of the test session (issue 33).
+"""The official Python SDK's published samples (``sdk_samples/``: the ``samples/`` of the
+``azure-servicebus`` 7.11.4 sdist, unmodified) against ``aiosb serve``, in the
+background of the test session (issues 33 and 34).
 
 The ``AutoLockRenewer`` samples hold messages and a session for 100 s each, then let a
 lock lapse on purpose for 80 s: close to five minutes that are nearly all waiting. So
@@ -7,16 +8,29 @@ the run starts as soon as the session has collected it (``tests/conftest.py``) a
 on beside the rest of the suite; ``test_sdk_samples.py``, run last, waits for it and
 reads what it found.
 
-The order is the one that found the bug: the scheduling samples (sync, then aio) first,
-then both ``AutoLockRenewer`` samples at once (each on queues of its own, since each
-receives what it sent), then the scheduling samples again (aio, then sync). A server
-whose clock the renewals moved ahead makes the second scheduling run fail: its messages,
-scheduled 30 s ahead, are active at once and cannot be cancelled.
+Two servers, one after the other:
+
+1. With AMQP over TLS on 5671 (the SDK speaks TLS to a namespace given by name and
+   credential, and there only): the samples that authenticate so. Seconds long, first,
+   so that 5671 is free again before the suite's own test of it.
+2. One long-running server for the rest, in the order that found issue 33: the
+   scheduling samples (sync, then aio); then both ``AutoLockRenewer`` samples beside
+   every other sample; then the scheduling samples again (aio, then sync). A server
+   whose clock the renewals moved ahead fails the second scheduling run: its messages,
+   scheduled 30 s ahead, are active at once and cannot be cancelled.
+
+Each sample has entities of its own (a sample receives what it sent). The samples that
+receive forever by design run to a deadline, and what they printed is checked. The
+environment trusts the server's self-signed certificate as a machine would: the CA
+bundle variables for the administration clients (``REQUESTS_CA_BUNDLE``,
+``SSL_CERT_FILE``), and certifi's bundle (which the SDK's AMQP over TLS reads, and no
+variable changes) extended with it, by ``trust/sitecustomize.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import subprocess
 import sys
@@ -27,20 +41,55 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiosb
+from aiosb.auth import DEV_KEY, DEV_KEY_NAME
 from aiosb.emulator.process import ServerProcess
 
 SAMPLES = Path(__file__).parent / "sdk_samples"
+TRUST = Path(__file__).parent / "trust"
 NAMESPACE = "sbemulatorns"
 #: seconds: the longest one sample may take (the AutoLockRenewer ones take 285 s or so).
 SAMPLE_SECONDS = 420
+#: seconds: how long a sample that receives forever by design is let run.
+DEADLINE_SECONDS = 20
+
+#: Samples not run, and why (the README says so too).
+NOT_RUN = {
+    "client_identity_authentication": "needs Azure AD (DefaultAzureCredential)",
+    "sample_code_servicebus": "needs Azure AD (azure.identity) in parts",
+    "proxy": "needs an HTTP proxy at a placeholder address",
+    "connection_to_custom_endpoint_address": "holds placeholders to fill in "
+    "('<custom_endpoint_hostname>')",
+    "send_and_receive_amqp_annotated_message": "sends value and sequence bodies, which "
+    "aiosb does not hold yet (issue 34, point 3)",
+}
+#: Samples that authenticate with a namespace name and a credential: AMQP over TLS, 5671.
+BY_NAME = ("authenticate_using_azure_named_key_credential",
+           "authenticate_using_azure_sas_credential")
+#: Samples that receive forever by design: run to a deadline.
+FOREVER = ("receive_iterator_queue", "failure_and_recovery")
+SCHEDULING = "schedule_messages_and_cancellation"
+RENEWAL = "auto_lock_renew"
+
+
+def stem(sample: str) -> str:
+    """``sync_samples/send_queue.py`` and ``async_samples/send_queue_async.py``:
+    ``send_queue``."""
+    return Path(sample).stem.removesuffix("_async")
+
+
+def sample_files() -> list[str]:
+    return sorted(f"{folder}/{path.name}" for folder in ("sync_samples", "async_samples")
+                  for path in (SAMPLES / folder).glob("*.py"))
 
 
 @dataclass
 class SampleResult:
     sample: str
-    returncode: int
+    returncode: int | None  # None: ended at its deadline, as it is made to run forever
     output: str
     seconds: float
+    #: What the test sent a sample that only receives, before it ran.
+    sent: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -48,27 +97,53 @@ class Outcome:
     results: list[SampleResult] = field(default_factory=list)
     #: How far the server's clock read ahead of the wall clock when the samples ended.
     clock_lead: float | None = None
+    #: Why the samples that need port 5671 did not run, if they did not.
+    by_name_skipped: str | None = None
     error: str | None = None
 
 
-async def _prepare(url: str) -> None:
-    """The queues the samples expect to exist, with Service Bus's defaults."""
+_numbers = itertools.count(1)
+
+
+async def _entities(url: str, sample: str) -> dict[str, str]:
+    """The entities one sample uses, made afresh; its environment names them."""
+    n = next(_numbers)
+    queue, sessions, topic, sub = f"q{n}", f"sq{n}", f"t{n}", f"s{n}"
     async with aiosb.connect(f"{url}/{NAMESPACE}") as ns:
-        for name in ("schedule", "renew-sync", "renew-aio"):
-            await ns.create_queue(name)
-        for name in ("renew-sync-sessions", "renew-aio-sessions"):
-            await ns.create_queue(name, requires_session=True)
-        await ns.create_queue("clockprobe")
+        await ns.create_queue(queue)
+        await ns.create_queue(sessions, requires_session=True)
+        await ns.create_topic(topic)
+        await ns.create_subscription(topic, sub)
+    return {"SERVICEBUS_QUEUE_NAME": queue, "SERVICEBUS_SESSION_QUEUE_NAME": sessions,
+            "SERVICEBUS_TOPIC_NAME": topic, "SERVICEBUS_SUBSCRIPTION_NAME": sub}
+
+
+async def _send(url: str, queue: str, bodies: list[str]) -> None:
+    async with aiosb.connect(f"{url}/{NAMESPACE}") as ns, ns.sender(queue) as sender:
+        await sender.send([aiosb.Message(body.encode()) for body in bodies])
 
 
 async def _clock_lead(url: str) -> float:
     async with aiosb.connect(f"{url}/{NAMESPACE}") as ns:
+        await ns.create_queue("clockprobe")
         async with ns.sender("clockprobe") as sender:
             await sender.send(aiosb.Message(b"what time is it"))
             sent = time.time()
         async with ns.receiver("clockprobe", mode="receive_and_delete") as receiver:
             (probe,) = await receiver.receive(max_messages=1, max_wait=10)
     return probe.enqueued_time.timestamp() - sent
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 class SampleRun:
@@ -79,6 +154,7 @@ class SampleRun:
         self._outcome = Outcome()
         self._procs: list[subprocess.Popen[str]] = []
         self._stopping = False
+        self._tls = Path(os.environ.get("TMPDIR", "/tmp")) / f"aiosb-samples-{os.getpid()}"
 
     def start(self) -> None:
         if self._thread is None:
@@ -105,45 +181,74 @@ class SampleRun:
 
     def _run(self) -> None:
         try:
-            with ServerProcess() as server:
-                asyncio.run(_prepare(server.url))
-                connection = server.amqp_connection_string
-                order: list[list[tuple[str, str, str]]] = [
-                    [("schedule_messages_and_cancellation.py", "schedule", "")],
-                    [("schedule_messages_and_cancellation_async.py", "schedule", "")],
-                    [("auto_lock_renew.py", "renew-sync", "renew-sync-sessions"),
-                     ("auto_lock_renew_async.py", "renew-aio", "renew-aio-sessions")],
-                    [("schedule_messages_and_cancellation_async.py", "schedule", "")],
-                    [("schedule_messages_and_cancellation.py", "schedule", "")],
-                ]
-                for step in order:
-                    if self._stopping:
-                        return
-                    with ThreadPoolExecutor(len(step)) as pool:
-                        self._outcome.results += pool.map(
-                            lambda s: self._sample(connection, *s), step
-                        )
+            files = [f for f in sample_files() if stem(f) not in NOT_RUN]
+            by_name = [f for f in files if stem(f) in BY_NAME]
+            if _port_free(5671):
+                with ServerProcess(args=["--tls-dir", str(self._tls),
+                                         "--amqps-port", "5671"]) as server:
+                    self._batch(server, by_name, workers=4)
+            else:
+                self._outcome.by_name_skipped = "port 5671 is taken on this machine"
+            rest = [f for f in files if f not in by_name]
+            scheduling = [f"sync_samples/{SCHEDULING}.py", f"async_samples/{SCHEDULING}_async.py"]
+            renewal = [f for f in rest if stem(f) == RENEWAL]
+            others = [f for f in rest if f not in scheduling and f not in renewal]
+            with ServerProcess(args=["--tls-dir", str(self._tls)]) as server:
+                self._batch(server, scheduling, workers=1)
+                with ThreadPoolExecutor(2) as long_ones:
+                    renewing = long_ones.map(lambda f: self._sample(server, f), renewal)
+                    self._batch(server, others, workers=3)
+                    self._outcome.results += list(renewing)
+                self._batch(server, scheduling[::-1], workers=1)
                 self._outcome.clock_lead = asyncio.run(_clock_lead(server.url))
         except Exception as exc:  # said by the test that reads the outcome
             self._outcome.error = f"{type(exc).__name__}: {exc}"
 
-    def _sample(self, connection: str, sample: str, queue: str, sessions: str) -> SampleResult:
-        env = dict(os.environ, SERVICEBUS_CONNECTION_STR=connection,
-                   SERVICEBUS_QUEUE_NAME=queue, SERVICEBUS_SESSION_QUEUE_NAME=sessions)
+    def _batch(self, server: ServerProcess, files: list[str], workers: int) -> None:
+        with ThreadPoolExecutor(workers) as pool:
+            self._outcome.results += pool.map(lambda f: self._sample(server, f), files)
+
+    def _sample(self, server: ServerProcess, sample: str) -> SampleResult:
+        if self._stopping:
+            return SampleResult(sample, -1, "(not run: the session ended)", 0.0)
+        names = asyncio.run(_entities(server.url, sample))
+        sent: list[str] = []
+        if stem(sample) == "receive_iterator_queue":  # it only receives: give it some
+            sent = [f"{stem(sample)} {i}" for i in range(5)]
+            asyncio.run(_send(server.url, names["SERVICEBUS_QUEUE_NAME"], sent))
+        bundle = self._tls / "bundle.pem"
+        if not bundle.exists():
+            import certifi
+
+            bundle.write_text(Path(certifi.where()).read_text()
+                              + Path(server.certificate).read_text())
+        env = dict(os.environ, **names,
+                   SERVICEBUS_CONNECTION_STR=server.amqp_connection_string,
+                   SERVICEBUS_FULLY_QUALIFIED_NAMESPACE="localhost",
+                   SERVICEBUS_SAS_POLICY=DEV_KEY_NAME, SERVICEBUS_SAS_KEY=DEV_KEY,
+                   SERVICEBUS_SESSION_ID="session-1",
+                   REQUESTS_CA_BUNDLE=str(bundle), SSL_CERT_FILE=str(bundle),
+                   AIOSB_TRUSTED_BUNDLE=str(bundle),
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(TRUST),
+                                                            os.environ.get("PYTHONPATH")])))
+        limit = DEADLINE_SECONDS if stem(sample) in FOREVER else SAMPLE_SECONDS
         started = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, str(SAMPLES / sample)], env=env, cwd=SAMPLES,
+            [sys.executable, str(SAMPLES / sample)], env=env, cwd=SAMPLES / Path(sample).parent,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, preexec_fn=_die_with_parent,
         )
         self._procs.append(proc)
+        code: int | None
         try:
-            output, _ = proc.communicate(timeout=SAMPLE_SECONDS)
+            output, _ = proc.communicate(timeout=limit)
+            code = proc.returncode
         except subprocess.TimeoutExpired:
             proc.kill()
             output, _ = proc.communicate()
-            output += f"\n(killed after {SAMPLE_SECONDS} s)"
-        return SampleResult(sample, proc.returncode, output, time.monotonic() - started)
+            code = None if stem(sample) in FOREVER else proc.returncode
+            output += f"\n(ended after {limit} s)"
+        return SampleResult(sample, code, output, time.monotonic() - started, sent)
 
 
 def _die_with_parent() -> None:
