@@ -44,6 +44,8 @@ import aiosb
 from aiosb.auth import DEV_KEY, DEV_KEY_NAME
 from aiosb.emulator.process import ServerProcess
 
+from .conftest import server_clock_lead
+
 SAMPLES = Path(__file__).parent / "sdk_samples"
 TRUST = Path(__file__).parent / "trust"
 NAMESPACE = "sbemulatorns"
@@ -123,17 +125,6 @@ async def _send(url: str, queue: str, bodies: list[str]) -> None:
         await sender.send([aiosb.Message(body.encode()) for body in bodies])
 
 
-async def _clock_lead(url: str) -> float:
-    async with aiosb.connect(f"{url}/{NAMESPACE}") as ns:
-        await ns.create_queue("clockprobe")
-        async with ns.sender("clockprobe") as sender:
-            await sender.send(aiosb.Message(b"what time is it"))
-            sent = time.time()
-        async with ns.receiver("clockprobe", mode="receive_and_delete") as receiver:
-            (probe,) = await receiver.receive(max_messages=1, max_wait=10)
-    return probe.enqueued_time.timestamp() - sent
-
-
 def _port_free(port: int) -> bool:
     import socket
 
@@ -200,7 +191,7 @@ class SampleRun:
                     self._batch(server, others, workers=3)
                     self._outcome.results += list(renewing)
                 self._batch(server, scheduling[::-1], workers=1)
-                self._outcome.clock_lead = asyncio.run(_clock_lead(server.url))
+                self._outcome.clock_lead = asyncio.run(server_clock_lead(server))
         except Exception as exc:  # said by the test that reads the outcome
             self._outcome.error = f"{type(exc).__name__}: {exc}"
 
