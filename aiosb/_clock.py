@@ -23,9 +23,14 @@ import weakref
 from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any, Generic, TypeVar, cast
 
-__all__ = ["CLOCK", "LoopClock", "within"]
+__all__ = ["CLOCK", "TIMER_RESOLUTION", "LoopClock", "within"]
 
 T = TypeVar("T")
+
+#: Seconds: the coarsest resolution of a loop's timers (uvloop keeps whole milliseconds,
+#: and runs a timer due in under half of one at once). A timer armed again after firing
+#: before its time waits at least this, or it would come round again and again.
+TIMER_RESOLUTION = 0.001
 
 
 class LoopClock:

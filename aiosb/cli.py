@@ -87,9 +87,9 @@ async def serve_forever(
         _log_to_stdout()
     table = key_table(key_name, key or DEV_KEY, keys)
     ssl_context = None
-    if tls is not None:
-        from .emulator._tls import context
+    from .emulator._tls import context
 
+    if tls is not None:
         ssl_context = context(*tls)
     amqp: AmqpServer | None = None  # AMQP over WebSockets finds it here once it listens
     websocket = websocket_handler(lambda: None if amqp is None else amqp._serve)
@@ -102,8 +102,6 @@ async def serve_forever(
             try:
                 management = None
                 if served.protocol_factory is not None:
-                    from .emulator._tls import context
-
                     tls_context = None if amqp_tls is None else context(*amqp_tls)
                     management = (served.protocol_factory, tls_context)
                 secure = amqps_port if amqp_tls is not None else None

@@ -63,8 +63,7 @@ def websocket_handler(
                 elif msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
                     break
                 # text messages carry no AMQP: ignored, as the binding has only binary
-            protocol.eof_received()
-            reader.feed_eof()
+            protocol.eof_received()  # the reader meets its end
             await connection
         finally:
             if not connection.done():

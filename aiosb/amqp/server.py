@@ -7,11 +7,11 @@ official Service Bus SDKs, in the running event loop.
 One connection string reaches everything, as on Azure (#34): an SDK's administration
 client given the data plane's connection string speaks HTTPS to the same host and port.
 So the listener looks at each connection's first byte before anything reads it: a TLS
-record (``0x16``, a ClientHello) goes over TLS to the HTTP server it was given
-(``management``: the management API of ``aiosb serve``), a plain HTTP request (its
-method's first letter) to that server as it is (the clients that take
-``UseDevelopmentEmulator=true`` for plain HTTP), anything else to AMQP (``A``, its
-protocol header).
+record (``0x16``, a ClientHello) has TLS taken off first (with the certificate of
+``management``, the management API of ``aiosb serve``); then the first byte (inside TLS,
+if any) chooses: an HTTP request (its method's first letter) goes to that server, as
+the clients send that take ``UseDevelopmentEmulator=true`` for plain HTTP; anything
+else to AMQP (``A``, its protocol header).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ TLS_HANDSHAKE = 0x16
 HTTP_METHODS = frozenset(b"GPDHO")
 #: An HTTP server for the listener to hand management connections to: its protocol
 #: factory (an aiohttp server's) and the TLS context to present to clients that open
-#: with TLS (``None``: such clients are closed, said in the log).
+#: with TLS (``None``: such clients are answered in AMQP, and the log says why).
 ManagementSite = tuple[Callable[[], asyncio.BaseProtocol], ssl.SSLContext | None]
 
 
@@ -128,25 +128,18 @@ class AmqpServer:
         except BaseException:
             conn.close()
             raise
-        try:
-            byte = first[0] if first else None
-            site = self.management
-            if site is not None and byte == TLS_HANDSHAKE and site[1] is not None:
-                factory = site[0]
-                await loop.connect_accepted_socket(
-                    lambda: _Within(self, factory), conn, ssl=site[1],
-                    ssl_handshake_timeout=HANDSHAKE_SECONDS)
-            elif site is not None and byte in HTTP_METHODS:
-                await loop.connect_accepted_socket(site[0], conn)
-            else:
-                if byte == TLS_HANDSHAKE:  # AMQP answers with its header: the client
-                    # hears the port does not speak TLS (its WRONG_VERSION_NUMBER)
-                    log.info("a TLS client on the AMQP port, which has no certificate: "
-                             "answered in AMQP (aiosb serve answers TLS here with one: pip "
-                             "install aiosb[tls], or --tls-cert and --tls-key)")
-                reader = asyncio.StreamReader()
-                await loop.connect_accepted_socket(
-                    lambda: asyncio.StreamReaderProtocol(reader, self._serve), conn)
+        site = self.management
+        http = None if site is None else site[0]
+        tls = None if site is None or not first or first[0] != TLS_HANDSHAKE else site[1]
+        if first and first[0] == TLS_HANDSHAKE and tls is None:  # AMQP answers with its
+            # header: the client hears the port does not speak TLS (WRONG_VERSION_NUMBER)
+            log.info("a TLS client on the AMQP port, which has no certificate: answered in "
+                     "AMQP (aiosb serve answers TLS here with one: pip install aiosb[tls], "
+                     "or --tls-cert and --tls-key)")
+        try:  # TLS (if any) is taken off here; _FirstByte routes what is inside
+            await loop.connect_accepted_socket(
+                lambda: _FirstByte(self, http), conn, ssl=tls,
+                ssl_handshake_timeout=None if tls is None else HANDSHAKE_SECONDS)
         except (OSError, ssl.SSLError) as exc:  # a handshake that failed: the client's
             log.info("a connection to the AMQP port ended before it began: %s", exc)
             conn.close()
@@ -239,13 +232,15 @@ async def serve_amqp(
         server.ns.detach()
 
 
-class _Within(asyncio.Protocol):
-    """Inside TLS, the first byte again: AMQP (its header, ``A``: AMQP over TLS, what
-    an SDK speaks to a namespace that is not a development emulator) or HTTP (the
-    management API). It hands the connection, and what it has read, to the one."""
+class _FirstByte(asyncio.Protocol):
+    """The one place a connection's protocol is chosen, from its first byte (inside TLS,
+    if the connection opened with it): an HTTP method's first letter goes to the HTTP
+    server (the management API, and AMQP over WebSockets), anything else to AMQP (``A``,
+    its header; what is no AMQP is refused there, in AMQP's words). It hands the
+    connection, and what it has read, to the one it chose."""
 
     def __init__(self, server: AmqpServer,
-                 http: Callable[[], asyncio.BaseProtocol]) -> None:
+                 http: Callable[[], asyncio.BaseProtocol] | None) -> None:
         self._server = server
         self._http = http
         self._transport: asyncio.BaseTransport | None = None
@@ -258,10 +253,10 @@ class _Within(asyncio.Protocol):
         if transport is None:
             return
         inner: asyncio.BaseProtocol
-        if data[:1] == b"A":
-            inner = asyncio.StreamReaderProtocol(asyncio.StreamReader(), self._server._serve)
-        else:
+        if self._http is not None and data[0] in HTTP_METHODS:
             inner = self._http()
+        else:
+            inner = asyncio.StreamReaderProtocol(asyncio.StreamReader(), self._server._serve)
         transport.set_protocol(inner)
         inner.connection_made(transport)
         cast(asyncio.Protocol, inner).data_received(data)

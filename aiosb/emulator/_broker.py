@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from heapq import heappop, heappush
 from typing import Any
 
-from .._clock import CLOCK
+from .._clock import CLOCK, TIMER_RESOLUTION
 from ..entities import TIERS, parse_entity_path
 from ..errors import EntityNotFound, EntityUnavailable, InvalidArgument, InvalidOperation
 from ..message import Message, ReceivedMessage
@@ -62,9 +62,6 @@ from ._surroundings import Due
 __all__ = ["EmulatorNamespace"]
 
 NAMESPACE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,49}")
-#: Seconds: the least wait of a timer armed again after it fired before its time (a
-#: loop's timer resolution: uvloop's is a millisecond).
-EARLY_REARM = 0.001
 
 
 class EmulatorNamespace:
@@ -244,8 +241,15 @@ class EmulatorNamespace:
             return
         if self._handle is not None:
             self._handle.cancel()
+        self._arm(loop, when)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float, least: float = 0.0) -> None:
+        """Set the timer for ``when`` (UTC), and no sooner than ``least`` seconds on."""
         self._handle_when = when
-        self._handle = loop.call_at(self.clock.loop_time(when), self._on_timer)
+        at = self.clock.loop_time(when)
+        if least:
+            at = max(at, loop.time() + least)
+        self._handle = loop.call_at(at, self._on_timer)
 
     def _on_timer(self) -> None:
         when = self._handle_when
@@ -258,11 +262,8 @@ class EmulatorNamespace:
             # time, and nothing moves the clock to it (issue 33). Armed again no sooner
             # than a millisecond on, not for the same instant, which on uvloop would
             # come round again and again until its millisecond ticked over.
-            loop = self._loop
-            if loop is not None and when < INF:
-                self._handle_when = when
-                wait = max(self.clock.loop_time(when) - loop.time(), EARLY_REARM)
-                self._handle = loop.call_later(wait, self._on_timer)
+            if self._loop is not None and when < INF:
+                self._arm(self._loop, when, TIMER_RESOLUTION)
             return
         self._run_due(now)
 

@@ -16,6 +16,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+from .._clock import TIMER_RESOLUTION
 from ..errors import (
     InvalidArgument,
     InvalidOperation,
@@ -32,10 +33,6 @@ from ._partitions import FRAGMENT_SHIFT, by_fragment, gather_order
 from ._record import DEFERRED, _Record, received_columns, received_messages
 from ._sessions import held
 from ._store import _Store, _wake_one
-
-#: Seconds: the least wait for a session lock's end (uvloop's timers keep whole
-#: milliseconds).
-EARLY_REARM = 0.001
 
 __all__ = ["receive", "settle"]
 
@@ -175,7 +172,7 @@ async def _wait(
         # (Never under a millisecond: a timer that fired a hair early, looking again
         # for the rest, would on uvloop come round at once, again and again; the
         # namespace's timer ends the lock at its instant all the same.)
-        lock_left = max(session.locked_until - now, EARLY_REARM)
+        lock_left = max(session.locked_until - now, TIMER_RESOLUTION)
         lock_first = remaining is None or lock_left < remaining
         remaining = lock_left if remaining is None else min(remaining, lock_left)
     else:

@@ -349,15 +349,15 @@ def rule_to_sdk(rule: RuleProperties) -> tuple[Any, Any]:
         )
     else:
         assert isinstance(f, SqlRuleFilter)
-        sdk_filter = m.SqlRuleFilter(f.sql_expression, _at(f.parameters))
+        sdk_filter = m.SqlRuleFilter(f.sql_expression, _as_given(f.parameters))
     action = rule.action
     sdk_action = None if action is None else m.SqlRuleAction(
-        action.sql_expression, _at(action.parameters)
+        action.sql_expression, _as_given(action.parameters)
     )
     return sdk_filter, sdk_action
 
 
-def _at(parameters: dict[str, Any] | None) -> dict[str, Any] | None:
+def _as_given(parameters: dict[str, Any] | None) -> dict[str, Any] | None:
     """Parameters for the SDK, named as given (``@name`` as Service Bus writes them, or
     ``name``): what is read back is what was given (#34)."""
     return None if parameters is None else dict(parameters)
