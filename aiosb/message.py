@@ -51,7 +51,7 @@ _UTC = _dt.UTC
 #: Every field of a :class:`Message`, in declaration order, and the kind of value it
 #: holds: ``bytes`` (the body), ``text`` (a string or None), ``duration`` (a timedelta or
 #: None), ``instant`` (an aware datetime or None), ``properties`` (the application
-#: properties). The one list of a message's fields: every converter (the wire codecs,
+#: properties), ``amqp`` (AMQP-encoded sections, or None). The one list of a message's fields: every converter (the wire codecs,
 #: the AMQP mapping, the durable rows, the backlog rewrite, Spark's columns) derives its
 #: fields from it, and tests/test_field_table.py sends a message with every field set
 #: through each of them, so a field added here that a converter forgets fails a test.
@@ -69,6 +69,7 @@ MESSAGE_FIELDS: dict[str, str] = {
     "reply_to_session_id": "text",
     "to": "text",
     "application_properties": "properties",
+    "amqp_extra": "amqp",
 }
 #: The broker's fields a :class:`ReceivedMessage` adds, in declaration order, and their
 #: kinds: ``int``, ``seconds`` (UTC epoch seconds, a float; None where optional) or
@@ -211,6 +212,21 @@ class Message:
         reply_to_session_id: Session to reply to.
         to: Address the message is for.
         application_properties: Custom properties (str keys; simple values).
+        amqp_extra: What an AMQP sender put in the message that no field above holds,
+            as AMQP-encoded sections (``None``: nothing): a value or sequence body, or
+            several data sections (:attr:`body` then holds them flattened: the data
+            joined, a binary or string value as its bytes, anything else as the
+            encoded body sections); the header's durable, priority and first-acquirer;
+            delivery annotations; message annotations of the sender's own; the
+            properties no field holds (user-id, content-encoding, creation-time,
+            absolute-expiry-time, group-sequence, a message or correlation id that is
+            not a string); the footer. aiosb's AMQP front end fills it and delivers it
+            back in place, so what an AMQP client sends, an AMQP client receives; the
+            broker, the journal, pairing's syphon and the aiosb wire carry it; the
+            Service Bus REST protocol cannot (a REST receiver gets :attr:`body`).
+            Build it with nothing but what a received message gave. :attr:`size` does
+            not count it (the body counts once, flattened; an AMQP link bounds the
+            whole message by its max-message-size).
 
     Raises:
         InvalidArgument: An id over 128 characters, a naive datetime, a non-positive
@@ -232,6 +248,7 @@ class Message:
     reply_to_session_id: str | None = None
     to: str | None = None
     application_properties: dict[str, PropertyValue] = field(default_factory=dict)
+    amqp_extra: bytes | None = None
 
     def __post_init__(self) -> None:
         body = self.body
@@ -295,6 +312,13 @@ class Message:
                     )
         elif props is None:
             self.application_properties = {}
+        extra = self.amqp_extra
+        if extra is not None and type(extra) is not bytes:
+            if not isinstance(extra, (bytes, bytearray, memoryview)):
+                raise InvalidArgument(
+                    f"amqp_extra must be bytes or None, not {type(extra).__name__}."
+                )
+            self.amqp_extra = bytes(extra) or None
 
     @property
     def size(self) -> int:

@@ -398,6 +398,7 @@ _COLUMN_TYPES: dict[str, set[type]] = {
     "time_to_live": {_dt.timedelta},
     "scheduled_enqueue_time": {_dt.datetime},
     "application_properties": {dict},
+    "amqp_extra": {bytes},
 }
 
 

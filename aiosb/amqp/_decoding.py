@@ -8,9 +8,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ._types import DecodeError, Described, Symbol
+from ._types import DecodeError, Described, Raw, Symbol
 
-__all__ = ["decode", "decode_all"]
+__all__ = ["decode", "decode_all", "elements"]
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _b = struct.Struct(">b")
@@ -185,6 +185,48 @@ def _dec_array32(buf: bytes, pos: int) -> tuple[Any, int]:
     return _array(buf, pos + 8, count, pos + 4 + size)
 
 
+def _opaque(width: int) -> Decoder:
+    """A fixed-width value kept as its encoding (decimals: :class:`Raw`)."""
+    def dec(buf: bytes, pos: int) -> tuple[Any, int]:
+        end = _span(buf, pos, width)
+        return Raw(buf[pos - 1:end]), end
+    return dec
+
+
+def elements(buf: bytes, pos: int = 0) -> tuple[list[Raw], int]:
+    """The elements of the list or map encoded at ``buf[pos]``, each as its own encoding
+    (:class:`Raw`, to be written back unchanged), and the position after it.
+
+    Raises:
+        DecodeError: Not a list or a map, or not valid AMQP.
+    """
+    code = buf[pos] if pos < len(buf) else -1
+    if code == 0x45:
+        return [], pos + 1
+    try:
+        if code in (0xC0, 0xC1):
+            start, count, end = pos + 3, buf[pos + 2], pos + 2 + buf[pos + 1]
+        elif code in (0xD0, 0xD1):
+            size, count = _II.unpack_from(buf, pos + 1)
+            start, end = pos + 9, pos + 5 + size
+        else:
+            raise DecodeError(f"expected a list or a map at byte {pos}.")
+    except (IndexError, struct.error):
+        raise DecodeError(f"a list or a map cut short at byte {pos}.") from None
+    _span(buf, start, end - start)
+    if count > end - start:
+        raise DecodeError(f"a compound value of {end - start} bytes says it holds {count} items.")
+    out: list[Raw] = []
+    at = start
+    for _ in range(count):
+        _, after = decode(buf, at)
+        out.append(Raw(buf[at:after]))
+        at = after
+    if at != end:
+        raise DecodeError(f"a compound value ends at byte {at}, not at {end} as its size says.")
+    return out, end
+
+
 def _dec_described(buf: bytes, pos: int) -> tuple[Any, int]:
     descriptor, pos = _DECODERS[buf[pos]](buf, pos + 1)
     value, pos = _DECODERS[buf[pos]](buf, pos + 1)
@@ -220,6 +262,9 @@ _DECODERS[0x70] = _fixed(_I.unpack_from, 4)
 _DECODERS[0x71] = _fixed(_i.unpack_from, 4)
 _DECODERS[0x72] = _fixed(_f.unpack_from, 4)
 _DECODERS[0x73] = _dec_char
+_DECODERS[0x74] = _opaque(4)  # decimal32
+_DECODERS[0x84] = _opaque(8)  # decimal64
+_DECODERS[0x94] = _opaque(16)  # decimal128
 _DECODERS[0x80] = _fixed(_Q.unpack_from, 8)
 _DECODERS[0x81] = _fixed(_q.unpack_from, 8)
 _DECODERS[0x82] = _fixed(_d.unpack_from, 8)

@@ -19,13 +19,14 @@ dispositions as settlements.
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import uuid
 from typing import Any
 
 from ..message import ReceivedMessage
 from ..protocol import SettleAction, Settlement
 from . import performatives as p
-from .codec import Described, Int, Symbol, UInt, ULong, encode
+from .codec import DecodeError, Described, Int, Symbol, UInt, ULong, elements, encode
 from .messages import (
     ANNOTATIONS,
     APP_PROPERTIES,
@@ -34,9 +35,14 @@ from .messages import (
     PARTITION_KEY,
     PROPERTIES,
     SCHEDULED_AT,
+    Sections,
+    notes_kept,
+    sections_of,
 )
 
 __all__ = ["delivery_payload", "delivery_tag", "settlement_of"]
+
+_log = logging.getLogger("aiosb.amqp")
 
 _STATES = {"active": 0, "deferred": 1, "scheduled": 2}
 _SEQUENCE = Symbol("x-opt-sequence-number")
@@ -102,13 +108,53 @@ def delivery_payload(m: ReceivedMessage, *, delivered: bool = True) -> bytes:
         app[_REASON] = m.dead_letter_reason
     if m.dead_letter_error_description is not None:
         app[_DESCRIPTION] = m.dead_letter_error_description
+    extra = _extra(m)
+    if extra is None:
+        out = bytearray(encode(Described(ULong(HEADER), header)))
+        out += encode(Described(ULong(ANNOTATIONS), notes))
+        out += encode(Described(ULong(PROPERTIES), properties))
+        if app:
+            out += encode(Described(ULong(APP_PROPERTIES), app))
+        out += encode(Described(ULong(DATA), m.body))
+        return bytes(out)
+    # What the sender put that no field holds, back in place (aiosb.amqp.messages).
+    _put(header, extra.raw_header)
     out = bytearray(encode(Described(ULong(HEADER), header)))
+    out += extra.raw_delivery_annotations or b""
+    notes.update(notes_kept(extra.raw_annotations, frozenset(notes)))
     out += encode(Described(ULong(ANNOTATIONS), notes))
+    _put(properties, extra.raw_properties)
     out += encode(Described(ULong(PROPERTIES), properties))
     if app:
         out += encode(Described(ULong(APP_PROPERTIES), app))
-    out += encode(Described(ULong(DATA), m.body))
+    out += extra.raw_body or encode(Described(ULong(DATA), m.body))
+    out += extra.raw_footer or b""
     return bytes(out)
+
+
+def _extra(m: ReceivedMessage) -> Sections | None:
+    """The sections of ``m.amqp_extra``; ``None`` when it has none, or holds something
+    that is not AMQP sections (then the message is delivered from its fields)."""
+    if m.amqp_extra is None:
+        return None
+    try:
+        return sections_of(m.amqp_extra)
+    except DecodeError as exc:
+        _log.warning("message %s: its amqp_extra is not AMQP sections (%s); delivered "
+                     "without them.", m.sequence_number, exc)
+        return None
+
+
+def _put(fields: list[Any], raw: bytes | None) -> None:
+    """Set the fields of a list section that the encoded list ``raw`` sets (as encoded)."""
+    if raw is None:
+        return
+    items, _ = elements(raw)
+    if len(fields) < len(items):
+        fields += [None] * (len(items) - len(fields))
+    for i, item in enumerate(items):
+        if item != b"\x40":
+            fields[i] = item
 
 
 def settlement_of(state: Any, lock_token: str, sub_queue: str | None

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "AMQP_HEADER", "SASL_HEADER", "Array", "Byte", "Char", "DecodeError", "Described",
-    "Float32", "Int", "Short", "Symbol", "UByte", "UInt", "ULong", "UShort",
+    "Float32", "Int", "Raw", "Short", "Symbol", "UByte", "UInt", "ULong", "UShort",
 ]
 
 #: The protocol headers: plain AMQP 1.0 and its SASL layer.
@@ -60,6 +60,13 @@ class Int(int):
 
 
 class Float32(float):
+    __slots__ = ()
+
+
+class Raw(bytes):
+    """One value already encoded, written as it is: what a peer sent, kept bit for bit
+    (and how a decimal, which this codec does not interpret, is decoded)."""
+
     __slots__ = ()
 
 

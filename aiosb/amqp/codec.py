@@ -25,8 +25,10 @@ encoded from              AMQP type (decoded back as)
 ``Described(d, v)``       a described value (decoded as :class:`Described`)
 ========================  ===========================================================
 
-Decimals are not supported (Service Bus does not use them): decoding one raises
-:class:`DecodeError`. Modelled on the MIT-licensed ``_pyamqp`` codec of azure-servicebus,
+Decimals are decoded as :class:`Raw` (their encoding, written back unchanged): this codec
+does not interpret them, but a message carrying one is kept bit for bit. :class:`Raw` is
+also how a value a peer sent is written back as it came (:func:`elements` splits a list
+or a map into its elements' encodings). Modelled on the MIT-licensed ``_pyamqp`` codec of azure-servicebus,
 written anew: the server never imports the SDK.
 """
 
@@ -38,7 +40,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ._decoding import decode, decode_all
+from ._decoding import decode, decode_all, elements
 from ._types import (
     AMQP_HEADER,
     SASL_HEADER,
@@ -49,6 +51,7 @@ from ._types import (
     Described,
     Float32,
     Int,
+    Raw,
     Short,
     Symbol,
     UByte,
@@ -67,6 +70,7 @@ __all__ = [
     "Described",
     "Float32",
     "Int",
+    "Raw",
     "Short",
     "Symbol",
     "UByte",
@@ -75,6 +79,7 @@ __all__ = [
     "UShort",
     "decode",
     "decode_all",
+    "elements",
     "encode",
     "encode_into",
     "frame",
@@ -236,6 +241,10 @@ def _enc_map(out: bytearray, value: Any) -> None:
     _compound(out, 0xC1, 0xD1, 2 * len(value), body)
 
 
+def _enc_raw(out: bytearray, value: Any) -> None:
+    out += value
+
+
 def _enc_described(out: bytearray, value: Any) -> None:
     out.append(0x00)
     descriptor, inner = value
@@ -310,6 +319,7 @@ _ENCODERS: dict[type, Encoder] = {
     dict: _enc_map,
     Described: _enc_described,
     Array: _enc_array,
+    Raw: _enc_raw,
 }
 _SUBCLASSES: tuple[tuple[type, Encoder], ...] = (
     (bool, _enc_bool), (int, _enc_long), (float, _enc_double), (str, _enc_string),

@@ -3,7 +3,9 @@ read into the broker's messages (and, for deliveries, written back).
 
 The map, field by field (``MESSAGE_FIELDS``)::
 
-    body                    data sections, joined (an amqp-value string or binary too)
+    body                    data sections, joined; an amqp-value binary or string as its
+                            bytes; any other value, or a sequence, as the encoded body
+                            sections
     message_id              properties.message-id (a uuid, ulong or binary as text)
     session_id              properties.group-id
     partition_key           message-annotations x-opt-partition-key
@@ -16,6 +18,11 @@ The map, field by field (``MESSAGE_FIELDS``)::
     reply_to_session_id     properties.reply-to-group-id
     to                      properties.to
     application_properties  application-properties (com.microsoft:timespan as timedelta)
+    amqp_extra              the rest, encoded as sent: the header's durable, priority and
+                            first-acquirer; delivery annotations; message annotations
+                            but the broker's; properties no field holds (and an id that
+                            is not a string); the body sections unless one data section;
+                            the footer. Written back in place on delivery (_receiving).
 
 A batch (message format ``0x80013700``) is one transfer whose data sections are each a
 whole encoded message.
@@ -30,7 +37,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..message import MESSAGE_FIELDS, Message
-from .codec import DecodeError, Described, Symbol, ULong, decode, encode
+from .codec import DecodeError, Described, Raw, Symbol, ULong, decode, elements, encode
 from .performatives import BATCH_FORMAT
 
 __all__ = ["Sections", "messages_of", "reply_payload", "sections_of", "to_message"]
@@ -38,6 +45,14 @@ __all__ = ["Sections", "messages_of", "reply_payload", "sections_of", "to_messag
 HEADER, DELIVERY_ANNOTATIONS, ANNOTATIONS, PROPERTIES, APP_PROPERTIES = range(0x70, 0x75)
 DATA, SEQUENCE, VALUE, FOOTER = range(0x75, 0x79)
 
+#: The sections by their symbolic descriptors, which a peer may send instead of codes.
+SECTION_CODES = {
+    Symbol(f"amqp:{name}"): code for code, name in enumerate((
+        "header:list", "delivery-annotations:map", "message-annotations:map",
+        "properties:list", "application-properties:map", "data:binary",
+        "amqp-sequence:list", "amqp-value:*", "footer:map",
+    ), start=HEADER)
+}
 PARTITION_KEY = Symbol("x-opt-partition-key")
 SCHEDULED_AT = Symbol("x-opt-scheduled-enqueue-time")
 TIMESPAN = "com.microsoft:timespan"
@@ -48,7 +63,8 @@ MAPPED = frozenset(MESSAGE_FIELDS)
 
 @dataclass(slots=True)
 class Sections:
-    """The sections of one AMQP message, as decoded."""
+    """The sections of one AMQP message, as decoded; the ``raw_*`` fields keep what a
+    peer sent as it was encoded, to be written back unchanged."""
 
     header: list[Any] | None = None
     annotations: dict[Any, Any] | None = None
@@ -58,6 +74,18 @@ class Sections:
     value: Any = None
     has_value: bool = False
     sequence: list[Any] | None = None
+    #: The encoded value (a list) of the header section.
+    raw_header: bytes | None = None
+    #: The whole delivery-annotations section.
+    raw_delivery_annotations: bytes | None = None
+    #: The encoded value (a map) of the message-annotations section.
+    raw_annotations: bytes | None = None
+    #: The encoded value (a list) of the properties section.
+    raw_properties: bytes | None = None
+    #: The body sections (data, amqp-sequence or amqp-value), whole, in order.
+    raw_body: bytes = b""
+    #: The whole footer section.
+    raw_footer: bytes | None = None
 
 
 def sections_of(payload: bytes) -> Sections:
@@ -69,27 +97,40 @@ def sections_of(payload: bytes) -> Sections:
     out = Sections()
     pos = 0
     end = len(payload)
+    body: list[bytes] = []
     while pos < end:
+        start = pos
         section, pos = decode(payload, pos)
         if not isinstance(section, Described):
             raise DecodeError("a message section is not a described value.")
         code, value = section
-        if code == DATA:
-            out.data.append(value)
-        elif code == PROPERTIES:
-            out.properties = value
+        code = SECTION_CODES.get(code, code)
+        if code in (DATA, VALUE, SEQUENCE):
+            body.append(payload[start:pos])
+            if code == DATA:
+                out.data.append(value)
+            elif code == VALUE:
+                out.value, out.has_value = value, True
+            else:
+                out.sequence = (out.sequence or []) + [value]
+            continue
+        inner = payload[decode(payload, start + 1)[1]:pos]  # the value, past the descriptor
+        if code == PROPERTIES:
+            out.properties, out.raw_properties = value, inner
         elif code == APP_PROPERTIES:
             out.application_properties = value
         elif code == ANNOTATIONS:
-            out.annotations = value
+            out.annotations, out.raw_annotations = value, inner
         elif code == HEADER:
-            out.header = value
-        elif code == VALUE:
-            out.value, out.has_value = value, True
-        elif code == SEQUENCE:
-            out.sequence = (out.sequence or []) + [value]
-        elif code not in (DELIVERY_ANNOTATIONS, FOOTER):
+            out.header, out.raw_header = value, inner
+        elif code == DELIVERY_ANNOTATIONS:
+            out.raw_delivery_annotations = payload[start:pos]
+        elif code == FOOTER:
+            out.raw_footer = payload[start:pos]
+        else:
             raise DecodeError(f"unknown message section {code!r}.")
+    if body:
+        out.raw_body = b"".join(body)
     return out
 
 
@@ -155,23 +196,88 @@ def _instant(value: Any) -> _dt.datetime | None:
 
 
 def _body(sections: Sections) -> bytes:
+    """The body as :attr:`~aiosb.Message.body` holds it: data sections joined; a binary
+    or string value as its bytes; any other value, or a sequence, as the encoded body
+    sections (what a REST receiver gets; the sections travel in ``amqp_extra``)."""
     if sections.data:
         return sections.data[0] if len(sections.data) == 1 else b"".join(sections.data)
-    if sections.has_value:
+    if sections.has_value and sections.sequence is None:
         value = sections.value
         if isinstance(value, bytes):
-            return value
+            return bytes(value)
         if isinstance(value, str):
             return value.encode()
         if value is None:
             return b""
-        raise InvalidArgument(
-            f"an amqp-value body of type {type(value).__name__} is not supported; send "
-            "data sections (bytes) or a string."
-        )
-    if sections.sequence is not None:
-        raise InvalidArgument("amqp-sequence bodies are not supported; send data sections.")
-    return b""
+    return sections.raw_body
+
+
+#: Annotations the broker sets or maps to fields: a sender's are not kept as sent.
+_BROKER_NOTES = frozenset(map(Symbol, (
+    PARTITION_KEY, SCHEDULED_AT, "x-opt-sequence-number", "x-opt-enqueued-time",
+    "x-opt-locked-until", "x-opt-message-state", "x-opt-deadletter-source",
+    "x-opt-enqueue-sequence-number", "x-opt-lock-token",
+)))
+#: The header's fields kept as sent: durable, priority, first-acquirer (the time to
+#: live is a field; the delivery count is the broker's).
+HEADER_KEPT = frozenset((0, 1, 3))
+#: The properties no field holds: user-id, content-encoding, absolute-expiry-time,
+#: creation-time, group-sequence.
+PROPERTIES_KEPT = frozenset((1, 7, 8, 9, 11))
+#: The ids, kept as sent when they are not strings (a uuid, ulong or binary id).
+PROPERTIES_IDS = (0, 5)
+_NULL = Raw(b"\x40")
+
+
+def _kept(raw: bytes | None, keep: frozenset[int]) -> list[Raw | None] | None:
+    """The elements of an encoded list at the positions ``keep`` names (others null),
+    without trailing nulls; ``None`` when none is set."""
+    if raw is None:
+        return None
+    items, _ = elements(raw)
+    out: list[Raw | None] = [
+        item if i in keep and item != _NULL else None for i, item in enumerate(items)
+    ]
+    while out and out[-1] is None:
+        out.pop()
+    return out or None
+
+
+def notes_kept(raw: bytes | None, skip: frozenset[Any] = _BROKER_NOTES) -> dict[Raw, Raw]:
+    """The entries of an encoded map whose keys are not in ``skip``, as encoded."""
+    if raw is None:
+        return {}
+    items, _ = elements(raw)
+    return {
+        key: value for key, value in zip(items[::2], items[1::2], strict=True)
+        if decode(key)[0] not in skip
+    }
+
+
+def _extra(sections: Sections) -> bytes | None:
+    """The sections of the message no field of :class:`~aiosb.Message` holds, encoded
+    (see ``Message.amqp_extra``), or ``None``."""
+    out = bytearray()
+    header = _kept(sections.raw_header, HEADER_KEPT)
+    if header:
+        out += encode(Described(ULong(HEADER), header))
+    if sections.raw_delivery_annotations is not None:
+        out += sections.raw_delivery_annotations
+    notes = notes_kept(sections.raw_annotations)
+    if notes:
+        out += encode(Described(ULong(ANNOTATIONS), notes))
+    props = sections.properties or []
+    keep = PROPERTIES_KEPT | {
+        i for i in PROPERTIES_IDS if i < len(props) and not isinstance(props[i], str)
+    }
+    kept = _kept(sections.raw_properties, keep)
+    if kept:
+        out += encode(Described(ULong(PROPERTIES), kept))
+    if len(sections.data) != 1 or sections.has_value or sections.sequence is not None:
+        out += sections.raw_body
+    if sections.raw_footer is not None:
+        out += sections.raw_footer
+    return bytes(out) or None
 
 
 def to_message(sections: Sections) -> Message:
@@ -203,6 +309,7 @@ def to_message(sections: Sections) -> Message:
         application_properties=(
             {_name(key): _property(value) for key, value in app.items()} if app else {}
         ),
+        amqp_extra=_extra(sections),
     )
 
 

@@ -102,7 +102,7 @@ _BLOCK = [f"{i:03x}" for i in range(4096)]
 #: A record's fields as rows of the durable store name them (:meth:`_Record.blank` and
 #: the properties below give every one of them, whatever the record keeps in slots).
 FIELDS = (
-    "body", "content_type", "correlation_id", "deferred", "delivery_count", "dl_desc",
+    "amqp_extra", "body", "content_type", "correlation_id", "deferred", "delivery_count", "dl_desc",
     "dl_reason", "dl_source", "enqueued", "expires", "frag", "key", "lock_token",
     "locked_until", "message_id", "partition_key", "props", "reply_to",
     "reply_to_session_id", "scheduled", "seq", "session_id", "size", "state", "subject",
@@ -114,12 +114,14 @@ FIELDS = (
 # one slot for all of them, not twelve).
 _OPT = (
     "session_id", "partition_key", "content_type", "correlation_id", "subject", "reply_to",
-    "reply_to_session_id", "to", "scheduled", "dl_reason", "dl_desc", "dl_source",
+    "reply_to_session_id", "to", "scheduled", "amqp_extra", "dl_reason", "dl_desc",
+    "dl_source",
 )
 _NO_OPT: tuple[Any, ...] = (None,) * len(_OPT)
 #: Where ``scheduled`` is in ``_opt`` (read inline on the send path); the text fields a
-#: message's size counts come before it.
+#: message's size counts come before it, the AMQP sections after it.
 AT = _OPT.index("scheduled")
+EXTRA = _OPT.index("amqp_extra")
 
 #: A broker-assigned MessageId is kept as its number (an int, not a 36-character
 #: string: #16) and spelled out when read. The prefix is random per process, the counter
@@ -221,6 +223,7 @@ class _Record:
     reply_to_session_id = _Opt[str | None](_OPT.index("reply_to_session_id"))
     to = _Opt[str | None](_OPT.index("to"))
     scheduled = _Opt[_dt.datetime | None](AT)
+    amqp_extra = _Opt[bytes | None](EXTRA)
     dl_reason = _Opt[str | None](_OPT.index("dl_reason"))
     dl_desc = _Opt[str | None](_OPT.index("dl_desc"))
     dl_source = _Opt[str | None](_OPT.index("dl_source"))
@@ -296,7 +299,7 @@ def record_of(msg: Message, message_id: str | int, size: int | None = None) -> _
     opt: tuple[Any, ...] = (
         msg.session_id, msg.partition_key, msg.content_type, msg.correlation_id,
         msg.subject, msg.reply_to, msg.reply_to_session_id, msg.to,
-        msg.scheduled_enqueue_time, None, None, None,
+        msg.scheduled_enqueue_time, msg.amqp_extra, None, None, None,
     )
     _fill(
         rec, msg.body, message_id, msg.message_id, msg.time_to_live,
@@ -402,14 +405,14 @@ def _listed(column: Any, n: int) -> list[Any]:
 #: (:func:`received_messages` sets them in this order too).
 _OPT_FIELDS = (
     "session_id", "partition_key", "content_type", "correlation_id", "subject", "reply_to",
-    "reply_to_session_id", "to", "scheduled_enqueue_time", "dead_letter_reason",
-    "dead_letter_error_description", "dead_letter_source",
+    "reply_to_session_id", "to", "scheduled_enqueue_time", "amqp_extra",
+    "dead_letter_reason", "dead_letter_error_description", "dead_letter_source",
 )
 
 
 #: The sent fields ``_opt`` holds, by their Message names and in its order (the rest of
 #: it is broker state: the dead-letter fields).
-_OPT_SENT = _OPT_FIELDS[: AT + 1]
+_OPT_SENT = _OPT_FIELDS[: EXTRA + 1]
 _NO_STATE = (None,) * (len(_OPT) - len(_OPT_SENT))
 
 #: The properties column's entry for a message with none (read, never changed).
@@ -433,7 +436,7 @@ def received_messages(
         (
             m.session_id, m.partition_key, m.content_type, m.correlation_id, m.subject,
             m.reply_to, m.reply_to_session_id, m.to, m.scheduled_enqueue_time,
-            m.dead_letter_reason, m.dead_letter_error_description, m.dead_letter_source,
+            m.amqp_extra, m.dead_letter_reason, m.dead_letter_error_description, m.dead_letter_source,
         ) = rec._opt
         ttl = rec.ttl
         m.time_to_live = None if ttl == inf else delta(ttl)

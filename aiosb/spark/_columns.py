@@ -40,6 +40,7 @@ _WRITE_TYPES: dict[str, tuple[str, ...]] = {
     "duration": _NUMBERS,
     "instant": ("timestamp",),
     "properties": ("map",),
+    "amqp": ("binary",),
 }
 #: Columns a written DataFrame may have, and the Spark types each accepts.
 WRITE_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -106,6 +107,7 @@ _READ_KINDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "duration": ("double", _seconds),
     "instant": ("timestamp", _as_is),
     "properties": ("map<string,string>", _properties),
+    "amqp": ("binary", _as_is),
     "int": ("bigint", _as_is),
     "seconds": ("timestamp", _instant),
 }

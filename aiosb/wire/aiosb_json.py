@@ -70,9 +70,11 @@ _BODY = field_of("bytes")
 _TTL = field_of("duration")
 _AT = field_of("instant")
 _PROPERTIES = field_of("properties")
+#: AMQP sections (bytes or None), as base64 text.
+_EXTRA = field_of("amqp")
 #: The wire name of the application properties.
 _PROPS = "properties"
-_MESSAGE_KEYS = frozenset((*_TEXT_FIELDS, _BODY, _TTL, _AT, _PROPS))
+_MESSAGE_KEYS = frozenset((*_TEXT_FIELDS, _BODY, _TTL, _AT, _PROPS, _EXTRA))
 _RECEIVED_NUMBERS = (*fields_of("int", RECEIVED_FIELDS), *fields_of("seconds", RECEIVED_FIELDS))
 _RECEIVED_TEXTS = fields_of("text", RECEIVED_FIELDS)
 #: What a received field is when the encoding leaves it out: the dataclass's default.
@@ -97,7 +99,19 @@ def encode_message(msg: Message) -> dict[str, Any]:
     props = getattr(msg, _PROPERTIES)
     if props:
         out[_PROPS] = {k: encode_value(v) for k, v in props.items()}
+    extra = getattr(msg, _EXTRA)
+    if extra is not None:
+        out[_EXTRA] = base64.b64encode(extra).decode()
     return out
+
+
+def _base64(name: str, text: Any) -> bytes:
+    if isinstance(text, str):
+        try:
+            return base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            pass
+    raise InvalidArgument(f"{name} must be a base64 string, not {text!r:.80}.")
 
 
 def decode_message(data: Any) -> Message:
@@ -126,6 +140,9 @@ def decode_message(data: Any) -> Message:
         kw[_BODY] = base64.b64decode(body, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidArgument("body is not valid base64.") from None
+    extra = data.get(_EXTRA)
+    if extra is not None:
+        kw[_EXTRA] = _base64(_EXTRA, extra)
     ttl = data.get(_TTL)
     if ttl is not None:
         if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl > 2**62:
@@ -180,6 +197,8 @@ def decode_received(data: dict[str, Any]) -> ReceivedMessage:
     setattr(msg, _AT, None if at is None else _dt.datetime.fromisoformat(at))
     props = data.get(_PROPS)
     setattr(msg, _PROPERTIES, {k: decode_value(k, v) for k, v in props.items()} if props else {})
+    extra = data.get(_EXTRA)
+    setattr(msg, _EXTRA, None if extra is None else base64.b64decode(extra))
     for name, default in _RECEIVED_DEFAULTS.items():
         value = data.get(name)
         setattr(msg, name, default if value is None else value)
@@ -202,9 +221,9 @@ def decode_received(data: dict[str, Any]) -> ReceivedMessage:
 _TTL = "time_to_live"
 _AT = "scheduled_enqueue_time"
 _PROPS = "properties"
-_BATCH_KEYS = frozenset((_BODY, "body_sizes", *_TEXT_FIELDS, _TTL, _AT, _PROPS))
+_BATCH_KEYS = frozenset((_BODY, "body_sizes", *_TEXT_FIELDS, _TTL, _AT, _PROPS, _EXTRA))
 #: The columns after ``body``, in the order the decoders take them.
-_SENT_COLUMNS = (*_TEXT_FIELDS, _TTL, _AT, _PROPS)
+_SENT_COLUMNS = (*_TEXT_FIELDS, _TTL, _AT, _PROPS, _EXTRA)
 _COLUMNS = (*_SENT_COLUMNS, *_RECEIVED_DEFAULTS)
 _FIELD_OF = {_PROPS: _PROPERTIES}
 #: Every field of a message, in the order of the columns (what the builders set).
@@ -216,7 +235,7 @@ _build_received = builder(
     ReceivedMessage, (*_MESSAGE_FIELDS, *_RECEIVED_DEFAULTS), dicts=(_PROPERTIES,)
 )
 #: The sent fields, in the order :func:`_sent_values` reads them.
-_SENT_FIELDS = (*_TEXT_FIELDS, _TTL, _AT, _PROPERTIES)
+_SENT_FIELDS = (*_TEXT_FIELDS, _TTL, _AT, _PROPERTIES, _EXTRA)
 _sent_values = column_reader(_SENT_FIELDS)
 _RECEIVED_NAMES = tuple(_RECEIVED_DEFAULTS)
 _received_values = column_reader(_RECEIVED_NAMES)
@@ -299,6 +318,9 @@ def _encode_columns(
     props = _encode_properties(_listed(get(_PROPERTIES), n))
     if props is not None:
         out[_PROPS] = props
+    extras = _listed(get(_EXTRA), n)
+    if any(extras):
+        out[_EXTRA] = [None if e is None else base64.b64encode(e).decode() for e in extras]
     for name in names:
         default = _RECEIVED_DEFAULTS[name]
         values = get(name, default)
@@ -481,6 +503,9 @@ def _batch(data: Any) -> tuple[list[bytes], dict[str, list[Any]], bool]:
     props = data.get(_PROPS)
     if props is not None:
         columns[_PROPERTIES] = _properties_column(props, n)[0]
+    extras = _values(data, _EXTRA, n, str, "base64 text")
+    if extras is not None:
+        columns[_EXTRA] = [None if e is None else _base64(_EXTRA, e) for e in extras]
     return bodies, columns, _valid(bodies, columns)
 
 
@@ -537,6 +562,8 @@ def _received_columns(data: dict[str, Any]) -> tuple[list[bytes], dict[str, list
                       for t in _expand(column, n)]
         elif name == _PROPS:
             column = _properties_column(column, n)[0]
+        elif name == _EXTRA:
+            column = [None if e is None else base64.b64decode(e) for e in _expand(column, n)]
         elif type(column) is not list:
             column = [column] * n
         if len(column) != n:

@@ -244,6 +244,7 @@ def received_from_rest(
     msg.dead_letter_source = broker.get("DeadLetterSource")
     msg.state = str(broker.get("State", "active")).lower()
     msg.entity_path = entity_path
+    msg.amqp_extra = None  # the REST protocol carries the body alone
     return msg
 
 

@@ -48,6 +48,7 @@ EXPECTED = dict(
     time_to_live=_dt.timedelta(seconds=90), scheduled_enqueue_time=AT,
     content_type="application/json", correlation_id="corr-1", subject="subj",
     reply_to="replies", reply_to_session_id="rsess", to="someone", application_properties=PROPS,
+    amqp_extra=None,  # a message of the SDK's plain kind carries nothing more
 )
 
 
