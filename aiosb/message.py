@@ -51,10 +51,11 @@ _UTC = _dt.UTC
 #: Every field of a :class:`Message`, in declaration order, and the kind of value it
 #: holds: ``bytes`` (the body), ``text`` (a string or None), ``duration`` (a timedelta or
 #: None), ``instant`` (an aware datetime or None), ``properties`` (the application
-#: properties), ``amqp`` (AMQP-encoded sections, or None). The one list of a message's fields: every converter (the wire codecs,
-#: the AMQP mapping, the durable rows, the backlog rewrite, Spark's columns) derives its
-#: fields from it, and tests/test_field_table.py sends a message with every field set
-#: through each of them, so a field added here that a converter forgets fails a test.
+#: properties), ``amqp`` (AMQP-encoded sections, or None). The one list of a message's
+#: fields: every converter (the wire codecs, the AMQP mapping, the durable rows, the
+#: backlog rewrite, Spark's columns) derives its fields from it, and
+#: tests/test_field_table.py sends a message with every field set through each of them,
+#: so a field added here that a converter forgets fails a test.
 MESSAGE_FIELDS: dict[str, str] = {
     "body": "bytes",
     "message_id": "text",
@@ -218,9 +219,10 @@ class Message:
             joined, a binary or string value as its bytes, anything else as the
             encoded body sections); the header's durable, priority and first-acquirer;
             delivery annotations; message annotations of the sender's own; the
-            properties no field holds (user-id, content-encoding, creation-time,
-            absolute-expiry-time, group-sequence, a message or correlation id that is
-            not a string); the footer. aiosb's AMQP front end fills it and delivers it
+            properties no field holds (user-id, content-encoding, group-sequence, a
+            message or correlation id that is not a string; not the creation and
+            absolute expiry times, which the SDKs derive from the time to live); the
+            footer. aiosb's AMQP front end fills it and delivers it
             back in place, so what an AMQP client sends, an AMQP client receives; the
             broker, the journal, pairing's syphon and the aiosb wire carry it; the
             Service Bus REST protocol cannot (a REST receiver gets :attr:`body`).

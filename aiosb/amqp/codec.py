@@ -28,8 +28,8 @@ encoded from              AMQP type (decoded back as)
 Decimals are decoded as :class:`Raw` (their encoding, written back unchanged): this codec
 does not interpret them, but a message carrying one is kept bit for bit. :class:`Raw` is
 also how a value a peer sent is written back as it came (:func:`elements` splits a list
-or a map into its elements' encodings). Modelled on the MIT-licensed ``_pyamqp`` codec of azure-servicebus,
-written anew: the server never imports the SDK.
+or a map into its elements' encodings). Modelled on the MIT-licensed ``_pyamqp`` codec
+of azure-servicebus, written anew: the server never imports the SDK.
 """
 
 from __future__ import annotations

@@ -20,8 +20,9 @@ The map, field by field (``MESSAGE_FIELDS``)::
     application_properties  application-properties (com.microsoft:timespan as timedelta)
     amqp_extra              the rest, encoded as sent: the header's durable, priority and
                             first-acquirer; delivery annotations; message annotations
-                            but the broker's; properties no field holds (and an id that
-                            is not a string); the body sections unless one data section;
+                            but the broker's; user-id, content-encoding, group-sequence
+                            (and an id that is not a string); the body sections unless
+                            one data section;
                             the footer. Written back in place on delivery (_receiving).
 
 A batch (message format ``0x80013700``) is one transfer whose data sections are each a
@@ -221,9 +222,10 @@ _BROKER_NOTES = frozenset(map(Symbol, (
 #: The header's fields kept as sent: durable, priority, first-acquirer (the time to
 #: live is a field; the delivery count is the broker's).
 HEADER_KEPT = frozenset((0, 1, 3))
-#: The properties no field holds: user-id, content-encoding, absolute-expiry-time,
-#: creation-time, group-sequence.
-PROPERTIES_KEPT = frozenset((1, 7, 8, 9, 11))
+#: The properties no field holds: user-id, content-encoding, group-sequence. Not the
+#: absolute-expiry-time and creation-time: the SDKs derive them from the time to live,
+#: which is a field, and the broker's enqueue and expiry times stand for them.
+PROPERTIES_KEPT = frozenset((1, 7, 11))
 #: The ids, kept as sent when they are not strings (a uuid, ulong or binary id).
 PROPERTIES_IDS = (0, 5)
 _NULL = Raw(b"\x40")

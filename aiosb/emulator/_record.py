@@ -436,7 +436,8 @@ def received_messages(
         (
             m.session_id, m.partition_key, m.content_type, m.correlation_id, m.subject,
             m.reply_to, m.reply_to_session_id, m.to, m.scheduled_enqueue_time,
-            m.amqp_extra, m.dead_letter_reason, m.dead_letter_error_description, m.dead_letter_source,
+            m.amqp_extra, m.dead_letter_reason, m.dead_letter_error_description,
+            m.dead_letter_source,
         ) = rec._opt
         ttl = rec.ttl
         m.time_to_live = None if ttl == inf else delta(ttl)

@@ -170,11 +170,119 @@ def properties_to_sdk(props: dict[str, Any]) -> dict[str, Any]:
 
 def message_to_sdk(message: Message) -> Any:
     """Build a ``ServiceBusMessage`` carrying every field of ``message``."""
-    return sdk().ServiceBusMessage(
+    out = sdk().ServiceBusMessage(
         message.body,
         application_properties=properties_to_sdk(message.application_properties) or None,
         **{sdk_name: getattr(message, name) for name, sdk_name in _SDK_NAMES.items()},
     )
+    if message.amqp_extra is not None:
+        _extra_to_sdk(message.amqp_extra, out.raw_amqp_message)
+    return out
+
+
+# -- the AMQP sections no field holds (Message.amqp_extra) ------------------------------
+#
+# Over the SDK they travel as the SDK's own AmqpAnnotatedMessage parts, read and written
+# with the SDK's AMQP codec: values are kept, their AMQP widths are not (the SDK's
+# encoder picks them again; aiosb's own front end keeps them bit for bit).
+
+#: Annotations the broker sets or a field holds.
+_BROKER_NOTES = frozenset(
+    f"x-opt-{name}".encode() for name in (
+        "partition-key", "scheduled-enqueue-time", "sequence-number", "enqueued-time",
+        "locked-until", "message-state", "deadletter-source", "enqueue-sequence-number",
+        "lock-token",
+    )
+)
+_HEADER_KEPT = ("durable", "priority", "first_acquirer")
+#: Not absolute_expiry_time and creation_time: the SDK derives them from the time to live.
+_PROPERTIES_KEPT = ("user_id", "content_encoding", "group_sequence")
+_IDS = ("message_id", "correlation_id")
+
+
+def _texts(value: Any) -> Any:
+    """A value the SDK's decoder gave, with its strings as ``str`` again (it gives them
+    as ``bytes``; binaries are :class:`AmqpBinary`, kept)."""
+    if isinstance(value, AmqpBinary):
+        return bytes(value)
+    if isinstance(value, bytes):
+        return _text(value)
+    if isinstance(value, list):
+        return [_texts(v) for v in value]
+    if isinstance(value, dict):
+        return {_texts(k): _texts(v) for k, v in value.items()}
+    return value
+
+
+def _codec() -> tuple[Callable[..., Any], Callable[..., Any], Any]:
+    from azure.servicebus._pyamqp._decode import decode_payload
+    from azure.servicebus._pyamqp._encode import encode_payload
+    from azure.servicebus._pyamqp.message import Message as AmqpMessage
+
+    return decode_payload, encode_payload, AmqpMessage
+
+
+def _extra_to_sdk(extra: bytes, raw: Any) -> None:
+    """Put the sections of ``extra`` on the SDK's ``AmqpAnnotatedMessage`` ``raw``."""
+    amqp = sdk().amqp
+    parts = _codec()[0](memoryview(extra))
+    kind = amqp.AmqpMessageBodyType
+    # The body: the SDK's message has no setter for it (a received one is built so too).
+    if parts.data is not None:
+        raw._data_body, raw._body_type = [bytes(d) for d in parts.data], kind.DATA
+    elif parts.sequence is not None:
+        raw._sequence_body, raw._body_type = [_texts(s) for s in parts.sequence], kind.SEQUENCE
+    elif parts.value is not None:
+        raw._value_body, raw._body_type = _texts(parts.value), kind.VALUE
+    if parts.header is not None:
+        if raw.header is None:
+            raw.header = amqp.AmqpMessageHeader()
+        for name in _HEADER_KEPT:
+            value = getattr(parts.header, name)
+            if value is not None:
+                setattr(raw.header, name, value)
+    if parts.delivery_annotations:
+        raw.delivery_annotations = _texts(dict(parts.delivery_annotations))
+    if parts.message_annotations:
+        raw.annotations = {**(raw.annotations or {}), **_texts(dict(parts.message_annotations))}
+    if parts.properties is not None:
+        for name in (*_PROPERTIES_KEPT, *_IDS):
+            value = getattr(parts.properties, name)
+            if value is not None:
+                setattr(raw.properties, name, _texts(value))
+    if parts.footer:
+        raw.footer = _texts(dict(parts.footer))
+
+
+def _extra_from_sdk(sdk_message: Any) -> bytes | None:
+    """The sections of a received SDK message no field holds, encoded, or ``None``."""
+    message = getattr(sdk_message, "_message", None)
+    if message is None or not hasattr(message, "_replace"):
+        return None  # pragma: no cover - an SDK without pyamqp messages
+    _, encode_payload, amqp_message = _codec()
+    header = message.header
+    if header is not None and all(getattr(header, n) is None for n in _HEADER_KEPT):
+        header = None
+    elif header is not None:
+        header = header._replace(time_to_live=None, delivery_count=None)
+    delivery = {k: v for k, v in (message.delivery_annotations or {}).items()
+                if k not in _BROKER_NOTES} or None
+    notes = {k: v for k, v in (message.message_annotations or {}).items()
+             if k not in _BROKER_NOTES} or None
+    props = message.properties
+    if props is not None:
+        kept = {n: getattr(props, n) for n in _PROPERTIES_KEPT}
+        kept.update((n, getattr(props, n)) for n in _IDS
+                    if not isinstance(getattr(props, n), (bytes, str, type(None))))
+        props = props._replace(**{**dict.fromkeys(props._fields), **kept}) if any(
+            v is not None for v in kept.values()) else None
+    data = message.data if message.data is not None and len(message.data) != 1 else None
+    extra = amqp_message(
+        header=header, delivery_annotations=_texts(delivery), message_annotations=_texts(notes),
+        properties=props, data=data, sequence=_texts(message.sequence),
+        value=_texts(message.value), footer=_texts(message.footer),
+    )
+    return bytes(encode_payload(bytearray(), extra)) or None
 
 
 def _text(value: Any) -> Any:
@@ -261,6 +369,7 @@ def message_from_sdk(
         dead_letter_source=_text(sdk_message.dead_letter_source),
         state=state_name,
         entity_path=entity_path,
+        amqp_extra=_extra_from_sdk(sdk_message),
     )
 
 

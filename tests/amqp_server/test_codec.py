@@ -17,6 +17,7 @@ from aiosb.amqp.codec import (
     Described,
     Float32,
     Int,
+    Raw,
     Short,
     Symbol,
     UByte,
@@ -25,6 +26,7 @@ from aiosb.amqp.codec import (
     UShort,
     decode,
     decode_all,
+    elements,
     encode,
     frame,
 )
@@ -56,6 +58,8 @@ TABLE = [
     (Float32(1.5), b"\x72\x3f\xc0\x00\x00", 1.5),
     (2.25, b"\x82\x40\x02\x00\x00\x00\x00\x00\x00", 2.25),
     (Char("é"), b"\x73\x00\x00\x00\xe9", "é"),
+    # A decimal is kept as its encoding; a Raw value is written as it is.
+    (Raw(b"\x84" + bytes(range(8))), b"\x84" + bytes(range(8)), Raw(b"\x84" + bytes(range(8)))),
     (WHEN, b"\x83" + MS.to_bytes(8, "big"), WHEN),
     (ID, b"\x98" + ID.bytes, ID),
     (b"ab", b"\xa0\x02ab", b"ab"),
@@ -142,3 +146,16 @@ def test_a_performative_leaves_off_trailing_nulls_and_errors_keep_three_fields()
     assert error == Described(p.ERROR, ["amqp:not-found", "gone", None])
     with pytest.raises(DecodeError):
         p.parse(encode(Described(ULong(0x99), [])))
+
+
+def test_elements_split_a_list_or_map_into_the_encodings_of_its_items():
+    wire = encode([UByte(1), "a", {Symbol("k"): None}])
+    items, end = elements(wire)
+    assert end == len(wire)
+    assert items == [b"\x50\x01", b"\xa1\x01a", b"\xc1\x05\x02\xa3\x01k\x40"]
+    assert encode(items) == wire  # written back, as they came
+    assert elements(b"\x45") == ([], 1)
+    with pytest.raises(DecodeError):
+        elements(b"\x55\x01")  # not a list
+    with pytest.raises(DecodeError):
+        elements(b"\xc0\x05\x02\x41")  # cut short

@@ -61,8 +61,6 @@ NOT_RUN = {
     "proxy": "needs an HTTP proxy at a placeholder address",
     "connection_to_custom_endpoint_address": "holds placeholders to fill in "
     "('<custom_endpoint_hostname>')",
-    "send_and_receive_amqp_annotated_message": "sends value and sequence bodies, which "
-    "aiosb does not hold yet (issue 34, point 3)",
 }
 #: Samples that authenticate with a namespace name and a credential: AMQP over TLS, 5671.
 BY_NAME = ("authenticate_using_azure_named_key_credential",
