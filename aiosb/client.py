@@ -24,10 +24,11 @@ from typing import Any, Literal, Protocol, TypeVar
 from ._admin import Management
 from ._clock import within
 from ._duration import Duration, to_seconds
+from ._endpoint import Endpoint
 from ._inflight import InFlight
 from ._receive import NEXT_AVAILABLE_SESSION, Receiver, ReceiverSession, _NextAvailableSession
 from ._send import Sender, SendingLink, Transaction
-from .auth import SasCredential, is_connection_string, parse_connection_string
+from .auth import SasCredential
 from .entities import (
     parse_entity_path,
 )
@@ -108,9 +109,13 @@ def connect(
             ``extensions`` (HTTP: use the emulator server's aiosb extensions; default
             on for ``http://``, off for ``https://``), ``max_message_size`` (HTTP and
             AMQP: the namespace's limit in bytes, 256 KB by default; give a premium
-            namespace's), ``connection_verify`` (AMQP: the CA file, PEM, that the
-            endpoint's certificate is checked against, as the SDK's option of that name:
-            ``aiosb serve``'s self-signed one, for its management over HTTPS).
+            namespace's), ``connection_verify`` (HTTP and AMQP: the CA file, PEM, that
+            the endpoint's certificate is checked against, as the SDK's option of that
+            name, e.g. ``aiosb serve``'s self-signed one; or an ``ssl.SSLContext``),
+            ``proxy`` (``http://[user:password@]host:port``: HTTP goes through it, TLS in
+            a CONNECT tunnel, and AMQP as AMQP over WebSockets; for HTTP, by default the
+            environment's ``HTTPS_PROXY``/``HTTP_PROXY`` unless ``NO_PROXY`` names the
+            host; ``proxy=False``: none).
 
     Returns:
         An unopened :class:`Namespace`: ``async with aiosb.connect(url) as ns: ...``.
@@ -151,80 +156,37 @@ def _open_transport(
     options: dict[str, Any],
     operation_timeout: float = 60.0,
 ) -> Transport:
-    if not isinstance(url, str) or not url:
-        raise InvalidArgument(f"connect needs a URL or connection string, not {url!r}.")
-    connection_string = is_connection_string(url)
-    if connection_string:
-        parts = parse_connection_string(url)
-        endpoint = parts["Endpoint"]
-        if urllib.parse.urlsplit(endpoint).scheme.lower() in ("http", "https"):
-            # What `aiosb serve` prints: the emulator server, over HTTP, with its key.
-            if credential is None and "SharedAccessKey" in parts:
-                credential = SasCredential(
-                    parts.get("SharedAccessKeyName", ""), parts["SharedAccessKey"]
-                )
-            elif credential is None and "SharedAccessSignature" in parts:
-                raise InvalidArgument(
-                    "over HTTP aiosb signs each request with a shared access key: give "
-                    "SharedAccessKeyName and SharedAccessKey, not a SharedAccessSignature."
-                )
-            return _open_transport(endpoint.rstrip("/"), credential, options, operation_timeout)
-    parsed = urllib.parse.urlsplit(url)
-    scheme = parsed.scheme.lower()
-    if connection_string or scheme == "sb":
-        return _amqp_transport(url, parsed, credential, options)
-    if scheme == "memory":
+    # The one place a URL or a connection string is parsed (aiosb._endpoint): the
+    # transport, its links and its sentences take the Endpoint from here.
+    endpoint = Endpoint.parse(
+        url, credential, verify=options.pop("connection_verify", None),
+        proxy=options.pop("proxy", None),
+    )
+    if endpoint.kind == "amqp":
+        from .transport.amqp import AmqpTransport
+
+        known = {"max_message_size"}
+        _no_unknown(options, known, "the AMQP transport")
+        return AmqpTransport(endpoint, **options)
+    if endpoint.kind == "memory":
         from .transport.memory import MemoryTransport
 
-        query = dict(urllib.parse.parse_qsl(parsed.query))
+        query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
         tier = options.pop("tier", None) or query.pop("tier", None)
-        unknown = sorted(set(options) | set(query))
-        if unknown:
-            raise InvalidArgument(f"unknown option(s) for memory://: {', '.join(unknown)}.")
-        name = parsed.netloc or parsed.path.strip("/")
-        return MemoryTransport(name, tier=tier)
-    if scheme in ("http", "https"):
-        from .transport.http import HttpTransport
+        _no_unknown({**options, **query}, set(), "memory://")
+        if endpoint.verify is not None or endpoint.proxy is not None:
+            raise InvalidArgument("memory:// namespaces take no certificate and no proxy.")
+        return MemoryTransport(endpoint.name, tier=tier)
+    from .transport.http import HttpTransport
 
-        known = {"extensions", "max_message_size"}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise InvalidArgument(f"unknown option(s) for {scheme}://: {', '.join(unknown)}.")
-        return HttpTransport(url, credential, operation_timeout=operation_timeout, **options)
-    raise InvalidArgument(
-        f"unsupported URL {url!r}: use memory://NAME, http://HOST:PORT/NAME, "
-        "https://NAME.servicebus.windows.net or a connection string."
-    )
+    _no_unknown(options, {"extensions", "max_message_size"}, f"{endpoint.scheme}://")
+    return HttpTransport(endpoint, operation_timeout=operation_timeout, **options)
 
 
-def _amqp_transport(
-    url: str,
-    parsed: urllib.parse.SplitResult,
-    credential: SasCredential | None,
-    options: dict[str, Any],
-) -> Transport:
-    from .transport.amqp import AmqpTransport
-
-    max_message_size = options.pop("max_message_size", None)
-    verify = options.pop("connection_verify", None)
-    if options:
-        unknown = ", ".join(sorted(options))
-        raise InvalidArgument(f"unknown option(s) for the AMQP transport: {unknown}.")
-    extra: dict[str, Any] = {}
-    if max_message_size is not None:
-        extra["max_message_size"] = max_message_size
-    if verify is not None:
-        extra["connection_verify"] = verify
-    if parsed.scheme.lower() == "sb":
-        if credential is None:
-            raise InvalidArgument(
-                f"{url} needs a credential: connect(url, credential=(key_name, key)), or "
-                "use the namespace's connection string."
-            )
-        return AmqpTransport(
-            fully_qualified_namespace=parsed.netloc, credential=credential, **extra
-        )
-    return AmqpTransport(url, **extra)
+def _no_unknown(options: dict[str, Any], known: set[str], what: str) -> None:
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise InvalidArgument(f"unknown option(s) for {what}: {', '.join(unknown)}.")
 
 
 class Namespace(Management):

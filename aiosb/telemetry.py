@@ -62,7 +62,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import client
-from .auth import is_connection_string, parse_connection_string
+from ._endpoint import Endpoint
+from .auth import is_connection_string
 from .entities import DEAD_LETTER_SUFFIX, parse_entity_path
 from .errors import ServiceBusError
 from .message import PING_CONTENT_TYPE, Message
@@ -197,14 +198,17 @@ def _destination(entity: str, sub_queue: str | None) -> tuple[tuple[str, str], .
 
 def _server(namespace: Namespace) -> dict[str, Any]:
     """The attributes every operation of ``namespace`` shares."""
-    url = namespace.url
-    try:
-        if is_connection_string(url):
-            url = parse_connection_string(url)["Endpoint"]
-        parts = urllib.parse.urlsplit(url)
-        host, port = parts.hostname, parts.port
-    except (ServiceBusError, ValueError):
-        host, port = None, None
+    endpoint = getattr(namespace.transport, "endpoint", None)  # parsed once, at connect
+    host: str | None = None
+    port: int | None = None
+    if isinstance(endpoint, Endpoint):
+        host, port = endpoint.host or None, endpoint.port
+    elif not is_connection_string(namespace.url):
+        try:
+            parts = urllib.parse.urlsplit(namespace.url)
+            host, port = parts.hostname, parts.port
+        except ValueError:
+            pass
     transport = type(namespace.transport).__name__.removesuffix("Transport").lower()
     attributes: dict[str, Any] = {
         "messaging.system": "servicebus",

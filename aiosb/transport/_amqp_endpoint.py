@@ -1,4 +1,5 @@
-"""Where an AMQP transport connects, and the name aiosb gives the namespace there.
+"""The name aiosb gives the namespace an AMQP transport connects to (where it connects
+is the transport's :class:`~aiosb._endpoint.Endpoint`).
 
 The name is :attr:`aiosb.Namespace.name`, and a pairing's backlog queues take it as their
 first segment (``{name}/x-servicebus-transfer/{i}``, PN-7): two endpoints that share a
@@ -14,15 +15,10 @@ import ipaddress
 import re
 import urllib.parse
 
-from ..auth import parse_connection_string
+from .._endpoint import AMQP_PORT, AMQPS_PORT
 from ..errors import InvalidArgument
 
-__all__ = ["AMQPS_PORT", "AMQP_PORT", "address", "endpoint", "namespace_name"]
-
-#: Plain AMQP, as the development emulators speak it (the SDK's default for them).
-AMQP_PORT = 5672
-#: AMQP over TLS, as every real namespace speaks it.
-AMQPS_PORT = 5671
+__all__ = ["namespace_name"]
 #: What an entity path segment may not hold: it takes letters, digits, '.', '-' and '_'.
 _NOT_IN_A_PATH = re.compile(r"[^a-z0-9._-]")
 
@@ -68,33 +64,3 @@ def namespace_name(netloc: str, *, emulator: bool = False) -> str:
     if port is None:
         port = AMQP_PORT if emulator else AMQPS_PORT
     return f"{_NOT_IN_A_PATH.sub('-', host)}_{port}"
-
-
-def endpoint(
-    connection_string: str | None, fully_qualified_namespace: str | None
-) -> tuple[str, str]:
-    """The host the transport shows and the namespace name, from a connection string
-    (preferred) or a fully qualified namespace (``sb://`` optional).
-
-    Raises:
-        InvalidArgument: A malformed connection string, or a port that is no number.
-    """
-    if connection_string is not None:
-        parts = parse_connection_string(connection_string)
-        split = urllib.parse.urlsplit(parts["Endpoint"])
-        emulator = any(
-            key.lower() == "usedevelopmentemulator" and value == "true"  # as the SDK reads it
-            for key, value in parts.items()
-        )
-        # Lower-cased as ``hostname`` is: a Service Bus NAME stays what it always was.
-        return split.hostname or "", namespace_name(split.netloc.lower(), emulator=emulator)
-    host = (fully_qualified_namespace or "").split("://")[-1].strip("/")
-    return host, namespace_name(host)
-
-
-def address(connection_string: str | None, fully_qualified_namespace: str | None) -> str:
-    """``host[:port]`` as the connection string (or the namespace) gives it, for
-    sentences about where the transport connects."""
-    if connection_string is not None:
-        return urllib.parse.urlsplit(parse_connection_string(connection_string)["Endpoint"]).netloc
-    return (fully_qualified_namespace or "").split("://")[-1].strip("/")

@@ -6,15 +6,20 @@ times what this costs (45-55 µs, measured against the same server in another pr
 a round trip of the benchmark's (send, receive, complete) is three requests, one after
 another. What the transport needs of a client is small: requests with a body of bytes,
 answers read whole, connections kept alive and shared, TLS. So this does that and no
-more: no redirects (the transport refuses a 3xx), no proxies, no cookies, no
-compression (it asks for none), no ``Expect: 100-continue``, no HEAD (an answer
-without the body its length announces). A request that meets a kept-alive connection
+more: no redirects (the transport refuses a 3xx), no cookies, no compression (it asks
+for none), no ``Expect: 100-continue``, no HEAD (an answer without the body its length
+announces). A request that meets a kept-alive connection
 the server closed is sent once more on a new one when it is idempotent.
 
 A connection serves one request at a time. It goes back to the pool when its answer
 is read whole and the server keeps it alive; a request cancelled or failed midway
-closes its connection, since what is left on it is unknown. Imports only the standard
-library, httptools, multidict and yarl.
+closes its connection, since what is left on it is unknown.
+
+Through an HTTP proxy (:class:`~aiosb._endpoint.Proxy`), TLS goes in a ``CONNECT`` tunnel
+(RFC 9110, 9.3.6) and plain HTTP as requests in absolute form, each with the proxy's
+``Proxy-Authorization`` when it has a user. A proxy that refuses is
+:class:`ProxyRefused`, naming its answer. Imports only the standard library, httptools,
+multidict and yarl (and the Proxy value).
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ import httptools
 from multidict import CIMultiDict
 from yarl import URL
 
-__all__ = ["Answer", "Broken", "ConnectFailed", "Pool"]
+from .._endpoint import Proxy
+
+__all__ = ["Answer", "Broken", "ConnectFailed", "Pool", "ProxyRefused"]
 
 #: Methods whose request carries a Content-Length even without a body (as aiohttp's).
 _BODIED = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -58,6 +65,39 @@ class ConnectFailed(OSError):
     def __init__(self, where: str, os_error: BaseException) -> None:
         super().__init__(f"cannot connect to {where}: {os_error or type(os_error).__name__}")
         self.os_error = os_error
+
+
+class ProxyRefused(ConnectFailed):
+    """The proxy answered a ``CONNECT`` with ``status`` (407: it wants credentials, 403:
+    it forbids the destination, 502: it could not reach it). Nothing was sent."""
+
+    def __init__(self, proxy: str, where: str, status: int, reason: str) -> None:
+        self.status = status
+        error = ConnectionRefusedError(f"the proxy {proxy} answered {status} {reason}")
+        super().__init__(where, error)
+
+
+class _Tunnel(asyncio.Protocol):
+    """The proxy's answer to a ``CONNECT``, read up to the end of its head."""
+
+    def __init__(self) -> None:
+        self.answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._head = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self._head += data
+        if self.answer.done():
+            return
+        end = self._head.find(b"\r\n\r\n")
+        if end >= 0:
+            self.answer.set_result(bytes(self._head[:end]))
+        elif len(self._head) > MAX_HEAD:
+            self.answer.set_exception(OSError("the proxy's answer to CONNECT has no end"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.answer.done():
+            self.answer.set_exception(exc or ConnectionResetError(
+                "the proxy closed the connection before it answered CONNECT"))
 
 
 class Broken(OSError):
@@ -195,7 +235,15 @@ class Pool:
     most ``limit`` requests at a time; a connection idle for ``keepalive`` seconds is
     closed rather than used again."""
 
-    def __init__(self, base: URL, *, limit: int = 64, keepalive: float = 60.0) -> None:
+    def __init__(
+        self,
+        base: URL,
+        *,
+        limit: int = 64,
+        keepalive: float = 60.0,
+        ssl_context: ssl.SSLContext | None = None,
+        proxy: Proxy | None = None,
+    ) -> None:
         if base.scheme not in ("http", "https") or not base.host:
             raise ValueError(f"{base} is not an http:// or https:// URL")
         self._host = base.raw_host or base.host
@@ -205,7 +253,12 @@ class Pool:
         named = f"[{self._host}]" if ":" in self._host else self._host  # IPv6 in brackets
         default = self._port == (443 if self._tls else 80)
         self._host_header = named if default else f"{named}:{self._port}"
-        self._ssl: ssl.SSLContext | None = None
+        self._named = named
+        self._ssl: ssl.SSLContext | None = ssl_context
+        self._proxy = proxy
+        # Plain HTTP through a proxy: requests name the whole URL (absolute form).
+        self._origin = "" if proxy is None or self._tls else f"http://{self._host_header}"
+        self._proxy_auth = None if proxy is None else proxy.authorization
         self._idle: list[_Connection] = []
         self._busy: set[_Connection] = set()
         self._slots = asyncio.Semaphore(limit)
@@ -261,10 +314,12 @@ class Pool:
         self, method: str, url: URL, headers: dict[str, str], body: bytes | None
     ) -> bytes:
         lines = [
-            f"{method} {url.raw_path_qs} HTTP/1.1",
+            f"{method} {self._origin}{url.raw_path_qs} HTTP/1.1",
             f"Host: {self._host_header}",
             "Accept-Encoding: identity",  # an answer in any other encoding is not read
         ]
+        if self._origin and self._proxy_auth:
+            lines.append(f"Proxy-Authorization: {self._proxy_auth}")
         for name, value in headers.items():
             if any(c in name or c in value for c in _UNSAFE):
                 raise ValueError(f"header {name!r} has a line break or a NUL in it")
@@ -293,15 +348,56 @@ class Pool:
         if self._tls and self._ssl is None:
             self._ssl = ssl.create_default_context()
         try:
-            _, connection = await loop.create_connection(
-                _Connection, self._host, self._port, ssl=self._ssl if self._tls else None
-            )
+            if self._proxy is not None and self._tls:
+                connection = await self._tunnel(loop, self._proxy)
+            elif self._proxy is not None:
+                _, connection = await loop.create_connection(
+                    _Connection, self._proxy.host, self._proxy.port
+                )
+            else:
+                _, connection = await loop.create_connection(
+                    _Connection, self._host, self._port, ssl=self._ssl if self._tls else None
+                )
+        except ConnectFailed:
+            raise
         except OSError as exc:
-            raise ConnectFailed(self._where, exc) from exc
+            via = f" through the proxy {self._proxy.address}" if self._proxy else ""
+            raise ConnectFailed(f"{self._where}{via}", exc) from exc
         if self._closed:  # closed while it connected
             connection.close()
             raise Broken(f"the connections to {self._where} are closed")
         return connection
+
+    async def _tunnel(self, loop: asyncio.AbstractEventLoop, proxy: Proxy) -> _Connection:
+        """A TLS connection to the origin inside a ``CONNECT`` tunnel through ``proxy``."""
+        transport, tunnel = await loop.create_connection(_Tunnel, proxy.host, proxy.port)
+        try:
+            target = f"{self._named}:{self._port}"
+            head = [f"CONNECT {target} HTTP/1.1", f"Host: {target}"]
+            if proxy.authorization:
+                head.append(f"Proxy-Authorization: {proxy.authorization}")
+            transport.write(("\r\n".join(head) + "\r\n\r\n").encode())
+            answer = await tunnel.answer
+            status_line = answer.split(b"\r\n", 1)[0].decode("latin-1")
+            version, _, rest = status_line.partition(" ")
+            code, _, reason = rest.partition(" ")
+            if not version.startswith("HTTP/") or not code.isdigit():
+                raise OSError(f"the proxy {proxy.address} answered CONNECT with "
+                              f"{status_line[:80]!r}, not HTTP")
+            if not 200 <= int(code) < 300:
+                raise ProxyRefused(proxy.address, self._where, int(code), reason)
+            connection = _Connection()
+            assert self._ssl is not None
+            secure = await loop.start_tls(
+                transport, connection, self._ssl, server_hostname=self._host
+            )
+            if secure is None:  # pragma: no cover - the loop closed
+                raise OSError("the TLS handshake through the proxy did not finish")
+            connection.connection_made(secure)
+            return connection
+        except BaseException:
+            transport.close()
+            raise
 
     async def close(self) -> None:
         """Close every connection; requests on them fail with :class:`Broken`."""

@@ -34,11 +34,13 @@ import collections
 import contextlib
 import datetime as _dt
 import functools
-import os
+import ssl
+import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from .._endpoint import Endpoint, Proxy, Verify
 from ..auth import SasCredential
 from ..entities import parse_entity_path
 from ..errors import (
@@ -57,7 +59,7 @@ from ._amqp_convert import (
     properties_to_sdk,
     sdk,
 )
-from ._amqp_endpoint import address, endpoint
+from ._amqp_endpoint import namespace_name
 from ._amqp_errors import Reached
 from ._amqp_link import Link
 
@@ -107,34 +109,53 @@ class AmqpTransport(AdminOperations):
 
     def __init__(
         self,
-        connection_string: str | None = None,
+        connection_string: str | Endpoint | None = None,
         *,
         fully_qualified_namespace: str | None = None,
         credential: Any = None,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-        connection_verify: str | os.PathLike[str] | None = None,
+        connection_verify: Verify = None,
+        proxy: str | Proxy | None = None,
         client_factory: Callable[..., Any] | None = None,
         admin_factory: Callable[..., Any] | None = None,
     ) -> None:
         sdk()  # fail at connect(), with the install hint, when the extra is missing
-        if connection_string is None and not (fully_qualified_namespace and credential is not None):
+        if isinstance(connection_string, Endpoint):
+            given = connection_string
+        elif connection_string is not None:
+            given = Endpoint.parse(connection_string, verify=connection_verify,
+                                   proxy=proxy or False)
+        elif fully_qualified_namespace:
+            fqn = fully_qualified_namespace.split("://")[-1].strip("/")
+            given = Endpoint.parse(f"sb://{fqn}", credential, verify=connection_verify,
+                                   proxy=proxy or False)
+        else:
+            given = None
+        if given is None or given.kind != "amqp" or (
+            given.connection_string is None and given.credential is None
+        ):
+            if given is not None and given.kind == "amqp":
+                raise InvalidArgument(
+                    f"sb://{given.netloc} needs a credential: connect(url, credential="
+                    "(key_name, key)), or use the namespace's connection string."
+                )
             raise InvalidArgument(
                 "the AMQP transport needs a connection string, or a namespace and a credential."
             )
-        host, self.namespace = endpoint(connection_string, fully_qualified_namespace)
+        self.endpoint = given
+        # A connection string's host as the SDK reads it (lower-cased); a namespace as
+        # given. The name: namespace_name's (a Service Bus NAME stays what it was).
+        by_string = given.connection_string is not None
+        self.host = given.host.lower() if by_string else given.netloc
+        self.namespace = namespace_name(
+            given.netloc.lower() if by_string else given.netloc, emulator=given.emulator
+        )
         if not isinstance(max_message_size, int) or max_message_size < 1:
             raise InvalidArgument(f"max_message_size is {max_message_size!r}; it must be positive.")
-        self.host = host
         self.max_message_size = max_message_size
-        self._reached = Reached(address(connection_string, fully_qualified_namespace))
-        if connection_verify is not None and not os.path.isfile(connection_verify):
-            raise InvalidArgument(
-                f"connection_verify is {connection_verify!r}: no such file (give the CA "
-                "certificate, PEM, that the endpoint's certificate is checked against)."
-            )
-        self._verify = None if connection_verify is None else os.fspath(connection_verify)
-        self._connection_string = connection_string
-        self._credential = credential
+        self._reached = Reached(given.netloc)
+        self._connection_string = given.connection_string
+        self._credential = given.credential
         self._client_factory = client_factory
         self._admin_factory = admin_factory
         self._client: Any = None
@@ -171,8 +192,39 @@ class AmqpTransport(AdminOperations):
         # No SDK retries: aiosb's client retries transient errors, and the failover
         # detector must see a non-transient failure the moment it happens.
         kwargs: dict[str, Any] = {"retry_total": 0}
-        if self._verify is not None:
-            kwargs["connection_verify"] = self._verify
+        given = self.endpoint
+        if isinstance(given.verify, ssl.SSLContext):
+            kwargs["ssl_context"] = given.verify
+        elif given.verify is not None:
+            kwargs["connection_verify"] = given.verify
+        if given.proxy is not None:  # the SDK then speaks AMQP over WebSockets
+            kwargs["http_proxy"] = given.proxy.for_sdk()
+            if given.port is not None:  # WebSockets go to 443 unless told otherwise
+                scheme = "https" if given.tls else "http"
+                kwargs["custom_endpoint_address"] = f"{scheme}://{given.netloc}"
+        return kwargs
+
+    def _admin_kwargs(self) -> dict[str, Any]:
+        """The administration client's: HTTPS through azure-core, which takes a CA file,
+        an aiohttp session for a context of one's own, and proxies by URL."""
+        kwargs: dict[str, Any] = {"retry_total": 0}
+        given = self.endpoint
+        if isinstance(given.verify, ssl.SSLContext):
+            import aiohttp
+            from azure.core.pipeline.transport import AioHttpTransport
+
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=given.verify))
+            kwargs["transport"] = AioHttpTransport(session=session, session_owner=True)
+        elif given.verify is not None:
+            kwargs["connection_verify"] = given.verify
+        if given.proxy is not None:
+            proxy = given.proxy
+            user = "" if proxy.username is None else (
+                f"{urllib.parse.quote(proxy.username, safe='')}:"
+                f"{urllib.parse.quote(proxy.password or '', safe='')}@"
+            )
+            url = f"http://{user}{proxy.address}"
+            kwargs["proxies"] = {"http": url, "https": url}
         return kwargs
 
     def _make_client(self) -> Any:
@@ -190,7 +242,7 @@ class AmqpTransport(AdminOperations):
         return client_cls(self.host, self._sdk_credential(), **kwargs)
 
     def _make_admin(self) -> Any:
-        kwargs = self._client_kwargs()
+        kwargs = self._admin_kwargs()
         if self._admin_factory is not None:
             return self._admin_factory(
                 connection_string=self._connection_string,

@@ -38,6 +38,7 @@ from typing import Any
 
 from yarl import URL
 
+from .._endpoint import Endpoint
 from ..auth import DEV_KEY, DEV_KEY_NAME, SasCredential
 from ..entities import DEAD_LETTER_SUFFIX
 from ..errors import (
@@ -62,7 +63,7 @@ from ..wire import aiosb_json as _json
 from ..wire import frames as _frames
 from ..wire import rest as _rest
 from ..wire import status as _status
-from ._h1 import ConnectFailed, Pool
+from ._h1 import ConnectFailed, Pool, ProxyRefused
 from ._http_manage import NO_SESSIONS as _NO_SESSIONS
 from ._http_manage import HttpManagement
 from ._http_manage import quote as _quote
@@ -96,24 +97,32 @@ class HttpTransport(HttpManagement):
 
     def __init__(
         self,
-        url: str,
+        url: str | Endpoint,
         credential: SasCredential | None = None,
         *,
         operation_timeout: float = 60.0,
         extensions: bool | None = None,
         max_message_size: int = 256 * 1024,
     ) -> None:
-        parsed = urllib.parse.urlsplit(url)
-        scheme = parsed.scheme.lower()
-        if scheme not in ("http", "https") or not parsed.netloc:
+        if isinstance(url, Endpoint):
+            endpoint = url
+            credential = credential or endpoint.credential
+        else:
+            if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme.lower() not in (
+                "http", "https"
+            ):
+                raise InvalidArgument(f"{url!r} is not an http:// or https:// URL.")
+            endpoint = Endpoint.parse(url, credential)
+        scheme, path = endpoint.scheme, endpoint.path
+        url = endpoint.base_url
+        if scheme not in ("http", "https") or not endpoint.host:
             raise InvalidArgument(f"{url!r} is not an http:// or https:// URL.")
-        path = parsed.path.strip("/")
         if scheme == "https" and not path:
-            name = parsed.hostname.split(".")[0] if parsed.hostname else ""
-            base = f"https://{parsed.netloc}"
+            name = endpoint.host.split(".")[0]
+            base = f"https://{endpoint.netloc}"
         else:
             name = path
-            base = f"{scheme}://{parsed.netloc}/{_quote(path)}"
+            base = f"{scheme}://{endpoint.netloc}/{_quote(path)}"
         if not name or "/" in name:
             raise InvalidArgument(
                 f"{url!r} names no namespace: use http://HOST:PORT/NAME or "
@@ -132,6 +141,7 @@ class HttpTransport(HttpManagement):
             )
         self.namespace = name
         self.url = url
+        self.endpoint = endpoint
         self.max_message_size = max_message_size
         self.extensions = scheme == "http" if extensions is None else bool(extensions)
         self._base = base
@@ -160,7 +170,12 @@ class HttpTransport(HttpManagement):
         if self._closed:
             raise ClientClosed(f"{self.url} was closed; connect again.")
         if self._pool is None:
-            self._pool = Pool(URL(self._base), limit=64, keepalive=60)
+            endpoint = self.endpoint
+            self._pool = Pool(
+                URL(self._base), limit=64, keepalive=60,
+                ssl_context=endpoint.ssl_context() if endpoint.tls else None,
+                proxy=endpoint.proxy,
+            )
 
     async def aclose(self) -> None:
         self._closed = True
@@ -216,6 +231,13 @@ class HttpTransport(HttpManagement):
         try:
             status, reason, answer, body = await pool.request(method, url, sent, data)
         except ConnectFailed as exc:
+            if isinstance(exc, ProxyRefused) and exc.status in (403, 407):
+                # No retry heals a refusal on principle.
+                raise InvalidOperation(f"{exc.os_error}: " + (
+                    "it wants credentials; give them in the proxy's URL, "
+                    "http://user:password@host:port." if exc.status == 407
+                    else "it does not let this address through."
+                )) from None
             failed = tls_failure(exc, f"{url.scheme}://{url.authority}",
                                  "is it an http:// address?")
             if failed is not None:  # no certificate or protocol heals by retrying
