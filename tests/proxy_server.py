@@ -10,19 +10,18 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("proxy")  # proxy.py
-
 
 class ProxyServer:
     """``with ProxyServer(tmp_path, auth="user:pw") as proxy:`` listens until the block
     ends; ``proxy.url`` (with the credentials), ``proxy.seen()`` (what went through)."""
 
-    def __init__(self, folder: Path, *, auth: str | None = None, port: int = 0) -> None:
+    def __init__(self, folder: Path, *, auth: str | None = None, port: int = 0,
+                 plugins: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
         self._folder = folder
         self._auth = auth
         self._port = port
+        self._plugins = plugins
+        self._env = env
         self._process: subprocess.Popen[bytes] | None = None
         self.port = 0
 
@@ -35,8 +34,11 @@ class ProxyServer:
         ]
         if self._auth:
             args += ["--basic-auth", self._auth]
+        if self._plugins:
+            args += ["--plugins", *self._plugins]
         self._process = subprocess.Popen(args, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL)
+                                         stderr=subprocess.DEVNULL,
+                                         env=None if self._env is None else self._env)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if port_file.exists() and port_file.read_text().strip():

@@ -17,12 +17,11 @@ from .conftest import SKEW
 from .samples import (
     BY_NAME,
     FOREVER,
-    NOT_RUN,
     RENEWAL,
     RUN,
     SAMPLE_SECONDS,
     SCHEDULING,
-    sample_files,
+    runnable_files,
     stem,
 )
 
@@ -35,6 +34,7 @@ DONE = {
     RENEWAL: ["Complete messages.", "Lock renew failure demonstration complete."],
     "receive_deadlettered_messages": ["receiving deadlettered messages"],
     "deadletter_messages_and_correct": ["Deadletter message:", "Fixing message:"],
+    "proxy": ["Send message is done."],
     # Issue 34, point 3: each body type comes back as it was sent.
     "send_and_receive_amqp_annotated_message": [
         f"Message of {kind} body received. Body is:" for kind in ("data", "sequence", "value")
@@ -49,9 +49,12 @@ def test_the_sdk_samples_pass_against_aiosb_serve():
     assert outcome.error is None
     assert outcome.by_name_skipped is None, outcome.by_name_skipped
     results = outcome.results
-    runnable = [f for f in sample_files() if stem(f) not in NOT_RUN]
+    assert outcome.proxy_skipped is None, outcome.proxy_skipped
+    runnable = runnable_files()
     assert sorted({r.sample for r in results}) == sorted(runnable)
-    assert len(runnable) >= 46  # of the 56: all but what NOT_RUN says, sync and async
+    assert len(runnable) >= 47  # of the 56: all but what NOT_RUN and NOT_RUN_FILES say
+    assert any(line.startswith("CONNECT localhost:") for line in outcome.proxied), (
+        outcome.proxied)  # the proxy sample went through the proxy
     failed = [r for r in results if r.returncode not in (0, None)]
     assert not failed, "\n\n".join(f"{r.sample}:\n{r.output[-2500:]}" for r in failed)
     for result in results:
