@@ -26,7 +26,8 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def js_client() -> Path:
     """tests/js with @azure/service-bus installed (npm, once)."""
-    if not (JS / "node_modules" / "@azure" / "service-bus").is_dir():
+    modules = JS / "node_modules"
+    if not ((modules / "@azure" / "service-bus").is_dir() and (modules / "ws").is_dir()):
         done = subprocess.run(
             ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"],
             cwd=JS, capture_output=True, text=True, timeout=300,
@@ -202,3 +203,25 @@ async def test_a_javascript_session_receiver_settles_a_batch_smaller_than_asked(
             left = (await ns.runtime_properties("sq")).total_message_count
     assert got == {"got": ["a", "b"], "settled": ["ok", "ok"], "second": []}
     assert left == 0
+
+
+async def test_the_javascript_client_speaks_amqp_over_websockets(js_client: Path, tmp_path):
+    """Issue 34: @azure/service-bus with webSocketOptions (the ws package), AMQP over
+    WebSockets through aiosb serve's AMQP port, which answers TLS and HTTP there; the
+    certificate trusted as the README says for Node (NODE_EXTRA_CA_CERTS)."""
+    import os
+
+    from aiosb.emulator.process import ServerProcess
+
+    with ServerProcess(args=["--tls-dir", str(tmp_path)]) as server:
+        async with aiosb.connect(f"{server.url}/sbemulatorns") as ns:
+            await ns.create_queue("jsws")
+        port = server.amqp_connection_string.split("localhost:", 1)[1].split(";", 1)[0]
+        connection = server.amqp_connection_string.replace(";UseDevelopmentEmulator=true", "")
+        env = dict(os.environ, NODE_EXTRA_CA_CERTS=server.certificate)
+        got = await _node(js_client, "websocket.mjs", connection, "jsws",
+                          f"https://localhost:{port}", env=env)
+        async with aiosb.connect(f"{server.url}/sbemulatorns") as ns:
+            left = await ns.runtime_properties("jsws")
+    assert sorted(got) == ["ws 1", "ws 2", "ws 3"]
+    assert left.active_message_count == 0  # completed, over the WebSocket
