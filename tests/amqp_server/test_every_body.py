@@ -251,3 +251,13 @@ async def test_the_amqp_transport_carries_the_sections_over_the_sdk(server):
     assert back.annotations == notes
     assert sections_of(back.raw_footer).raw_footer == footer
     assert (got.body, got.subject) == (body, "s")
+
+
+def test_a_section_the_server_cannot_hold_is_one_sentence():
+    """What the front end rejects a transfer with (amqp:decode-error and this text)."""
+    from aiosb.amqp.codec import DecodeError
+
+    with pytest.raises(DecodeError, match="unknown message section 121"):
+        messages_of(section(0x79, "what is this"), 0)
+    with pytest.raises(DecodeError, match="not a described value"):
+        messages_of(encode("a bare string"), 0)
