@@ -19,6 +19,7 @@ __all__ = [
     "DEV_KEY",
     "DEV_KEY_NAME",
     "MAX_TOKEN_SECONDS",
+    "MICROSOFT_DEV_KEY",
     "RIGHTS",
     "SasChecker",
     "SasCredential",
@@ -169,7 +170,8 @@ class SasChecker:
     """Checks Service Bus shared access signatures against the server's keys, each with
     its rights (``Manage`` includes ``Send`` and ``Listen``)."""
 
-    def __init__(self, keys: dict[str, tuple[str, frozenset[str]]]) -> None:
+    def __init__(self, keys: Mapping[str, tuple[str | tuple[str, ...], frozenset[str]]]
+                 ) -> None:
         self.keys = keys
         self._good: dict[str, tuple[int, str, frozenset[str], str]] = {}
 
@@ -227,7 +229,7 @@ class SasChecker:
         entry = self.keys.get(skn)
         if entry is None:
             raise Unauthorized(f"the key name {skn[:60]!r} is not known to this server.")
-        key, rights = entry
+        secret, rights = entry
         if not fields["se"].isdigit() or len(fields["se"]) > 12:
             raise Unauthorized("the signature's expiry (se) is not epoch seconds.")
         if int(fields["se"]) > time.time() + MAX_TOKEN_SECONDS:
@@ -235,9 +237,12 @@ class SasChecker:
                 f"the signature is valid until {fields['se']} (epoch seconds), more than a "
                 "year from now; sign with a shorter lifetime."
             )
-        expected = sign(key, f"{fields['sr']}\n{fields['se']}")
-        given = urllib.parse.unquote(fields["sig"])
-        if not hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace")):
+        given = urllib.parse.unquote(fields["sig"]).encode("utf-8", "replace")
+        secrets = secret if isinstance(secret, tuple) else (secret,)
+        if not any(
+            hmac.compare_digest(sign(one, f"{fields['sr']}\n{fields['se']}").encode(), given)
+            for one in secrets
+        ):
             raise Unauthorized("the signature does not match: it was not made with this key.")
         resource = urllib.parse.unquote(fields["sr"]).lower()
         if "://" in resource:
@@ -249,18 +254,32 @@ class SasChecker:
         return int(fields["se"]), resource.rstrip("/"), rights, host
 
 
+#: The development key Microsoft's Service Bus emulator documents: its connection
+#: strings say ``SharedAccessKey=SAS_KEY_VALUE``. ``aiosb serve --microsoft-emulator``
+#: accepts it (beside its own key) for RootManageSharedAccessKey, and nothing else does.
+MICROSOFT_DEV_KEY = "SAS_KEY_VALUE"
+
+
 def key_table(
-    key_name: str, key: str, keys: Mapping[str, tuple[str, Iterable[str]]] | None = None
-) -> dict[str, tuple[str, frozenset[str]]]:
+    key_name: str,
+    key: str,
+    keys: Mapping[str, tuple[str, Iterable[str]]] | None = None,
+    *,
+    also: str | None = None,
+) -> dict[str, tuple[str | tuple[str, ...], frozenset[str]]]:
     """The keys a server accepts, each with its rights: ``key_name``/``key`` with every
-    right, and ``keys`` (``{name: (key, rights)}``, rights among ``Manage``, ``Send``,
-    ``Listen``; ``Manage`` includes the other two).
+    right (and ``key_name``/``also``, a second secret, when given), and ``keys``
+    (``{name: (key, rights)}``, rights among ``Manage``, ``Send``, ``Listen``;
+    ``Manage`` includes the other two).
 
     Raises:
         InvalidArgument: An empty name or key, unknown or no rights, a name given twice.
     """
     SasCredential(key_name, key)  # validates both
-    table = {key_name: (key, frozenset(RIGHTS))}
+    secret: str | tuple[str, ...] = key if also is None or also == key else (key, also)
+    table: dict[str, tuple[str | tuple[str, ...], frozenset[str]]] = {
+        key_name: (secret, frozenset(RIGHTS))
+    }
     for name, (secret, rights) in (keys or {}).items():
         SasCredential(name, secret)
         given = set(rights)

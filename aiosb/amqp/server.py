@@ -54,7 +54,7 @@ class AmqpServer:
     """
 
     def __init__(self, host: str, namespace: str,
-                 keys: dict[str, tuple[str, frozenset[str]]],
+                 keys: dict[str, tuple[str | tuple[str, ...], frozenset[str]]],
                  journal: Journal | None = None,
                  management: ManagementSite | None = None) -> None:
         self.host = host
@@ -181,7 +181,7 @@ async def serve_amqp(
     port: int = 0,
     *,
     namespace: str = "sbemulatorns",
-    keys: dict[str, tuple[str, frozenset[str]]] | None = None,
+    keys: dict[str, tuple[str | tuple[str, ...], frozenset[str]]] | None = None,
     journal: Journal | None = None,
     management: ManagementSite | None = None,
     tls_port: int | None = None,

@@ -118,7 +118,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -255,6 +255,8 @@ async def serve(
     ssl_context: ssl.SSLContext | None = None,
     root: str | None = None,
     routes: Mapping[str, Handler] | None = None,
+    also_key: str | None = None,
+    prepare: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[ServedEmulator]:
     """Serve the emulator over HTTP on the running loop, for the ``async with`` block.
 
@@ -282,6 +284,11 @@ async def serve(
             entities, not namespaces).
         routes: More GET handlers by path, before the server's own (``aiosb serve``
             serves AMQP over WebSockets at ``/$servicebus/websocket`` so).
+        also_key: Another secret ``key_name`` signs with (``aiosb serve
+            --microsoft-emulator``: Microsoft's documented development key).
+        prepare: Awaited once the namespaces are loaded, before the server listens
+            (``aiosb serve --config`` makes the file's entities so); what it raises
+            stops the server before it listens.
 
     Yields:
         A :class:`ServedEmulator` with the bound URL and the credential.
@@ -296,9 +303,19 @@ async def serve(
         except BaseException:
             await journal.aclose()
             raise
+    if prepare is not None:
+        try:
+            await prepare()
+            if journal is not None:
+                await journal.commit()
+        except BaseException:
+            if journal is not None:
+                emulator.use_journal(None)
+                await journal.aclose()
+            raise
     server = EmulatorServer(key_name=key_name, key=key, journal=journal, keys=keys,
                             log_requests=log_requests, metrics=metrics, root=root,
-                            routes=routes)
+                            routes=routes, also_key=also_key)
     # handler_cancellation: a client that hangs up (its own timeout) cancels the
     # operation it asked for, so that a long poll does not lock messages for nobody.
     runner = web.AppRunner(

@@ -69,8 +69,9 @@ class EmulatorServer:
         metrics: bool = False,
         root: str | None = None,
         routes: Mapping[str, Handler] | None = None,
+        also_key: str | None = None,
     ) -> None:
-        table = key_table(key_name, key, keys)
+        table = key_table(key_name, key, keys, also=also_key)
         #: GET handlers by path, before the catch-all (AMQP over WebSockets, from above).
         self._routes = dict(routes or {})
         self._auth = SasChecker(table)
