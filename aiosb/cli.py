@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 
 from . import __version__
 from ._demo import DRAIN_SECONDS, demo, timeline, timeline_svg
+from .auth import MICROSOFT_DEV_KEY
+from .client import connect
 from .errors import ServiceBusError
 
 __all__ = ["DRAIN_SECONDS", "demo", "main", "run", "timeline", "timeline_svg"]
@@ -56,6 +58,19 @@ def run(main: Coroutine[Any, Any, T], loop: str = "auto") -> T:
     return runner(main)
 
 
+#: Where Microsoft's emulator answers its health check (on its HTTP port, 5300).
+HEALTH_PATH = "/health"
+#: Microsoft's ports, as its emulator listens: AMQP (no TLS) and HTTP.
+MICROSOFT_AMQP_PORT, MICROSOFT_HTTP_PORT = 5672, 5300
+
+
+async def _health(_request: Any) -> Any:
+    """``GET /health``, answered as Microsoft's emulator answers it (unsigned)."""
+    from aiohttp import web
+
+    return web.json_response({"status": "healthy", "message": "Service is healthy."})
+
+
 async def serve_forever(
     host: str,
     port: int,
@@ -70,6 +85,8 @@ async def serve_forever(
     tls: tuple[str, str] | None = None,
     amqp_tls: tuple[str, str] | None = None,
     amqps_port: int | None = None,
+    config: Any = None,
+    microsoft: bool = False,
 ) -> None:
     """Serve the emulator over HTTP (and AMQP 1.0 on ``amqp_port``, for the official SDKs)
     until interrupted, printing how to connect and (unless ``quiet``) a line per
@@ -77,7 +94,9 @@ async def serve_forever(
     same, or another) makes the AMQP port answer a client that opens with TLS with the
     HTTPS management API, so that one connection string reaches both (#34), and
     ``amqps_port`` (with ``amqp_tls``) serve AMQP over TLS, as the SDKs speak it to a
-    namespace on Azure."""
+    namespace on Azure. ``config`` (an :class:`aiosb.msconfig.EmulatorConfig`) is made
+    in the namespace before the server listens; ``microsoft`` answers as Microsoft's
+    emulator does besides (``GET /health``, its development key)."""
     from .amqp._websocket import PATH, websocket_handler
     from .amqp.server import AmqpServer, serve_amqp
     from .auth import key_table
@@ -85,7 +104,16 @@ async def serve_forever(
 
     if not quiet:
         _log_to_stdout()
-    table = key_table(key_name, key or DEV_KEY, keys)
+    also = MICROSOFT_DEV_KEY if microsoft and key is None else None
+    table = key_table(key_name, key or DEV_KEY, keys, also=also)
+    said: list[str] = []
+
+    async def prepare() -> None:
+        if config is not None:
+            from . import msconfig
+
+            async with connect(f"memory://{namespace}") as ns:
+                said.extend(await msconfig.apply(ns, config))
     ssl_context = None
     from .emulator._tls import context
 
@@ -93,10 +121,13 @@ async def serve_forever(
         ssl_context = context(*tls)
     amqp: AmqpServer | None = None  # AMQP over WebSockets finds it here once it listens
     websocket = websocket_handler(lambda: None if amqp is None else amqp._serve)
+    routes: dict[str, Any] = {PATH: websocket}
+    if microsoft:
+        routes[HEALTH_PATH] = _health
     async with serve(
         host, port, key_name=key_name, key=key or DEV_KEY, data_dir=data_dir, keys=keys,
         log_requests=not quiet, metrics=metrics, ssl_context=ssl_context,
-        root=namespace, routes={PATH: websocket},
+        root=namespace, routes=routes, also_key=also, prepare=prepare,
     ) as served, contextlib.AsyncExitStack() as stack:
         if amqp_port is not None:
             try:
@@ -136,6 +167,14 @@ async def serve_forever(
             _say("  (for local use only; pass --key to choose your own)")
         if data_dir is not None:
             _say(f"  durable: every acknowledged operation is kept in {data_dir}")
+        for line in said:
+            _say(f"  {line}")
+        if microsoft:
+            at = "" if amqp is None or amqp.port == MICROSOFT_AMQP_PORT else f":{amqp.port}"
+            _say(f"  as Microsoft's emulator: health at {served.url}{HEALTH_PATH}"
+                 + (f"; its key {MICROSOFT_DEV_KEY} is accepted too:" if also else ":"))
+            _say(f"    Endpoint=sb://localhost{at};SharedAccessKeyName={key_name};"
+                 f"SharedAccessKey={also or key};UseDevelopmentEmulator=true;")
         _say(f"  connection string: {served.connection_string('contoso')}")
         if amqp is not None:
             _say(f"  AMQP 1.0 (the official SDKs) on port {amqp.port}, namespace {namespace}:")
@@ -256,7 +295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         command.add_argument("--loop", choices=LOOPS, default="auto",
                              help="event loop: uvloop where installed (auto), or asyncio's")
     serve_cmd.add_argument("--host", default="127.0.0.1", help="interface to listen on")
-    serve_cmd.add_argument("--port", type=int, default=5380, help="port (0 picks a free one)")
+    serve_cmd.add_argument("--port", type=int, default=None,
+                           help="port (0 picks a free one; default 5380, or 5300 with "
+                           "--microsoft-emulator)")
     serve_cmd.add_argument("--key-name", default="RootManageSharedAccessKey",
                            help="shared access key name requests must be signed with")
     serve_cmd.add_argument("--key", default=None,
@@ -270,13 +311,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_cmd.add_argument("--amqp-port", type=int, default=5672,
                            help="port for AMQP 1.0, what the official SDKs speak (0 picks a "
                            "free one)")
-    serve_cmd.add_argument("--amqps-port", type=int, default=5671,
+    serve_cmd.add_argument("--amqps-port", type=int, default=None,
                            help="port for AMQP over TLS, as the SDKs speak to a namespace on "
-                           "Azure (with a certificate: see --tls-dir; 0 picks a free one)")
+                           "Azure (with a certificate: see --tls-dir; 0 picks a free one; "
+                           "default 5671, none with --microsoft-emulator)")
     serve_cmd.add_argument("--no-amqp", action="store_true", help="serve HTTP only")
-    serve_cmd.add_argument("--namespace", default="sbemulatorns",
+    serve_cmd.add_argument("--namespace", default=None,
                            help="the default namespace: AMQP connections use it, and HTTP "
-                           "serves it at the root beside /NAME/... prefixes")
+                           "serves it at the root beside /NAME/... prefixes (default: "
+                           "--config's, else sbemulatorns)")
     serve_cmd.add_argument("--tls-cert", default=None,
                            help="serve HTTPS with this certificate (PEM): what the official "
                            "administration clients need")
@@ -295,9 +338,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_cmd.add_argument("--data-dir", default=None,
                            help="keep everything in a SQLite database in this directory "
                            "(durable across restarts); default: in memory")
+    serve_cmd.add_argument("--config", default=None, metavar="CONFIG_JSON",
+                           help="make the entities of Microsoft's emulator's Config.json at "
+                           "start (again at every start: created, updated, said)")
+    serve_cmd.add_argument("--microsoft-emulator", action="store_true",
+                           help="listen and answer as Microsoft's emulator: AMQP on 5672, "
+                           "HTTP on 5300 with GET /health, its development key SAS_KEY_VALUE "
+                           "accepted too, no AMQP over TLS unless --amqps-port is given")
     args = parser.parse_args(argv)
     try:
         if args.command == "serve":
+            microsoft = args.microsoft_emulator
+            if args.port is None:
+                args.port = MICROSOFT_HTTP_PORT if microsoft else 5380
+            amqps_given = args.amqps_port is not None
+            if args.amqps_port is None:
+                args.amqps_port = 5671
+            config = None
+            if args.config is not None:
+                from . import msconfig
+
+                try:
+                    config = msconfig.load(args.config)
+                except msconfig.ConfigError as exc:
+                    print(f"aiosb: {args.config}: {exc}", file=sys.stderr)
+                    return 2
+                for warning in config.warnings:
+                    print(f"aiosb: {args.config}: {warning}", file=sys.stderr)
+                if args.namespace is not None and args.namespace != config.namespace:
+                    parser.error(f"--namespace {args.namespace} but {args.config} names "
+                                 f"{config.namespace}: give one")
+            if args.namespace is None:
+                args.namespace = config.namespace if config is not None else "sbemulatorns"
             if not 0 <= args.port <= 65535:
                 parser.error("--port must be between 0 and 65535")
             if not 0 <= args.amqp_port <= 65535:
@@ -334,7 +406,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                               keys, quiet=args.quiet, metrics=args.metrics,
                               amqp_port=None if args.no_amqp else args.amqp_port,
                               namespace=args.namespace, tls=tls, amqp_tls=amqp_tls,
-                              amqps_port=args.amqps_port),
+                              amqps_port=None if microsoft and not amqps_given
+                              else args.amqps_port,
+                              config=config, microsoft=microsoft),
                 args.loop)
         if args.command == "demo":
             if args.orders < 10:

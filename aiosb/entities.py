@@ -13,7 +13,7 @@ import math
 import re
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from .errors import InvalidArgument
 
@@ -163,6 +163,16 @@ class _EntityProperties:
     def changed_fixed(self, new: _EntityProperties) -> list[str]:
         """Names of properties that can't change after creation but differ in ``new``."""
         return [n for n in self._fixed if getattr(self, n) != getattr(new, n)]
+
+    def checked(self, tier: str = "standard") -> Self:
+        """This description, its values checked as Service Bus checks them (a ``tier``
+        namespace's limits).
+
+        Raises:
+            InvalidArgument: A value out of Service Bus's range, in a sentence.
+        """
+        self._check(tier)
+        return self
 
     def _check(self, tier: str) -> None:
         _check_name(self.kind, self._field("name"))

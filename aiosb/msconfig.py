@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from .client import Namespace
+from .entities import QueueProperties, SubscriptionProperties, TopicProperties
 from .errors import EntityNotFound, InvalidArgument
+from .sql import compile_action, compile_filter
 from .rules import (
     CorrelationRuleFilter,
     RuleFilter,
@@ -87,6 +89,9 @@ _CORRELATION = {
     "MessageId": "message_id", "ReplyTo": "reply_to", "ReplyToSessionId": "reply_to_session_id",
     "SessionId": "session_id", "To": "to", "Properties": "properties",
 }
+#: Service Bus's shortest duplicate detection window (Microsoft's emulator takes 5 s).
+_SHORTEST_WINDOW = _dt.timedelta(seconds=20)
+_WINDOW_KEY = "DuplicateDetectionHistoryTimeWindow"
 #: What Service Bus fixes when it creates an entity.
 _FIXED = ("requires_session", "requires_duplicate_detection")
 _LOGGING_TYPES = ("File", "Console", "File,Console", "Console,File")
@@ -136,19 +141,19 @@ def load(path: str | Path) -> EmulatorConfig:
 
     Raises:
         ConfigError: The file cannot be read, is not JSON, or breaks the schema; the
-            sentence names the JSON path.
+            sentence names the JSON path (not the file's: the caller says it).
     """
     try:
         text = Path(path).read_text(encoding="utf-8-sig")
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
+        raise ConfigError(f"cannot be read ({exc.strerror or exc}).") from None
     except UnicodeDecodeError:
-        raise ConfigError(f"{path}: is not UTF-8 text.") from None
+        raise ConfigError("is not UTF-8 text.") from None
     try:
         data = json.loads(_without_comments(text))
     except json.JSONDecodeError as exc:
         raise ConfigError(
-            f"{path}: not JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})."
+            f"not JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})."
         ) from None
     return parse(data)
 
@@ -181,15 +186,16 @@ def parse(data: Any) -> EmulatorConfig:
     for i, queue in enumerate(reader.array(ns.get("Queues", []), f"{where}.Queues")):
         at = f"{where}.Queues[{i}]"
         item = reader.object(queue, at, {"Name", "Properties"}, required=("Name",))
-        entities.append(EntitySpec("queue", reader.name(item["Name"], f"{at}.Name"),
-                                   reader.properties(item.get("Properties"), at, _QUEUE)))
+        queue_name = reader.name(item["Name"], f"{at}.Name")
+        entities.append(EntitySpec("queue", queue_name, reader.properties(
+            item.get("Properties"), at, _QUEUE, QueueProperties, queue_name)))
     for i, topic in enumerate(reader.array(ns.get("Topics", []), f"{where}.Topics")):
         at = f"{where}.Topics[{i}]"
         item = reader.object(topic, at, {"Name", "Properties", "Subscriptions"},
                              required=("Name",))
         topic_name = reader.name(item["Name"], f"{at}.Name")
-        entities.append(EntitySpec("topic", topic_name,
-                                   reader.properties(item.get("Properties"), at, _TOPIC)))
+        entities.append(EntitySpec("topic", topic_name, reader.properties(
+            item.get("Properties"), at, _TOPIC, TopicProperties, topic_name)))
         subs = reader.array(item.get("Subscriptions", []), f"{at}.Subscriptions")
         for j, sub in enumerate(subs):
             sat = f"{at}.Subscriptions[{j}]"
@@ -204,9 +210,11 @@ def parse(data: Any) -> EmulatorConfig:
                 twice = sorted({n for n in names if names.count(n) > 1})
                 if twice:
                     raise ConfigError(f"{sat}.Rules: the rule {twice[0]!r} is given twice.")
+            sub_name = reader.name(entry["Name"], f"{sat}.Name")
             entities.append(EntitySpec(
-                "subscription", reader.name(entry["Name"], f"{sat}.Name"),
-                reader.properties(entry.get("Properties"), sat, _SUBSCRIPTION),
+                "subscription", sub_name,
+                reader.properties(entry.get("Properties"), sat, _SUBSCRIPTION,
+                                  SubscriptionProperties, sub_name),
                 topic=topic_name, rules=rules,
             ))
     paths = [e.path.lower() for e in entities if e.kind != "subscription"]
@@ -259,14 +267,27 @@ class _Reader:
                       "and ending with a letter or digit)")
         return str(value)
 
-    def properties(self, value: Any, path: str,
-                   table: Mapping[str, tuple[str, str, Any]]) -> dict[str, Any]:
+    def properties(self, value: Any, path: str, table: Mapping[str, tuple[str, str, Any]],
+                   kind: type[Any], name: str) -> dict[str, Any]:
         at = f"{path}.Properties"
         given = {} if value is None else self.object(value, at, set(table))
         out: dict[str, Any] = {}
-        for key, (name, kind, default) in table.items():
+        for key, (field_name, field_kind, default) in table.items():
             raw = given.get(key, default)
-            out[name] = self.value(raw, f"{at}.{key}", kind)
+            out[field_name] = self.value(raw, f"{at}.{key}", field_kind)
+        window = out.get("duplicate_detection_history_time_window")
+        if window is not None and window < _SHORTEST_WINDOW:
+            self.warnings.append(
+                f"{at}.DuplicateDetectionHistoryTimeWindow: {given.get(_WINDOW_KEY)} is below "
+                "Service Bus's 20 s minimum (Microsoft's emulator allows it): PT20S is used."
+            )
+            out["duplicate_detection_history_time_window"] = _SHORTEST_WINDOW
+        try:  # Service Bus's ranges (not Microsoft's emulator's), said at the key's path
+            kind(name=name, **{k: v for k, v in out.items() if v is not None}).checked()
+        except InvalidArgument as exc:
+            keys = [k for k, (f, _, _) in table.items() if str(exc).startswith(f)]
+            raise ConfigError(f"{at}.{keys[0] if keys else ''}: {exc}".replace(".:", ":")) \
+                from None
         return out
 
     def value(self, raw: Any, path: str, kind: str) -> Any:
@@ -343,6 +364,10 @@ class _Reader:
         rule = RuleSpec(name, rule_filter, action)
         try:  # the SQL parses here, before the server listens
             RuleProperties(name, rule_filter, action).checked()
+            if isinstance(rule_filter, SqlRuleFilter):
+                compile_filter(rule_filter.sql_expression, None)
+            if action is not None:
+                compile_action(action.sql_expression, None)
         except InvalidArgument as exc:
             raise ConfigError(f"{at}: {exc}") from None
         return rule
@@ -414,50 +439,82 @@ def _without_comments(text: str) -> str:
 # -- applying -----------------------------------------------------------------------------
 
 
+#: Properties naming another entity: set once every entity of the file exists.
+_FORWARDS = ("forward_to", "forward_dead_lettered_messages_to")
+
+
 async def apply(ns: Namespace, config: EmulatorConfig) -> list[str]:
     """Make ``ns`` hold what ``config`` says: create what is missing, update what
-    differs, leave the rest; the lines to say (what was created, updated, kept).
+    differs, leave the rest; the lines to say (what was updated, and a count).
+
+    Entities are made first without their forwarding, which is set once every entity of
+    the file exists (a queue may forward to one the file lists after it).
 
     Raises:
         ConfigError: The file changes what Service Bus fixes at creation.
     """
     said: list[str] = []
-    created = updated = kept = 0
+    created: set[str] = set()
+    changed: dict[str, dict[str, tuple[Any, Any]]] = {}
+    currents: dict[str, Any] = {}
     for spec in config.entities:
-        what = f"{spec.kind} {spec.path}"
         try:
             current = await _get(ns, spec)
         except EntityNotFound:
             current = None
         if current is None:
-            await _create(ns, spec)
-            created += 1
+            await _create(ns, spec, {k: v for k, v in spec.properties.items()
+                                     if k not in _FORWARDS})
+            created.add(spec.path)
+            current = await _get(ns, spec)
         else:
             changes = {
                 name: value for name, value in spec.properties.items()
-                if getattr(current, name) != value
+                if name not in _FORWARDS and getattr(current, name) != value
             }
             fixed = [name for name in changes if name in _FIXED]
             if fixed:
                 raise ConfigError(
-                    f"{what}: the file sets {fixed[0]} to {spec.properties[fixed[0]]}, but the "
-                    "entity exists with "
+                    f"{spec.kind} {spec.path}: the file sets {fixed[0]} to "
+                    f"{spec.properties[fixed[0]]}, but the entity exists with "
                     f"{getattr(current, fixed[0])}, which Service Bus fixes at creation; "
                     "delete the entity (or its --data-dir) to make it anew."
                 )
             if changes:
-                await _update(ns, spec, current, changes)
-                updated += 1
-                shown = ", ".join(
-                    f"{name} {getattr(current, name)} -> {value}" for name, value in changes.items()
-                )
-                said.append(f"updated {what}: {shown}")
-            else:
-                kept += 1
+                await _update(ns, spec, changes)
+                changed[spec.path] = {k: (getattr(current, k), v) for k, v in changes.items()}
+        currents[spec.path] = current
+    for spec in config.entities:  # forwarding, now that every entity exists
+        current = currents[spec.path]
+        forwards = {
+            name: spec.properties[name] for name in _FORWARDS
+            if name in spec.properties and not _same_entity(getattr(current, name),
+                                                            spec.properties[name])
+        }
+        if forwards:
+            await _update(ns, spec, forwards)
+            if spec.path not in created:
+                changed.setdefault(spec.path, {}).update(
+                    (k, (getattr(current, k), v)) for k, v in forwards.items())
+    for spec in config.entities:
+        if spec.path in changed:
+            shown = ", ".join(f"{name} {old} -> {new}"
+                              for name, (old, new) in changed[spec.path].items())
+            said.append(f"updated {spec.kind} {spec.path}: {shown}")
         if spec.rules is not None:
             said += await _rules(ns, spec)
-    said.append(f"Config.json: {created} created, {updated} updated, {kept} as they were")
+    kept = len(config.entities) - len(created) - len(changed)
+    said.append(f"Config.json: {len(created)} created, {len(changed)} updated, "
+                f"{kept} as they were")
     return said
+
+
+def _same_entity(current: str | None, wanted: str | None) -> bool:
+    """Whether a forwarding target read back (a name, or a URL ending in it) is the one
+    wanted."""
+    if not current or not wanted:
+        return not current and not wanted
+    return current.rstrip("/").rsplit("/", 1)[-1].lower() == wanted.lower()
 
 
 async def _get(ns: Namespace, spec: EntitySpec) -> Any:
@@ -468,8 +525,7 @@ async def _get(ns: Namespace, spec: EntitySpec) -> Any:
     return await ns.get_subscription(spec.topic, spec.name)
 
 
-async def _create(ns: Namespace, spec: EntitySpec) -> None:
-    props = dict(spec.properties)
+async def _create(ns: Namespace, spec: EntitySpec, props: dict[str, Any]) -> None:
     if spec.kind == "queue":
         await ns.create_queue(spec.name, **props)
     elif spec.kind == "topic":
@@ -478,8 +534,7 @@ async def _create(ns: Namespace, spec: EntitySpec) -> None:
         await ns.create_subscription(spec.topic, spec.name, **props)
 
 
-async def _update(ns: Namespace, spec: EntitySpec, current: Any,
-                  changes: dict[str, Any]) -> None:
+async def _update(ns: Namespace, spec: EntitySpec, changes: dict[str, Any]) -> None:
     if spec.kind == "queue":
         await ns.update_queue(spec.name, **changes)
     elif spec.kind == "topic":

@@ -76,7 +76,8 @@ class AmqpServer:
         """What an official SDK's ``from_connection_string`` takes to reach this server
         (signed with the first key): TLS off, as ``UseDevelopmentEmulator`` says; or,
         with ``tls``, AMQP over TLS at :attr:`tls_port`, as to a namespace on Azure."""
-        name, (key, _rights) = next(iter(self.keys.items()))
+        name, (secrets, _rights) = next(iter(self.keys.items()))
+        key = secrets[0] if isinstance(secrets, tuple) else secrets
         if tls:
             return (f"Endpoint=sb://localhost:{self.tls_port};SharedAccessKeyName={name};"
                     f"SharedAccessKey={key}")
