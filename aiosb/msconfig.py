@@ -39,7 +39,6 @@ from typing import Any
 from .client import Namespace
 from .entities import QueueProperties, SubscriptionProperties, TopicProperties
 from .errors import EntityNotFound, InvalidArgument
-from .sql import compile_action, compile_filter
 from .rules import (
     CorrelationRuleFilter,
     RuleFilter,
@@ -47,6 +46,7 @@ from .rules import (
     SqlRuleAction,
     SqlRuleFilter,
 )
+from .sql import compile_action, compile_filter
 
 __all__ = ["ConfigError", "EmulatorConfig", "EntitySpec", "RuleSpec", "apply", "load"]
 

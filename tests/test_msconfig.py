@@ -76,8 +76,10 @@ EVERY_KEY: dict[str, Any] = {
                         }},
                     }]},
                     {"Name": "by-property", "Rules": [{
-                        "Name": "eu", "Properties": {"FilterType": "Correlation",
-                                                     "CorrelationFilter": {"Properties": {"region": "eu"}}},
+                        "Name": "eu", "Properties": {
+                            "FilterType": "Correlation",
+                            "CorrelationFilter": {"Properties": {"region": "eu"}},
+                        },
                     }]},
                     {"Name": "by-sql", "Rules": [{
                         "Name": "big", "Properties": {
@@ -257,7 +259,7 @@ def test_a_bad_file_gets_one_sentence_naming_its_json_path(tmp_path, change, sai
 def test_a_file_that_is_not_json_or_not_one_namespace_is_said(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"UserConfig": {"Namespaces": [}')
-    with pytest.raises(msconfig.ConfigError, match="^not JSON at line 1, column 32"):
+    with pytest.raises(msconfig.ConfigError, match=r"^not JSON at line 1, column 32"):
         msconfig.load(bad)
     two = copy.deepcopy(EVERY_KEY)
     two["UserConfig"]["Namespaces"].append(copy.deepcopy(two["UserConfig"]["Namespaces"][0]))
@@ -332,10 +334,12 @@ def _ms_string(server: ServerProcess, key: str = "SAS_KEY_VALUE") -> str:
 def test_the_administration_client_sees_every_entity_and_rule_as_the_file_says(served):
     from azure.servicebus.management import (
         ServiceBusAdministrationClient,
+    )
+    from azure.servicebus.management import (
         SqlRuleFilter as SdkSql,
     )
 
-    server, folder = served
+    server, _ = served
     assert "Config.json: 8 created, 0 updated, 0 as they were" in server.banner
     admin = ServiceBusAdministrationClient.from_connection_string(
         _ms_string(server), connection_verify=server.certificate)
@@ -437,7 +441,7 @@ def test_a_restart_with_a_changed_file_updates_and_says_so_and_keeps_messages(tm
         assert "Config.json: 0 created, 0 updated, 9 as they were" in server.banner
     queues[0]["Properties"]["RequiresSession"] = False
     write(tmp_path, data)
-    with pytest.raises(Exception, match="requires_session.*fixes at creation"):
+    with pytest.raises(Exception, match=r"requires_session.*fixes at creation"):
         ServerProcess(args=args).start()
 
 
