@@ -493,6 +493,17 @@ def test_microsofts_ports_and_its_connection_string_word_for_word(tmp_path):
                 (got,) = receiver.receive_messages(max_wait_time=5)
                 receiver.complete_message(got)
         assert str(got) == "word for word"
+        # Management over plain HTTP on 5300, as the .NET SDK speaks it to Microsoft's
+        # emulator (an Atom GET of the entity, signed with its key).
+        from aiosb.auth import SasCredential
+
+        url = "http://127.0.0.1:5300/queue.1?api-version=2021-05"
+        token = SasCredential("RootManageSharedAccessKey", "SAS_KEY_VALUE").token(
+            "http://127.0.0.1:5300/queue.1")
+        request = urllib.request.Request(url, headers={"Authorization": token})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            entry = answer.read().decode()
+        assert answer.status == 200 and "<QueueDescription" in entry and "queue.1" in entry
     finally:
         proc.terminate()
         proc.wait(10)
