@@ -293,6 +293,10 @@ def to_message(sections: Sections) -> Message:
         props += [None] * (13 - len(props))
     header = sections.header
     ttl_ms = header[2] if header and len(header) > 2 else None
+    if ttl_ms is not None and (type(ttl_ms) is bool or not isinstance(ttl_ms, int)):
+        raise InvalidArgument(
+            f"header.ttl must be milliseconds (a uint), not {type(ttl_ms).__name__}."
+        )
     notes = sections.annotations or {}
     app = sections.application_properties
     return Message(
