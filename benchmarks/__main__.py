@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from . import amqp, http, memory, pairing, rules, s1_emulator, scaling, spark
+from . import amqp, amqp_load, http, memory, pairing, rules, s1_emulator, scaling, spark
 
 BENCHMARKS = {
     "s1": s1_emulator.main,
@@ -12,6 +12,7 @@ BENCHMARKS = {
     "pairing": pairing.main,
     "http": http.main,
     "amqp": amqp.main,
+    "amqp-load": amqp_load.main,
     "rules": rules.main,
     "scaling": scaling.main,
     "spark": spark.main,
