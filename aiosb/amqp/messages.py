@@ -115,7 +115,9 @@ def sections_of(payload: bytes) -> Sections:
             else:
                 out.sequence = (out.sequence or []) + [value]
             continue
-        inner = payload[decode(payload, start + 1)[1]:pos]  # the value, past the descriptor
+        # The value, past the descriptor (a smallulong code, as the SDKs write it).
+        inner = payload[start + 3 if payload[start + 1] == 0x53 else
+                        decode(payload, start + 1)[1]:pos]
         if code == PROPERTIES:
             out.properties, out.raw_properties = value, inner
         elif code == APP_PROPERTIES:
@@ -256,25 +258,39 @@ def notes_kept(raw: bytes | None, skip: frozenset[Any] = _BROKER_NOTES) -> dict[
     }
 
 
+def _any_at(values: list[Any] | None, keep: frozenset[int]) -> bool:
+    """Whether a decoded list has a value at one of the positions ``keep`` names."""
+    return values is not None and any(
+        values[i] is not None for i in keep if i < len(values)
+    )
+
+
 def _extra(sections: Sections) -> bytes | None:
     """The sections of the message no field of :class:`~aiosb.Message` holds, encoded
-    (see ``Message.amqp_extra``), or ``None``."""
+    (see ``Message.amqp_extra``), or ``None``. What a message of the common kind has
+    (one data section, fields aiosb maps) is found out from the decoded values, with no
+    second look at the bytes: this runs for every message sent over AMQP (#36)."""
     out = bytearray()
-    header = _kept(sections.raw_header, HEADER_KEPT)
-    if header:
-        out += encode(Described(ULong(HEADER), header))
+    if _any_at(sections.header, HEADER_KEPT):
+        header = _kept(sections.raw_header, HEADER_KEPT)
+        if header:
+            out += encode(Described(ULong(HEADER), header))
     if sections.raw_delivery_annotations is not None:
         out += sections.raw_delivery_annotations
-    notes = notes_kept(sections.raw_annotations)
-    if notes:
-        out += encode(Described(ULong(ANNOTATIONS), notes))
-    props = sections.properties or []
-    keep = PROPERTIES_KEPT | {
-        i for i in PROPERTIES_IDS if i < len(props) and not isinstance(props[i], str)
-    }
-    kept = _kept(sections.raw_properties, keep)
-    if kept:
-        out += encode(Described(ULong(PROPERTIES), kept))
+    if sections.annotations and not sections.annotations.keys() <= _BROKER_NOTES:
+        notes = notes_kept(sections.raw_annotations)
+        if notes:
+            out += encode(Described(ULong(ANNOTATIONS), notes))
+    props = sections.properties
+    if props:
+        keep = PROPERTIES_KEPT | {
+            i for i in PROPERTIES_IDS
+            if i < len(props) and props[i] is not None and not isinstance(props[i], str)
+        }
+        if _any_at(props, keep):
+            kept = _kept(sections.raw_properties, keep)
+            if kept:
+                out += encode(Described(ULong(PROPERTIES), kept))
     if len(sections.data) != 1 or sections.has_value or sections.sequence is not None:
         out += sections.raw_body
     if sections.raw_footer is not None:
