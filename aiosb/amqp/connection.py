@@ -74,7 +74,7 @@ from .codec import (
     UShort,
     frame,
 )
-from .messages import messages_of, reply_payload, sections_of
+from .messages import columns_of, messages_of, reply_payload, sections_of
 
 __all__ = ["CREDIT", "LONG_POLL", "MAX_FRAME", "WINDOW", "Connection", "ProtocolViolation"]
 
@@ -562,8 +562,11 @@ class Connection(ReceiverLinks):
         """Hand the messages of one transfer to the broker; the outcome to settle with."""
         try:
             self.tokens.check(link.address, "Send")  # the token may have expired since attach
-            messages = messages_of(payload, fmt)
-            await self.ns.send(link.path, messages)
+            columns = columns_of(payload, fmt)
+            if columns is not None:  # a batch of the common shape, as HTTP sends it (#36)
+                await self.ns.send_columns(link.path, *columns)
+            else:
+                await self.ns.send(link.path, messages_of(payload, fmt))
             if self.journal is not None:
                 await self.journal.commit()
         except DecodeError as exc:

@@ -32,6 +32,7 @@ whole encoded message.
 from __future__ import annotations
 
 import datetime as _dt
+import operator
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,9 @@ from ..message import MESSAGE_FIELDS, Message
 from .codec import DecodeError, Described, Raw, Symbol, ULong, decode, elements, encode
 from .performatives import BATCH_FORMAT
 
-__all__ = ["Sections", "messages_of", "reply_payload", "sections_of", "to_message"]
+__all__ = [
+    "Sections", "columns_of", "messages_of", "reply_payload", "sections_of", "to_message",
+]
 
 HEADER, DELIVERY_ANNOTATIONS, ANNOTATIONS, PROPERTIES, APP_PROPERTIES = range(0x70, 0x75)
 DATA, SEQUENCE, VALUE, FOOTER = range(0x75, 0x79)
@@ -148,6 +151,139 @@ def messages_of(payload: bytes, message_format: int) -> list[Message]:
     if message_format == BATCH_FORMAT:
         return [to_message(sections_of(inner)) for inner in outer.data]
     return [to_message(outer)]
+
+
+#: Properties fields by position, as columns (by field name of Message) take them; the
+#: other positions must be null for a message to go as columns (they go to amqp_extra).
+_PROPERTY_COLUMNS = {0: "message_id", 2: "to", 3: "subject", 4: "reply_to",
+                     5: "correlation_id", 6: "content_type", 10: "session_id",
+                     12: "reply_to_session_id"}
+_COLUMN_NAMES = (*_PROPERTY_COLUMNS.values(), "application_properties")
+_STR_LENGTH = {0xA1: 1, 0xA3: 1, 0xB1: 4, 0xB3: 4}  # str8, sym8, str32, sym32
+_u32 = int.from_bytes
+
+
+def columns_of(payload: bytes, message_format: int) -> tuple[list[bytes], dict[str, Any]] | None:
+    """The messages of a batch transfer as the broker's columns (bodies, and by field name
+    a list of each message's value), when each has the shape the SDKs send most: a
+    properties section of strings, application properties, and one data section. Read
+    with no object per message and no second look at its bytes (#36: a batch of 100
+    over AMQP cost the server several times what it costs over HTTP, which sends
+    columns). ``None`` when any message has more (a header, annotations, another body,
+    a typed id ...): :func:`messages_of` reads those, field by field.
+    """
+    if message_format != BATCH_FORMAT:
+        return None
+    try:
+        rows = [_message_row(message) for message in _data_sections(payload)]
+    except (IndexError, UnicodeDecodeError, ValueError):  # DecodeError is a ValueError
+        return None  # messages_of says what is wrong, if anything is
+    if not rows or None in rows:
+        return None
+    bodies, *fields = map(list, zip(*rows, strict=True))
+    columns = {
+        name: values for name, values in zip(_COLUMN_NAMES, fields, strict=True)
+        if values.count(None) != len(values)
+    }
+    return bodies, columns
+
+
+def _data_sections(payload: bytes) -> list[bytes]:
+    """The data sections of a batch (each a whole message), the rest skipped."""
+    out: list[bytes] = []
+    append = out.append
+    pos, end = 0, len(payload)
+    while pos < end:
+        if payload[pos] == 0 and payload[pos + 1] == 0x53 and payload[pos + 2] == DATA:
+            c = payload[pos + 3]
+            if c == 0xA0:
+                n, start = payload[pos + 4], pos + 5
+            elif c == 0xB0:
+                n, start = _u32(payload[pos + 4:pos + 8]), pos + 8
+            else:
+                raise ValueError("a data section that is not binary")
+            pos = start + n
+            if pos > end:
+                raise ValueError("a data section cut short")
+            append(payload[start:pos])
+        else:
+            _, pos = decode(payload, pos)  # the batch's own properties, say
+    return out
+
+
+_NO_TEXTS: list[str | None] = [None] * 13
+_row_texts = operator.itemgetter(*_PROPERTY_COLUMNS)
+
+
+def _message_row(buf: bytes) -> tuple[Any, ...] | None:
+    """One message as a row (body, the property columns' values, its application
+    properties); ``None`` if it has more than the columns hold."""
+    pos, end = 0, len(buf)
+    body: bytes | None = None
+    texts: list[str | None] = _NO_TEXTS
+    props: dict[str, Any] | None = None
+    while pos < end:
+        if buf[pos] != 0 or buf[pos + 1] != 0x53:
+            return None
+        code = buf[pos + 2]
+        pos += 3
+        if code == DATA:
+            if body is not None:
+                return None  # several data sections: amqp_extra keeps them
+            c = buf[pos]
+            if c == 0xA0:
+                n, pos = buf[pos + 1], pos + 2
+            elif c == 0xB0:
+                n, pos = _u32(buf[pos + 1:pos + 5]), pos + 5
+            else:
+                return None
+            if pos + n > end:
+                return None
+            body, pos = buf[pos:pos + n], pos + n
+        elif code == PROPERTIES:
+            c = buf[pos]
+            if c == 0x45:
+                pos += 1
+                continue
+            if c == 0xC0:
+                count, items_end, pos = buf[pos + 2], pos + 2 + buf[pos + 1], pos + 3
+            elif c == 0xD0:
+                count, pos = _u32(buf[pos + 5:pos + 9]), pos + 9
+                items_end = pos - 4 + _u32(buf[pos - 8:pos - 4])
+            else:
+                return None
+            if count > 13 or items_end > end:
+                return None
+            texts = [None] * 13
+            for i in range(count):
+                if buf.count(0x40, pos, items_end) == items_end - pos:
+                    pos = items_end  # the rest are nulls
+                    break
+                c = buf[pos]
+                if c == 0x40:
+                    pos += 1
+                    continue
+                width = _STR_LENGTH.get(c)
+                if width is None or i not in _PROPERTY_COLUMNS:
+                    return None  # a typed id, a time, user-id ...: field by field
+                n = buf[pos + 1] if width == 1 else _u32(buf[pos + 1:pos + 5])
+                start = pos + 1 + width
+                pos = start + n
+                if pos > items_end:
+                    return None
+                texts[i] = buf[start:pos].decode()
+            if pos != items_end:
+                return None
+        elif code == APP_PROPERTIES:
+            value, pos = decode(buf, pos)
+            if not isinstance(value, dict):
+                return None
+            props = {_name(k): _property(v) for k, v in value.items()} if value else None
+        else:
+            return None
+    if body is None:
+        return None
+    return (body, *_row_texts(texts), props)
 
 
 def _text_id(value: Any) -> str | None:

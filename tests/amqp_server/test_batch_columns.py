@@ -1,0 +1,91 @@
+"""Issue 36, point 3: a batch of the shape the SDKs send is read straight into the
+broker's columns (``columns_of``), as the HTTP transport's batches are; it must give
+exactly what reading each message (``messages_of``) gives, and step aside for any
+message it cannot hold."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aiosb.amqp.codec import Described, Symbol, ULong, encode
+from aiosb.amqp.messages import columns_of, messages_of
+from aiosb.amqp.performatives import BATCH_FORMAT
+from aiosb.message import Message
+
+PROPERTIES, APP, DATA, HEADER = 0x73, 0x74, 0x75, 0x70
+
+texts = st.one_of(st.none(), st.text(max_size=20), st.text("ab-", min_size=1, max_size=8))
+app = st.one_of(st.none(), st.dictionaries(
+    st.text("abcdefghij", min_size=1, max_size=5),
+    st.one_of(st.integers(-5, 5), st.text(max_size=5), st.booleans(), st.floats(0, 1)),
+    max_size=3))
+
+
+@st.composite
+def sdk_messages(draw) -> bytes:
+    fields = [draw(texts), None, draw(texts), draw(texts), draw(texts), draw(texts),
+              draw(st.one_of(st.none(), st.sampled_from(["application/json", "text/plain"])).map(
+                  lambda c: None if c is None else Symbol(c))),
+              None, None, None, draw(texts), None, draw(texts)]
+    while fields and fields[-1] is None and draw(st.booleans()):
+        fields.pop()
+    out = encode(Described(ULong(PROPERTIES), fields))
+    props = draw(app)
+    if props is not None:
+        out += encode(Described(ULong(APP), props))
+    return out + encode(Described(ULong(DATA), draw(st.binary(max_size=40))))
+
+
+def batch(inner: list[bytes]) -> bytes:
+    return encode(Described(ULong(PROPERTIES), ["batch-id"])) + b"".join(
+        encode(Described(ULong(DATA), m)) for m in inner)
+
+
+def as_messages(bodies: list[bytes], columns: dict) -> list[Message]:
+    return [Message(body, **{name: values[i] for name, values in columns.items()})
+            for i, body in enumerate(bodies)]
+
+
+def fields(message: Message) -> dict:
+    return {f.name: getattr(message, f.name) for f in dataclasses.fields(Message)}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(sdk_messages(), min_size=1, max_size=6))
+def test_columns_give_what_message_by_message_gives(inner):
+    payload = batch(inner)
+    try:
+        expected = [fields(m) for m in messages_of(payload, BATCH_FORMAT)]
+    except Exception as exc:  # refused field by field: the columns are refused too
+        got = columns_of(payload, BATCH_FORMAT)
+        if got is not None:
+            with pytest.raises(type(exc)):
+                as_messages(*got)
+        return
+    got = columns_of(payload, BATCH_FORMAT)
+    assert got is not None
+    assert [fields(m) for m in as_messages(*got)] == expected
+
+
+@pytest.mark.parametrize("odd", [
+    encode(Described(ULong(HEADER), [True])),  # a header: durable, ttl
+    encode(Described(ULong(0x72), {Symbol("x-opt-partition-key"): "k"})),
+    encode(Described(ULong(PROPERTIES), [None, b"user"])),  # user-id
+    encode(Described(ULong(0x77), "a value body")),
+    encode(Described(ULong(DATA), b"a second data section")),
+], ids=["header", "annotations", "user-id", "value", "two-data"])
+def test_a_message_columns_cannot_hold_sends_the_batch_field_by_field(odd):
+    plain = encode(Described(ULong(PROPERTIES), ["m1"])) + encode(Described(ULong(DATA), b"x"))
+    assert columns_of(batch([plain]), BATCH_FORMAT) is not None
+    assert columns_of(batch([plain, odd + encode(Described(ULong(DATA), b"y"))
+                             if odd[2] != DATA else plain + odd]), BATCH_FORMAT) is None
+
+
+def test_only_batches_go_as_columns():
+    plain = encode(Described(ULong(PROPERTIES), ["m1"])) + encode(Described(ULong(DATA), b"x"))
+    assert columns_of(plain, 0) is None
+    assert columns_of(batch([plain]), BATCH_FORMAT) == ([b"x"], {"message_id": ["m1"]})
