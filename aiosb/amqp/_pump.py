@@ -66,6 +66,9 @@ class ReceiverLinks:
         def _send(self, channel: int, body: Any, payload: bytes = b"", kind: int = 0) -> None:
             ...
 
+        def _flush(self) -> None:
+            ...
+
         def _flow(self, session: Session, link: Link | None = None,
                   drain: bool = False) -> None:
             ...
@@ -208,6 +211,7 @@ class ReceiverLinks:
                     session.unsettled[delivery_id] = (link, message.lock_token)
             if link.drain:
                 self._drained(session, link)
+            self._flush()
             await self.writer.drain()
 
     def _recheck(self, link: Link) -> None:

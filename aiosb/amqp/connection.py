@@ -123,6 +123,7 @@ class Connection(ReceiverLinks):
         self._closed = False
         self.held: dict[tuple[str, str], str] = {}
         self._releases: set[asyncio.Task[None]] = set()
+        self._out: list[bytes] = []  # frames queued this turn of the loop (_send)
         self.management = Management(ns, self.tokens, self.held, journal)
 
     # -- the socket ---------------------------------------------------------------------
@@ -152,6 +153,7 @@ class Connection(ReceiverLinks):
             for session in self.sessions.values():
                 for link in session.links.values():
                     self._unlink(session, link)
+            self._flush()
             self.writer.close()
             with contextlib.suppress(Exception):  # a client that reads nothing more: let go
                 async with asyncio.timeout(CLOSE_SECONDS):
@@ -163,12 +165,27 @@ class Connection(ReceiverLinks):
         (closing waits for what is left to write, which a vanished client never reads)."""
         self._send(0, p.performative(p.CLOSE, p.amqp_error(exc.condition, exc.description)))
         self._closed = True
+        self._flush()
         self.writer.close()
         self.reader.feed_eof()
 
     def _send(self, channel: int, body: Any, payload: bytes = b"", kind: int = 0) -> None:
-        if not self.writer.is_closing():
-            self.writer.write(frame(channel, body, payload, kind))
+        """Queue a frame; what one turn of the loop queues goes out in one write (#36: a
+        settlement's answer and the next delivery were a system call each)."""
+        if self.writer.is_closing():
+            return
+        out = self._out
+        out.append(frame(channel, body, payload, kind))
+        if len(out) == 1:
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write the frames queued so far (before a drain, a close, a header)."""
+        out = self._out
+        if out:
+            self._out = []
+            if not self.writer.is_closing():
+                self.writer.write(out[0] if len(out) == 1 else b"".join(out))
 
     async def _read_frame(self) -> tuple[int, int, bytes]:
         """The next frame: its type, channel and body (empty for a heartbeat)."""
@@ -209,11 +226,13 @@ class Connection(ReceiverLinks):
             except (DecodeError, ProtocolViolation) as exc:
                 log.info("an AMQP client failed SASL: %s", exc)
                 self._send(0, p.performative(p.SASL_OUTCOME, UByte(3)), kind=1)
+                self._flush()
                 return False
             fields += [None] * (3 - len(fields))
             self.hostname = fields[2] if isinstance(fields[2], str) else None
             # Every mechanism passes: the $cbs tokens are what is checked.
             self._send(0, p.performative(p.SASL_OUTCOME, UByte(0)), kind=1)
+            self._flush()
             await self.writer.drain()
             header = await self.reader.readexactly(8)
         if header != AMQP_HEADER:
@@ -256,6 +275,7 @@ class Connection(ReceiverLinks):
                 "amqp:invalid-field", f"a {code:#x} frame: {str(exc)[:200]}"
             ) from None
         if self.writer.transport.get_write_buffer_size() > 65536:
+            self._flush()
             await self.writer.drain()
         return not self._closed
 
