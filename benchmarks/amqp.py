@@ -61,6 +61,40 @@ async def aiosb_sends(url: str, queue: str, rounds: int, transport: Any = None) 
         return time.perf_counter() - start
 
 
+async def sdk_receives(connection: str, queue: str, count: int) -> float:
+    """The official aio SDK: receive ``count`` messages in peek-lock (up to 100 a call,
+    prefetching 100) and complete each, as its samples do."""
+    from azure.servicebus.aio import ServiceBusClient
+
+    async with ServiceBusClient.from_connection_string(connection) as client, \
+            client.get_queue_receiver(queue, prefetch_count=BATCH) as receiver:
+        start = time.perf_counter()
+        got = 0
+        while got < count:
+            batch = await receiver.receive_messages(max_message_count=BATCH, max_wait_time=5)
+            if not batch:
+                raise RuntimeError(f"the SDK received {got} of {count}")
+            for message in batch:
+                await receiver.complete_message(message)
+            got += len(batch)
+        return time.perf_counter() - start
+
+
+async def aiosb_receives(url: str, queue: str, count: int) -> float:
+    """aiosb over HTTP: receive ``count`` messages in peek-lock, 100 a call, and complete
+    each batch."""
+    async with aiosb.connect(url) as ns, ns.receiver(queue) as receiver:
+        start = time.perf_counter()
+        got = 0
+        while got < count:
+            batch = await receiver.receive(max_messages=BATCH, max_wait=5)
+            if not batch:
+                raise RuntimeError(f"aiosb received {got} of {count}")
+            await receiver.complete(batch)
+            got += len(batch)
+        return time.perf_counter() - start
+
+
 def encode_costs(repeat: int) -> tuple[list[float], list[float]]:
     """Microseconds per message to build and encode a batch of 100: the SDK's, aiosb's."""
     from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
@@ -91,6 +125,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     rounds = args.messages // BATCH
     rates: dict[str, list[float]] = {"sdk": [], "http": [], "aiosb-amqp": []}
     server_ms: dict[str, list[float]] = {key: [] for key in rates}
+    receive_rates: dict[str, list[float]] = {"sdk": [], "http": []}
+    receive_ms: dict[str, list[float]] = {"sdk": [], "http": []}
     from aiosb.transport.amqp import AmqpTransport
 
     with ServerProcess() as server:
@@ -119,6 +155,18 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 rates[key].append(rounds * BATCH / seconds)
                 if before is not None and after is not None:
                     server_ms[key].append(1000 * (after - before) / rounds)
+        # Receiving what each sent: the SDK (peek-lock, a settlement per message, as
+        # AMQP clients settle) beside aiosb over HTTP (a settlement per batch).
+        for i in range(repeat):
+            for key, receive in (("sdk", lambda q: sdk_receives(connection, q, rounds * BATCH)),
+                                 ("http", lambda q: aiosb_receives(http_url, q,
+                                                                   rounds * BATCH))):
+                before = _cpu_seconds(server.pid)
+                seconds = run(lambda q=f"{key}{i}", r=receive: r(q))
+                after = _cpu_seconds(server.pid)
+                receive_rates[key].append(rounds * BATCH / seconds)
+                if before is not None and after is not None:
+                    receive_ms[key].append(1000 * (after - before) / rounds)
     sdk_us, ours_us = encode_costs(repeat)
     names = {"sdk": "official aio SDK over AMQP", "http": "aiosb HTTP transport",
              "aiosb-amqp": "aiosb AMQP transport (the SDK underneath)"}
@@ -130,6 +178,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         if server_ms[key]:
             row["server_ms_per_batch"] = min(server_ms[key])
         rows.append(row)
+    for key, values in receive_rates.items():
+        row = {"case": f"receive + complete, 100 a call: {names[key]}", "min": min(values),
+               "median": sorted(values)[len(values) // 2], "max": max(values),
+               "unit": "msgs/s"}
+        if receive_ms[key]:
+            row["server_ms_per_batch"] = min(receive_ms[key])
+        rows.append(row)
     rows.append({"case": "build + encode a batch of 100: official SDK", "min": min(sdk_us),
                  "median": sorted(sdk_us)[len(sdk_us) // 2], "max": max(sdk_us),
                  "unit": "us/msg"})
@@ -139,6 +194,17 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     ratios = [h / s for h, s in zip(rates["http"], rates["sdk"], strict=True)]
     checks = [check("#15", "aiosb HTTP send / official SDK AMQP send, same server", ratios,
                     1.0, unit="ratio")]
+    # #36: the server's CPU per message over AMQP (the official SDK) against HTTP (aiosb),
+    # run by run, sending and receiving; the target is at most 1.5.
+    send_cost = [a / h for a, h in zip(server_ms["sdk"], server_ms["http"], strict=True)]
+    receive_cost = [a / h for a, h in zip(receive_ms["sdk"], receive_ms["http"], strict=True)]
+    if len(send_cost) >= MIN_RUNS:
+        checks.append(check("#36", "server CPU per message sent: AMQP (SDK) / HTTP (aiosb)",
+                            send_cost, 1.5, at_most=True, unit="ratio"))
+    if len(receive_cost) >= MIN_RUNS:
+        checks.append(check("#36", "server CPU per message received and completed: AMQP "
+                            "(SDK, a settlement each) / HTTP (aiosb, a settlement a batch)",
+                            receive_cost, 1.5, at_most=True, unit="ratio"))
     summary = {"http_over_sdk_min": min(ratios)}
     report("amqp", "The official SDK beside aiosb, against one aiosb serve", rows, summary,
            checks)
