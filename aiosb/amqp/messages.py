@@ -164,18 +164,22 @@ _u32 = int.from_bytes
 
 
 def columns_of(payload: bytes, message_format: int) -> tuple[list[bytes], dict[str, Any]] | None:
-    """The messages of a batch transfer as the broker's columns (bodies, and by field name
-    a list of each message's value), when each has the shape the SDKs send most: a
+    """The messages of a transfer (one, or a batch's) as the broker's columns (bodies, and
+    by field name a list of each message's value), when each has the shape the SDKs send
+    most: a
     properties section of strings, application properties, and one data section. Read
     with no object per message and no second look at its bytes (#36: a batch of 100
     over AMQP cost the server several times what it costs over HTTP, which sends
     columns). ``None`` when any message has more (a header, annotations, another body,
     a typed id ...): :func:`messages_of` reads those, field by field.
     """
-    if message_format != BATCH_FORMAT:
-        return None
     try:
-        rows = [_message_row(message) for message in _data_sections(payload)]
+        if message_format == 0:  # one message: read alike, its fields or none
+            rows = [_message_row(payload)]
+        elif message_format == BATCH_FORMAT:
+            rows = [_message_row(message) for message in _data_sections(payload)]
+        else:
+            return None
     except (IndexError, UnicodeDecodeError, ValueError):  # DecodeError is a ValueError
         return None  # messages_of says what is wrong, if anything is
     if not rows or None in rows:

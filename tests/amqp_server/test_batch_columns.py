@@ -85,7 +85,24 @@ def test_a_message_columns_cannot_hold_sends_the_batch_field_by_field(odd):
                              if odd[2] != DATA else plain + odd]), BATCH_FORMAT) is None
 
 
-def test_only_batches_go_as_columns():
+def test_one_message_or_a_batch_goes_as_columns_and_no_other_format():
     plain = encode(Described(ULong(PROPERTIES), ["m1"])) + encode(Described(ULong(DATA), b"x"))
-    assert columns_of(plain, 0) is None
+    assert columns_of(plain, 0) == ([b"x"], {"message_id": ["m1"]})
     assert columns_of(batch([plain]), BATCH_FORMAT) == ([b"x"], {"message_id": ["m1"]})
+    assert columns_of(plain, 7) is None
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(sdk_messages())
+def test_one_message_as_columns_is_what_reading_it_gives(message):
+    try:
+        (expected,) = messages_of(message, 0)
+    except Exception as exc:
+        got = columns_of(message, 0)
+        if got is not None:
+            with pytest.raises(type(exc)):
+                as_messages(*got)
+        return
+    got = columns_of(message, 0)
+    assert got is not None
+    assert [fields(m) for m in as_messages(*got)] == [fields(expected)]
