@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import datetime as _dt
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import port_free
 
 from aiosb import msconfig
 from aiosb.emulator.process import ServerProcess
@@ -445,14 +445,6 @@ def test_a_restart_with_a_changed_file_updates_and_says_so_and_keeps_messages(tm
         ServerProcess(args=args).start()
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def test_microsofts_ports_and_its_connection_string_word_for_word(tmp_path):
@@ -461,7 +453,7 @@ def test_microsofts_ports_and_its_connection_string_word_for_word(tmp_path):
     from azure.servicebus import ServiceBusClient, ServiceBusMessage
 
     for _ in range(40):
-        if _port_free(5672) and _port_free(5300):
+        if port_free(5672) and port_free(5300):
             break
         time.sleep(0.5)
     else:

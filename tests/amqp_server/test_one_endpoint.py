@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ports import port_free
 
 import aiosb
 from aiosb import Message
@@ -137,16 +138,6 @@ async def test_without_a_certificate_tls_is_answered_in_amqp_and_said(caplog):
     assert any("TLS client on the AMQP port" in r.getMessage() for r in caplog.records)
 
 
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +147,7 @@ def azure_like(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
     import time
 
     for _ in range(60):  # the SDK samples' run holds it for seconds at the session's start
-        if _port_free(5671):
+        if port_free(5671):
             break
         time.sleep(0.5)
     else:

@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ports import port_free
 from proxy_server import ProxyServer
 
 import aiosb
@@ -146,16 +147,6 @@ async def _send(url: str, queue: str, bodies: list[str]) -> None:
         await sender.send([aiosb.Message(body.encode()) for body in bodies])
 
 
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 class SampleRun:
@@ -195,7 +186,7 @@ class SampleRun:
         try:
             files = runnable_files()
             by_name = [f for f in files if stem(f) in BY_NAME]
-            if _port_free(5671):
+            if port_free(5671):
                 with ServerProcess(args=["--tls-dir", str(self._tls),
                                          "--amqps-port", "5671"]) as server:
                     self._batch(server, by_name, workers=4)
@@ -219,7 +210,7 @@ class SampleRun:
             self._outcome.error = f"{type(exc).__name__}: {exc}"
 
     def _through_a_proxy(self, server: ServerProcess, files: list[str]) -> None:
-        if not _port_free(PROXY_PORT):
+        if not port_free(PROXY_PORT):
             self._outcome.proxy_skipped = f"port {PROXY_PORT} is taken on this machine"
             return
         amqp_port = server.amqp_connection_string.split("localhost:", 1)[1].split(";", 1)[0]
