@@ -24,6 +24,7 @@ from ..errors import ServiceBusError
 from ..message import ReceivedMessage
 from ..protocol import ReceiveRequest, SessionRequest, Settlement
 from . import performatives as p
+from ._framing import Framing
 from ._links import LONG_POLL, Link, Session, after, since
 from ._receiving import delivery_payload, delivery_tag, settlement_of
 from .codec import Described, Symbol, UInt, ULong
@@ -50,12 +51,11 @@ def ticks(seconds: float) -> int:
     return _EPOCH_TICKS + round(seconds * 10_000_000)
 
 
-class ReceiverLinks:
+class ReceiverLinks(Framing):
     """The receiver-link half of a connection."""
 
     ns: EmulatorNamespace
     journal: Journal | None
-    writer: asyncio.StreamWriter
     #: The sessions this connection holds: (entity path, lower case; session id) -> lock.
     held: dict[tuple[str, str], str]
     #: The largest frame the client takes (its OPEN's max-frame-size).
@@ -63,12 +63,6 @@ class ReceiverLinks:
     _releases: set[asyncio.Task[None]]
 
     if TYPE_CHECKING:
-        def _send(self, channel: int, body: Any, payload: bytes = b"", kind: int = 0) -> None:
-            ...
-
-        def _flush(self) -> None:
-            ...
-
         def _flow(self, session: Session, link: Link | None = None,
                   drain: bool = False) -> None:
             ...

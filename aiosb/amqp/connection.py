@@ -72,7 +72,6 @@ from .codec import (
     UInt,
     ULong,
     UShort,
-    frame,
 )
 from .messages import columns_of, messages_of, reply_payload, sections_of
 
@@ -83,14 +82,11 @@ log = logging.getLogger("aiosb.amqp")
 HANDSHAKE_SECONDS = 30.0
 #: Seconds a closing connection's last bytes are given to reach the client.
 CLOSE_SECONDS = 5.0
-#: Bytes of a frame read at a time, at most.
-_PART = 65536
 
 #: The SASL mechanisms offered: the Python SDK uses ANONYMOUS, .NET and Rust MSSBCBS.
 MECHANISMS = ("MSSBCBS", "ANONYMOUS", "PLAIN", "EXTERNAL")
 _MANAGEMENT = "/$management"
 
-_HEADER = struct.Struct(">IBBH")
 _ACCEPTED = p.performative(p.ACCEPTED)
 
 
@@ -168,48 +164,6 @@ class Connection(ReceiverLinks):
         self._flush()
         self.writer.close()
         self.reader.feed_eof()
-
-    def _send(self, channel: int, body: Any, payload: bytes = b"", kind: int = 0) -> None:
-        """Queue a frame; what one turn of the loop queues goes out in one write (#36: a
-        settlement's answer and the next delivery were a system call each)."""
-        if self.writer.is_closing():
-            return
-        out = self._out
-        out.append(frame(channel, body, payload, kind))
-        if len(out) == 1:
-            self._loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        """Write the frames queued so far (before a drain, a close, a header)."""
-        out = self._out
-        if out:
-            self._out = []
-            if not self.writer.is_closing():
-                self.writer.write(out[0] if len(out) == 1 else b"".join(out))
-
-    async def _read_frame(self) -> tuple[int, int, bytes]:
-        """The next frame: its type, channel and body (empty for a heartbeat)."""
-        size, offset, kind, channel = _HEADER.unpack(await self.reader.readexactly(8))
-        if size < 8 or offset < 2 or size > MAX_FRAME:
-            raise ProtocolViolation(
-                "amqp:connection:framing-error",
-                f"a frame of {size} bytes (data offset {offset}); the limit is {MAX_FRAME}.",
-            )
-        need = size - 8
-        if need <= _PART:
-            body = await self.reader.readexactly(need)
-        else:  # a large frame may come slowly: each part of it is heard (the idle watch)
-            parts: list[bytes] = []
-            while need:
-                part = await self.reader.read(min(need, _PART))
-                if not part:
-                    raise asyncio.IncompleteReadError(b"".join(parts), size - 8)
-                parts.append(part)
-                need -= len(part)
-                self._heard = self._loop.time()
-            body = b"".join(parts)
-        self._heard = self._loop.time()
-        return kind, channel, body[offset * 4 - 8:]
 
     async def _negotiate(self) -> bool:
         """The protocol header and, if asked for, SASL. False: the client gave up."""
