@@ -368,3 +368,32 @@ def test_the_format_is_found_in_every_session_without_registering(spark):
         other.read.format("aiosb").load().collect()
     with pytest.raises(Exception, match="needs the option 'namespace'"):
         other.createDataFrame([("x",)], "body string").write.format("aiosb").mode("append").save()
+
+
+def test_a_fresh_process_finds_the_format_with_the_project_installed_as_dev_installs_it(
+        tmp_path):
+    """#39: Spark looks for ``pyspark_*`` modules with pkgutil, which sees no import hook:
+    with ``./dev``'s editable install (compat mode, a path entry) a fresh Python process
+    and a fresh session that never registered the data source find ``"aiosb"``; it is
+    our own option check that answers. Run in the project's own interpreter."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "fresh.py"
+    script.write_text(
+        "import os, sys, pkgutil\n"
+        "os.environ['PYSPARK_PYTHON'] = sys.executable\n"
+        "print('found' if any(m.name == 'pyspark_aiosb' for m in pkgutil.iter_modules())\n"
+        "      else 'not found')\n"
+        "from pyspark.sql import SparkSession\n"
+        "spark = SparkSession.builder.master('local[1]').getOrCreate()\n"
+        "try:\n"
+        "    spark.read.format('aiosb').load().collect()\n"
+        "except Exception as exc:\n"
+        "    print('ANSWER', str(exc).replace(chr(10), ' ')[:2000])\n"
+        "spark.stop()\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=240, cwd=tmp_path)
+    assert done.stdout.startswith("found"), done.stdout + done.stderr[-2000:]
+    assert "needs the option 'namespace'" in done.stdout, done.stdout + done.stderr[-2000:]
