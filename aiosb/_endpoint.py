@@ -20,7 +20,7 @@ import os
 import ssl
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from .auth import SasCredential, is_connection_string, parse_connection_string
@@ -274,7 +274,3 @@ class Endpoint:
         if self.verify is not None:
             return ssl.create_default_context(cafile=os.fspath(self.verify))
         return ssl.create_default_context()
-
-    def with_credential(self, credential: Any) -> Endpoint:
-        """This endpoint with another credential."""
-        return replace(self, credential=credential)

@@ -108,27 +108,25 @@ def delivery_payload(m: ReceivedMessage, *, delivered: bool = True) -> bytes:
         app[_REASON] = m.dead_letter_reason
     if m.dead_letter_error_description is not None:
         app[_DESCRIPTION] = m.dead_letter_error_description
+    # What the sender put that no field holds goes back in place (aiosb.amqp.messages).
     extra = _extra(m)
-    if extra is None:
-        out = bytearray(encode(Described(ULong(HEADER), header)))
-        out += encode(Described(ULong(ANNOTATIONS), notes))
-        out += encode(Described(ULong(PROPERTIES), properties))
-        if app:
-            out += encode(Described(ULong(APP_PROPERTIES), app))
-        out += encode(Described(ULong(DATA), m.body))
-        return bytes(out)
-    # What the sender put that no field holds, back in place (aiosb.amqp.messages).
-    _put(header, extra.raw_header)
+    if extra is not None:
+        _put(header, extra.raw_header)
+        notes.update(notes_kept(extra.raw_annotations, frozenset(notes)))
+        _put(properties, extra.raw_properties)
     out = bytearray(encode(Described(ULong(HEADER), header)))
-    out += extra.raw_delivery_annotations or b""
-    notes.update(notes_kept(extra.raw_annotations, frozenset(notes)))
+    if extra is not None and extra.raw_delivery_annotations:
+        out += extra.raw_delivery_annotations
     out += encode(Described(ULong(ANNOTATIONS), notes))
-    _put(properties, extra.raw_properties)
     out += encode(Described(ULong(PROPERTIES), properties))
     if app:
         out += encode(Described(ULong(APP_PROPERTIES), app))
-    out += extra.raw_body or encode(Described(ULong(DATA), m.body))
-    out += extra.raw_footer or b""
+    if extra is not None and extra.raw_body:
+        out += extra.raw_body
+    else:
+        out += encode(Described(ULong(DATA), m.body))
+    if extra is not None and extra.raw_footer:
+        out += extra.raw_footer
     return bytes(out)
 
 

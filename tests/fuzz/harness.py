@@ -31,7 +31,6 @@ from aiosb.amqp import performatives as p
 from aiosb.amqp.codec import AMQP_HEADER, SASL_HEADER, DecodeError
 from aiosb.amqp.server import AmqpServer, serve_amqp
 from aiosb.auth import SasChecker
-from aiosb.protocol import ReceiveRequest
 
 NAMESPACE = "fuzzns"
 #: Seconds the server has to close a connection after its client's input ended.
@@ -170,19 +169,6 @@ class Target:
                 raise Finding("a good client was not served after the fuzz run")
 
         self._runner.run(good())
-
-    def drain(self) -> int:
-        """Empty the namespace's queues (between campaigns); how many were removed."""
-        async def drain() -> int:
-            ns = emulator.namespace(NAMESPACE)
-            n = 0
-            for path in ("q1", "t1/subscriptions/s1"):
-                request = ReceiveRequest(mode="receive_and_delete", max_messages=5000,
-                                         max_wait=0)
-                n += len(await ns.receive(path, request))
-            return n
-
-        return self._runner.run(drain())
 
 
 #: Seconds without a byte from the server after which the client's input ends.
