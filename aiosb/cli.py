@@ -87,6 +87,7 @@ async def serve_forever(
     amqps_port: int | None = None,
     config: Any = None,
     microsoft: bool = False,
+    explorer: bool = True,
 ) -> None:
     """Serve the emulator over HTTP (and AMQP 1.0 on ``amqp_port``, for the official SDKs)
     until interrupted, printing how to connect and (unless ``quiet``) a line per
@@ -96,7 +97,8 @@ async def serve_forever(
     ``amqps_port`` (with ``amqp_tls``) serve AMQP over TLS, as the SDKs speak it to a
     namespace on Azure. ``config`` (an :class:`aiosb.msconfig.EmulatorConfig`) is made
     in the namespace before the server listens; ``microsoft`` answers as Microsoft's
-    emulator does besides (``GET /health``, its development key)."""
+    emulator does besides (``GET /health``, its development key); ``explorer`` serves the
+    Service Bus Explorer, a web page, at ``/explorer/``."""
     from .amqp._websocket import PATH, websocket_handler
     from .amqp.server import AmqpServer, serve_amqp
     from .auth import key_table
@@ -127,7 +129,7 @@ async def serve_forever(
     async with serve(
         host, port, key_name=key_name, key=key or DEV_KEY, data_dir=data_dir, keys=keys,
         log_requests=not quiet, metrics=metrics, ssl_context=ssl_context,
-        root=namespace, routes=routes, also_key=also, prepare=prepare,
+        root=namespace, routes=routes, also_key=also, prepare=prepare, explorer=explorer,
     ) as served, contextlib.AsyncExitStack() as stack:
         if amqp_port is not None:
             try:
@@ -192,6 +194,9 @@ async def serve_forever(
                      "aiosb[tls], or --tls-cert and --tls-key)")
         if metrics:
             _say(f"  Prometheus metrics: {served.url}/metrics")
+        if explorer:
+            _say(f"  Service Bus Explorer in the browser: {served.url}/explorer/ (sign in with "
+                 "a key of the server's)")
         if not quiet:
             _say("  a line per request follows (--quiet turns them off)")
         if tls is None:
@@ -345,6 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                            help="listen and answer as Microsoft's emulator: AMQP on 5672, "
                            "HTTP on 5300 with GET /health, its development key SAS_KEY_VALUE "
                            "accepted too, no AMQP over TLS unless --amqps-port is given")
+    serve_cmd.add_argument("--no-explorer", action="store_true",
+                           help="do not serve the Service Bus Explorer web page at /explorer/")
     args = parser.parse_args(argv)
     try:
         if args.command == "serve":
@@ -408,7 +415,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               namespace=args.namespace, tls=tls, amqp_tls=amqp_tls,
                               amqps_port=None if microsoft and not amqps_given
                               else args.amqps_port,
-                              config=config, microsoft=microsoft),
+                              config=config, microsoft=microsoft,
+                              explorer=not args.no_explorer),
                 args.loop)
         if args.command == "demo":
             if args.orders < 10:

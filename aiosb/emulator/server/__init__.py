@@ -257,6 +257,7 @@ async def serve(
     routes: Mapping[str, Handler] | None = None,
     also_key: str | None = None,
     prepare: Callable[[], Awaitable[None]] | None = None,
+    explorer: bool = False,
 ) -> AsyncIterator[ServedEmulator]:
     """Serve the emulator over HTTP on the running loop, for the ``async with`` block.
 
@@ -289,6 +290,8 @@ async def serve(
         prepare: Awaited once the namespaces are loaded, before the server listens
             (``aiosb serve --config`` makes the file's entities so); what it raises
             stops the server before it listens.
+        explorer: Serve the Service Bus Explorer, a web page signed in to with a key
+            of the server's, at ``/explorer/`` (:mod:`._explorer`; ``aiosb serve`` does).
 
     Yields:
         A :class:`ServedEmulator` with the bound URL and the credential.
@@ -315,7 +318,7 @@ async def serve(
             raise
     server = EmulatorServer(key_name=key_name, key=key, journal=journal, keys=keys,
                             log_requests=log_requests, metrics=metrics, root=root,
-                            routes=routes, also_key=also_key)
+                            routes=routes, also_key=also_key, explorer=explorer)
     # handler_cancellation: a client that hangs up (its own timeout) cancels the
     # operation it asked for, so that a long poll does not lock messages for nobody.
     runner = web.AppRunner(

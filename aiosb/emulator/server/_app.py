@@ -25,6 +25,7 @@ from ...wire import status as _status
 from .. import EmulatorNamespace, exists, namespace
 from .._durable import Journal
 from . import _extensions, _fault_api, _manage, _rest_plane
+from ._explorer import Explorer
 from ._http import (
     Route,
     bounded,
@@ -54,6 +55,9 @@ class EmulatorServer:
     Args:
         key_name: The shared access key name requests must be signed with.
         key: The key (:data:`DEV_KEY` by default).
+        explorer: Serve the Service Bus Explorer, a web page, at ``/explorer/`` (an
+            entity or namespace called ``explorer`` at the root is then out of reach
+            over HTTP).
 
     Use :func:`serve` to run it; :meth:`app` gives the bare application.
     """
@@ -70,12 +74,15 @@ class EmulatorServer:
         root: str | None = None,
         routes: Mapping[str, Handler] | None = None,
         also_key: str | None = None,
+        explorer: bool = False,
     ) -> None:
         table = key_table(key_name, key, keys, also=also_key)
         #: GET handlers by path, before the catch-all (AMQP over WebSockets, from above).
         self._routes = dict(routes or {})
         self._auth = SasChecker(table)
         self._journal = journal
+        #: The Service Bus Explorer at /explorer/ (:mod:`._explorer`), if served.
+        self.explorer = Explorer(table, self._namespace, journal) if explorer else None
         self._namespaces: dict[str, EmulatorNamespace] = {}
         #: The namespace served at the root (paths name entities, not namespaces), as a
         #: namespace's own host serves it; None: the first segment names the namespace.
@@ -95,6 +102,8 @@ class EmulatorServer:
             app.router.add_get("/metrics", observer.metrics)  # unsigned, as scrapers are
         for path, handler in self._routes.items():
             app.router.add_get(path, handler)
+        if self.explorer is not None:
+            self.explorer.add_routes(app)
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         app.on_cleanup.append(self._cleanup)
         return app

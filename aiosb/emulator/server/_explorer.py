@@ -1,0 +1,384 @@
+"""The Service Bus Explorer of ``aiosb serve``: a web page at ``/explorer/`` on the
+server's HTTP(S) port, and the JSON API under ``/explorer/api/`` that it calls.
+
+**Signing in.** The page posts a key name and key (``POST /explorer/api/signin``); the
+server checks them against its own key table (the keys that sign its requests, each
+with its rights) in constant time and answers with a session cookie: random, ``HttpOnly``
+(no script reads it), ``SameSite=Strict`` (no other site's page sends it), ``Path=/explorer``
+(no other path of the server sees it), ``Secure`` when served over TLS, ending after
+:data:`SESSION_SECONDS` (and on ``POST /explorer/api/signout``). The key never leaves
+the server's memory again. A page that signed each request with a SAS token it made
+would need the key in script, and WebCrypto, which browsers give only to secure
+contexts (HTTPS or localhost): the explorer must work over plain HTTP on a laptop's
+address as well.
+
+**Rights.** The session has the rights of the key it was opened with (``Manage``
+includes ``Send`` and ``Listen``): every signed-in key sees the entities and their
+counts and a subscription's rules; peeking and reading session states needs Listen,
+sending needs Send,
+resubmitting dead letters Listen and Send, purging, rules and faults Manage.
+
+**Cross-site requests.** Every API request from another origin is refused (``Origin``
+or ``Sec-Fetch-Site`` naming another site); every request that changes anything must
+carry the session's CSRF token in the ``X-Aiosb-Csrf`` header, which a page of another
+site can neither read nor send without a CORS preflight the server never approves (and
+the cookie is ``SameSite=Strict`` besides). Signing in needs the ``X-Aiosb-Explorer``
+header, for the same reason.
+
+**Live.** ``GET /explorer/api/events`` is a stream of server-sent events: the
+namespaces (entities, counts, size, settings, messages in and out per second, faults),
+once a second, read once for every page open (:class:`._explorer_ops.Sampler`).
+
+**Markup.** The page puts what it shows into text nodes (``textContent``), never into
+markup; the Content-Security-Policy lets only the page's own script and style run.
+"""
+
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from ... import emulator
+from ...errors import EntityNotFound, InvalidArgument, ServiceBusError
+from ...wire import status as _status
+from .. import EmulatorNamespace
+from .._durable import Journal
+from . import _explorer_ops as ops
+
+#: Where the explorer is served.
+PREFIX = "/explorer"
+#: How long a sign-in lasts, in seconds.
+SESSION_SECONDS = 8 * 3600
+#: Sessions kept at once (the oldest goes first).
+MAX_SESSIONS = 1000
+COOKIE = "aiosb_explorer"
+CSRF_HEADER = "X-Aiosb-Csrf"
+SIGNIN_HEADER = "X-Aiosb-Explorer"
+_STATIC = Path(__file__).with_name("explorer")
+_FILES = {
+    "index.html": "text/html",
+    "explorer.js": "text/javascript",
+    "explorer.css": "text/css",
+    "favicon.svg": "image/svg+xml",
+}
+_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+KeyTable = Mapping[str, tuple[str | tuple[str, ...], frozenset[str]]]
+
+
+@dataclass(slots=True)
+class _Session:
+    key_name: str
+    rights: frozenset[str]
+    csrf: str
+    expires: float
+
+
+class Refused(Exception):
+    """A request the explorer turns away, with its status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Explorer:
+    """The explorer's handlers, over the server's keys and namespaces.
+
+    Args:
+        keys: The server's key table (:func:`aiosb.auth.key_table`).
+        namespace: The server's namespace by name, attached to its loop.
+        journal: The durable journal, committed before a change is answered.
+    """
+
+    def __init__(self, keys: KeyTable,
+                 namespace: Callable[[str], Awaitable[EmulatorNamespace]],
+                 journal: Journal | None = None) -> None:
+        self._keys = keys
+        self._namespace = namespace
+        self._journal = journal
+        self._sessions: dict[str, _Session] = {}
+        self._sampler = ops.Sampler()
+        self._closing = asyncio.Event()
+
+    def add_routes(self, app: web.Application) -> None:
+        """Serve the explorer in ``app`` (before its catch-all route)."""
+        app.router.add_route("*", PREFIX + "{tail:(/.*)?}", self.handle)
+        app.on_shutdown.append(self._shutdown)
+
+    async def _shutdown(self, _app: web.Application) -> None:
+        self._closing.set()  # event streams end, so the server stops at once
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        """Every request under :data:`PREFIX`."""
+        tail = request.match_info.get("tail", "")
+        try:
+            if tail == "":
+                raise web.HTTPPermanentRedirect(PREFIX + "/")
+            if not tail.startswith("/api/"):
+                return self._static(request, tail[1:] or "index.html")
+            response = await self._api(request, tail[len("/api/"):])
+        except Refused as exc:
+            response = web.json_response({"error": exc.message}, status=exc.status)
+        except ServiceBusError as exc:
+            response = web.json_response(
+                {"error": exc.message, "type": type(exc).__name__},
+                status=_status.status_for(exc))
+        response.headers["Cache-Control"] = "no-store"
+        _secure_headers(response)
+        return response
+
+    def _static(self, request: web.Request, name: str) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD"):
+            raise Refused(405, f"{request.method} is not allowed here.")
+        kind = _FILES.get(name)
+        if kind is None:
+            raise Refused(404, "no such page.")
+        return web.Response(body=(_STATIC / name).read_bytes(), content_type=kind,
+                            charset="utf-8" if kind.startswith("text") else None)
+
+    # -- the API ----------------------------------------------------------------------
+
+    async def _api(self, request: web.Request, name: str) -> web.StreamResponse:
+        _same_origin(request)
+        method = request.method
+        if name == "signin" and method == "POST":
+            return await self._signin(request)
+        session = self._session(request)
+        changes = method not in ("GET", "HEAD")
+        if changes and not hmac.compare_digest(
+            request.headers.get(CSRF_HEADER, "").encode(), session.csrf.encode()
+        ):
+            raise Refused(403, f"a change needs the {CSRF_HEADER} header of the signed-in "
+                               "page; sign in again.")
+        if name == "signout" and method == "POST":
+            self._sessions.pop(request.cookies.get(COOKIE, ""), None)
+            response = web.json_response({"signed_out": True})
+            response.del_cookie(COOKIE, path=PREFIX)
+            return response
+        if name == "me" and method == "GET":
+            return web.json_response(_me(session))
+        if name == "events" and method == "GET":
+            return await self._events(request, session)
+        route = _ROUTES.get((method, name))
+        if route is None:
+            raise Refused(404, f"no explorer API {method} {name[:40]!r}.")
+        needs, handler = route
+        missing = [r for r in needs if r not in session.rights]
+        if missing:
+            raise Refused(403, f"the key {session.key_name!r} has "
+                               f"{', '.join(sorted(session.rights))} rights; this needs "
+                               f"{' and '.join(needs)}.")
+        args = await _arguments(request)
+        ns = await self._entity_namespace(args)
+        answer = await handler(ns, args)
+        if changes and self._journal is not None:
+            await self._journal.commit()
+        return web.json_response(answer)
+
+    async def _signin(self, request: web.Request) -> web.Response:
+        if request.headers.get(SIGNIN_HEADER) != "1":
+            raise Refused(403, f"sign in from the explorer's page (it sends {SIGNIN_HEADER}).")
+        fields = await _arguments(request)
+        name, key = fields.get("key_name"), fields.get("key")
+        if not isinstance(name, str) or not isinstance(key, str) or not name or not key:
+            raise Refused(400, "give a key name and a key.")
+        entry = self._keys.get(name)
+        secrets_of = () if entry is None else (
+            entry[0] if isinstance(entry[0], tuple) else (entry[0],))
+        if not any(hmac.compare_digest(key.encode(), s.encode()) for s in secrets_of):
+            await asyncio.sleep(0.2)  # a guesser waits
+            raise Refused(401, "the key name or the key is not one of this server's.")
+        assert entry is not None
+        token = secrets.token_urlsafe(32)
+        session = _Session(name, entry[1], secrets.token_urlsafe(32),
+                           time.time() + SESSION_SECONDS)
+        self._forget_expired()
+        self._sessions[token] = session
+        response = web.json_response(_me(session))
+        response.set_cookie(COOKIE, token, path=PREFIX, max_age=SESSION_SECONDS,
+                            httponly=True, samesite="Strict", secure=request.secure)
+        return response
+
+    def _forget_expired(self) -> None:
+        now = time.time()
+        for token in [t for t, s in self._sessions.items() if s.expires <= now]:
+            del self._sessions[token]
+        while len(self._sessions) >= MAX_SESSIONS:
+            del self._sessions[next(iter(self._sessions))]
+
+    def _session(self, request: web.Request) -> _Session:
+        session = self._sessions.get(request.cookies.get(COOKIE, ""))
+        if session is None or session.expires <= time.time():
+            raise Refused(401, "sign in first: this needs a key of the server's.")
+        return session
+
+    async def _entity_namespace(self, args: dict[str, Any]) -> EmulatorNamespace:
+        name = args.get("ns")
+        if not isinstance(name, str) or not emulator.exists(name):
+            raise EntityNotFound(f"no namespace {str(name)[:60]!r} on this server.")
+        return await self._namespace(name)
+
+    async def _events(self, request: web.Request, session: _Session) -> web.StreamResponse:
+        response = web.StreamResponse(headers={
+            "Content-Type": "text/event-stream", "Cache-Control": "no-store",
+            "X-Accel-Buffering": "no",
+        })
+        _secure_headers(response)
+        await response.prepare(request)
+        first: dict[str, Any] = {"history": self._sampler.history()}
+        try:
+            while not self._closing.is_set():
+                if session.expires <= time.time() or session not in self._sessions.values():
+                    await response.write(b"event: signedout\ndata: {}\n\n")
+                    break
+                snapshot = {**self._sampler.snapshot(), **first}
+                first = {}
+                await response.write(b"data: " + json.dumps(snapshot).encode() + b"\n\n")
+                try:
+                    await asyncio.wait_for(self._closing.wait(), 1.0)
+                except TimeoutError:
+                    pass
+        except (ConnectionResetError, ConnectionError):
+            pass
+        return response
+
+
+def _secure_headers(response: web.StreamResponse) -> None:
+    response.headers["Content-Security-Policy"] = _POLICY
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["Referrer-Policy"] = "no-referrer"
+
+
+def _me(session: _Session) -> dict[str, Any]:
+    return {"key_name": session.key_name, "rights": sorted(session.rights),
+            "csrf": session.csrf, "expires": session.expires}
+
+
+def _same_origin(request: web.Request) -> None:
+    """Refuse a request that another site's page made."""
+    origin = request.headers.get("Origin")
+    if origin is not None and origin != f"{request.scheme}://{request.host}":
+        raise Refused(403, f"requests from {origin[:80]!r} are refused: the explorer takes "
+                           "requests from its own page only.")
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None and site not in ("same-origin", "none"):
+        raise Refused(403, f"a {site} request is refused: the explorer takes requests "
+                           "from its own page only.")
+
+
+async def _arguments(request: web.Request) -> dict[str, Any]:
+    """The query's arguments, and a JSON body's fields over them."""
+    args: dict[str, Any] = dict(request.query)
+    if request.can_read_body:
+        try:
+            body = json.loads(await request.read() or b"{}")
+        except ValueError:
+            raise InvalidArgument("the body is not JSON.") from None
+        if not isinstance(body, dict):
+            raise InvalidArgument("the body must be a JSON object.")
+        args.update(body)
+    return args
+
+
+def _path(args: dict[str, Any]) -> str:
+    path = args.get("path")
+    if not isinstance(path, str) or not path:
+        raise InvalidArgument("name the entity (path).")
+    return path
+
+
+def _int(args: dict[str, Any], name: str, default: int, high: int) -> int:
+    raw = args.get(name, default)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"{name} must be a whole number.") from None
+    if not 0 <= value <= high:
+        raise InvalidArgument(f"{name} must be from 0 to {high}.")
+    return value
+
+
+async def _peek(ns: EmulatorNamespace, args: dict[str, Any]) -> Any:
+    return await ops.peek(ns, _path(args), str(args.get("sub", "active")),
+                          _int(args, "from", 0, 2**62), _int(args, "count", 20, 500) or 1)
+
+
+async def _send(ns: EmulatorNamespace, args: dict[str, Any]) -> Any:
+    return await ops.send(ns, _path(args), args)
+
+
+async def _resubmit(ns: EmulatorNamespace, args: dict[str, Any]) -> Any:
+    seqs = args.get("sequence_numbers")
+    if seqs is not None and (not isinstance(seqs, list) or not all(
+            isinstance(s, int) and not isinstance(s, bool) for s in seqs)):
+        raise InvalidArgument("sequence_numbers must be a list of whole numbers (or null: all).")
+    return await ops.resubmit(ns, _path(args), seqs)
+
+
+async def _purge(ns: EmulatorNamespace, args: dict[str, Any]) -> Any:
+    return await ops.purge(ns, _path(args), str(args.get("sub", "")))
+
+
+async def _sessions(ns: EmulatorNamespace, args: dict[str, Any]) -> Any:
+    return {"sessions": await ops.sessions(ns, _path(args))}
+
+
+async def _rules(ns: EmulatorNamespace, args: dict[str, Any]) -> Any:
+    return {"rules": await ops.rules(ns, _path(args))}
+
+
+async def _add_rule(ns: EmulatorNamespace, args: dict[str, Any]) -> Any:
+    name, sql, action = args.get("name"), args.get("filter"), args.get("action") or None
+    if not isinstance(name, str) or not name or not isinstance(sql, str):
+        raise InvalidArgument("a rule needs a name and a SQL filter.")
+    if action is not None and not isinstance(action, str):
+        raise InvalidArgument("a rule's action is SQL text.")
+    return await ops.add_rule(ns, _path(args), name, sql, action)
+
+
+async def _delete_rule(ns: EmulatorNamespace, args: dict[str, Any]) -> Any:
+    name = args.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument("name the rule to delete.")
+    await ops.delete_rule(ns, _path(args), name)
+    return {"deleted": name}
+
+
+async def _inject(ns: EmulatorNamespace, args: dict[str, Any]) -> Any:
+    return ops.inject(ns, args)
+
+
+async def _heal(ns: EmulatorNamespace, args: dict[str, Any]) -> Any:
+    fault = args.get("id")
+    return ops.heal(ns, None if fault in (None, "") else str(fault))
+
+
+_Handler = Callable[[EmulatorNamespace, dict[str, Any]], Awaitable[Any]]
+#: The data routes: (method, name) -> (the rights needed, the handler).
+_ROUTES: dict[tuple[str, str], tuple[tuple[str, ...], _Handler]] = {
+    ("GET", "peek"): (("Listen",), _peek),
+    ("GET", "sessions"): (("Listen",), _sessions),
+    ("POST", "send"): (("Send",), _send),
+    ("POST", "resubmit"): (("Listen", "Send"), _resubmit),
+    ("POST", "purge"): (("Manage",), _purge),
+    ("GET", "rules"): ((), _rules),
+    ("POST", "rules"): (("Manage",), _add_rule),
+    ("DELETE", "rules"): (("Manage",), _delete_rule),
+    ("POST", "faults"): (("Manage",), _inject),
+    ("DELETE", "faults"): (("Manage",), _heal),
+}
