@@ -96,15 +96,13 @@ class ReceiverLinks(Framing):
         session.remote_incoming_window -= frames
         link.delivery_count = after(link.delivery_count)
         link.credit -= 1
-        handle, ident, send = UInt(link.our_handle), UInt(delivery_id), self._send
+        handle, send = link.our_handle, self._send
         room = self.remote_max_frame - _FRAME_HEAD
         last = (frames - 1) * room
         for start in range(0, last, room):
-            send(session.channel, p.performative(
-                p.TRANSFER, handle, ident, tag, UInt(0), settled, True,
-            ), payload[start:start + room])
-        send(session.channel, p.performative(p.TRANSFER, handle, ident, tag, UInt(0), settled),
-             payload[last:])
+            send(session.channel, p.transfer(handle, delivery_id, tag, settled, more=True),
+                 payload[start:start + room])
+        send(session.channel, p.transfer(handle, delivery_id, tag, settled), payload[last:])
         return delivery_id
 
     async def _open_session(self, session: Session, link: Link, fields: list[Any],

@@ -83,6 +83,10 @@ __all__ = [
     "encode",
     "encode_into",
     "frame",
+    "put_compound",
+    "put_long",
+    "put_uint",
+    "put_variable",
 ]
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
@@ -212,7 +216,8 @@ def _enc_symbol(out: bytearray, value: Any) -> None:
     _variable(out, 0xA3, 0xB3, value.encode("ascii"))
 
 
-def _compound(out: bytearray, small: int, large: int, count: int, body: bytearray) -> None:
+def _compound(out: bytearray, small: int, large: int, count: int,
+              body: bytes | bytearray) -> None:
     size = len(body)
     if size < 255 and count < 256:
         out += _BB.pack(small, size + 1)
@@ -325,6 +330,22 @@ _SUBCLASSES: tuple[tuple[type, Encoder], ...] = (
     (bool, _enc_bool), (int, _enc_long), (float, _enc_double), (str, _enc_string),
     (bytes, _enc_binary), (dict, _enc_map), (list, _enc_list), (uuid.UUID, _enc_uuid),
 )
+
+
+# The pieces the byte-by-byte writers of the hot paths use (a delivery, a transfer),
+# so that they write exactly what the general encoder writes.
+#: Append a uint, in its shortest form.
+put_uint = _enc_uint
+#: Append a long, in its shortest form.
+put_long = _enc_long
+
+
+#: Append ``data`` with the one-byte (``small``) or four-byte (``large``) length
+#: constructor: binary ``0xA0``/``0xB0``, string ``0xA1``/``0xB1``, symbol ``0xA3``/``0xB3``.
+put_variable = _variable
+#: Append a list (``0xC0``/``0xD0``) or map (``0xC1``/``0xD1``) of ``count`` encoded
+#: items, ``body``.
+put_compound = _compound
 
 
 def encode_into(out: bytearray, value: Any) -> None:

@@ -11,7 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from .. import errors
-from .codec import DecodeError, Described, Symbol, ULong, decode
+from .codec import (
+    DecodeError,
+    Described,
+    Raw,
+    Symbol,
+    ULong,
+    decode,
+    put_compound,
+    put_uint,
+    put_variable,
+)
 
 __all__ = [
     "ACCEPTED",
@@ -83,6 +93,23 @@ def performative(code: int, *fields: Any) -> Described:
     while values and values[-1] is None:
         values.pop()
     return Described(ULong(code), values)
+
+
+def transfer(handle: int, delivery_id: int, tag: bytes, settled: bool,
+             more: bool = False) -> Raw:
+    """A transfer performative as it goes on the wire: what
+    ``performative(TRANSFER, UInt(handle), UInt(delivery_id), tag, UInt(0), settled[,
+    True])`` encodes to, written directly (#36: one per delivery)."""
+    body = bytearray()
+    put_uint(body, handle)
+    put_uint(body, delivery_id)
+    put_variable(body, 0xA0, 0xB0, tag)
+    body += b"\x43\x41" if settled else b"\x43\x42"  # message-format 0, settled
+    if more:
+        body.append(0x41)
+    out = bytearray(b"\x00\x53\x14")
+    put_compound(out, 0xC0, 0xD0, 6 if more else 5, body)
+    return Raw(out)
 
 
 def address(terminus: Any) -> str | None:
