@@ -128,9 +128,10 @@ class Explorer:
         try:
             if tail == "":
                 raise web.HTTPPermanentRedirect(PREFIX + "/")
-            if not tail.startswith("/api/"):
-                return self._static(request, tail[1:] or "index.html")
-            response = await self._api(request, tail[len("/api/"):])
+            if tail.startswith("/api/"):
+                response = await self._api(request, tail[len("/api/"):])
+            else:
+                response = self._static(request, tail[1:] or "index.html")
         except Refused as exc:
             response = web.json_response({"error": exc.message}, status=exc.status)
         except ServiceBusError as exc:

@@ -52,12 +52,23 @@ def _plain(value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     if isinstance(value, _dt.timedelta):
-        return value.total_seconds()
+        return _duration(value.total_seconds())
     if isinstance(value, _dt.datetime):
         return value.isoformat()
     if isinstance(value, bytes):
         return value.hex()
     return str(value)
+
+
+def _duration(seconds: float) -> str:
+    """``90 s``, ``5 min``, ``14 days``; ``never`` for the longest (Service Bus's
+    "no limit", ``TimeSpan.MaxValue``)."""
+    if seconds >= 10_000 * 86_400:
+        return "never"
+    for unit, size in (("days", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"
 
 
 def _numbered(entity: Any) -> int | None:

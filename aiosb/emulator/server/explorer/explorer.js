@@ -98,7 +98,10 @@ function listen() {
   if (state.events) state.events.close();
   const events = state.events = new EventSource("api/events");
   events.onopen = () => $("live").classList.add("on");
-  events.onerror = () => $("live").classList.remove("on");
+  events.onerror = () => {
+    $("live").classList.remove("on");
+    api("GET", "me").catch(() => {});  // a session gone (server restarted): sign in again
+  };
   events.addEventListener("signedout", () => signedOut());
   events.onmessage = (message) => {
     const snapshot = JSON.parse(message.data);

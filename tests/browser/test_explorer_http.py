@@ -1,0 +1,188 @@
+"""Issue 37: the explorer's API refuses what the rest of the server refuses: a request
+without a valid key, a key without the right, and a request another site's page makes.
+Plain HTTP, no browser."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+
+import aiosb
+from aiosb.auth import DEV_KEY, DEV_KEY_NAME
+from aiosb.bridge import Bridge
+from aiosb.emulator.process import ServerProcess
+
+from .conftest import READER, READER_KEY, WRITER, WRITER_KEY, unique
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Page:
+    """What a browser page of the explorer sends: its cookie, its CSRF header, its own
+    origin (``origin`` another one, to play another site's page)."""
+
+    def __init__(self, url: str, context: ssl.SSLContext | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.cookie = ""
+        self.csrf = ""
+        self.origin = self.url
+        self.context = context
+
+    def call(self, method: str, name: str, body: Any = None, *, csrf: bool = True,
+             headers: dict[str, str] | None = None) -> tuple[int, Any, Any]:
+        sent = {"Origin": self.origin, **(headers or {})}
+        if self.cookie:
+            sent["Cookie"] = self.cookie
+        if csrf and self.csrf:
+            sent["X-Aiosb-Csrf"] = self.csrf
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            sent["Content-Type"] = "application/json"
+        request = urllib.request.Request(f"{self.url}/explorer/api/{name}", data=data,
+                                         method=method, headers=sent)
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=self.context) as answer:
+                return answer.status, json.loads(answer.read() or b"{}"), answer.headers
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"{}"), exc.headers
+
+    def sign_in(self, key_name: str, key: str) -> tuple[int, Any, Any]:
+        status, body, headers = self.call(
+            "POST", "signin", {"key_name": key_name, "key": key},
+            headers={"X-Aiosb-Explorer": "1"})
+        if status == 200:
+            self.cookie = headers["Set-Cookie"].split(";", 1)[0]
+            self.csrf = body["csrf"]
+        return status, body, headers
+
+
+def make_queue(bridge: Bridge, server: ServerProcess, ns: str, queue: str,
+               messages: int = 0) -> None:
+    async def making() -> None:
+        async with aiosb.connect(f"{server.url}/{ns}") as namespace:
+            await namespace.create_queue(queue)
+            if messages:
+                async with namespace.sender(queue) as sender:
+                    await sender.send([aiosb.Message(b"m%d" % i) for i in range(messages)])
+
+    bridge.run(making(), timeout=20)
+
+
+def test_nothing_without_a_valid_key(server: ServerProcess) -> None:
+    """No session: every API call is 401; a wrong key, or a key name the server does not
+    have, signs nobody in."""
+    page = Page(server.url)
+    for method, name in (("GET", "me"), ("GET", "events"), ("GET", "peek?ns=x&path=q"),
+                         ("POST", "send"), ("POST", "purge"), ("POST", "faults")):
+        status, body, _ = page.call(method, name, {} if method == "POST" else None)
+        assert status == 401, (method, name, body)
+        assert "sign in" in body["error"]
+    assert page.sign_in(DEV_KEY_NAME, DEV_KEY[:-2] + "A=")[0] == 401
+    assert page.sign_in("nobody", DEV_KEY)[0] == 401
+    assert page.sign_in(READER, WRITER_KEY)[0] == 401  # another key's secret
+    page.cookie, page.csrf = "aiosb_explorer=made-up", "made-up"
+    assert page.call("GET", "me")[0] == 401
+
+
+def test_the_session_cookie_is_httponly_samesite_strict_and_expires(
+    server: ServerProcess,
+) -> None:
+    page = Page(server.url)
+    status, body, headers = page.sign_in(DEV_KEY_NAME, DEV_KEY)
+    assert status == 200
+    assert body["rights"] == ["Listen", "Manage", "Send"]
+    cookie = headers["Set-Cookie"]
+    for part in ("HttpOnly", "SameSite=Strict", "Path=/explorer", "Max-Age=28800"):
+        assert part in cookie
+    assert "Secure" not in cookie  # plain HTTP: a Secure cookie would never come back
+    assert DEV_KEY not in json.dumps(body)
+    assert page.call("GET", "me")[0] == 200
+    assert page.call("POST", "signout", {})[0] == 200
+    assert page.call("GET", "me")[0] == 401  # signed out is signed out, cookie or not
+
+
+def test_rights_apply_listen_peeks_but_cannot_send_or_purge(
+    server: ServerProcess, bridge: Bridge
+) -> None:
+    ns, queue = unique("rights"), "orders"
+    make_queue(bridge, server, ns, queue, messages=2)
+    reader = Page(server.url)
+    assert reader.sign_in(READER, READER_KEY)[1]["rights"] == ["Listen"]
+    status, body, _ = reader.call("GET", f"peek?ns={ns}&path={queue}&sub=active")
+    assert status == 200 and len(body["messages"]) == 2
+    for name, args in (("send", {"body": "x"}), ("purge", {"sub": "active"}),
+                       ("resubmit", {"sequence_numbers": None}),
+                       ("faults", {"entity": queue})):
+        status, body, _ = reader.call("POST", name, {"ns": ns, "path": queue, **args})
+        assert status == 403, (name, body)
+        assert "has Listen rights" in body["error"]
+    writer = Page(server.url)
+    assert writer.sign_in(WRITER, WRITER_KEY)[1]["rights"] == ["Send"]
+    assert writer.call("POST", "send", {"ns": ns, "path": queue, "body": "w"})[0] == 200
+    assert writer.call("GET", f"peek?ns={ns}&path={queue}")[0] == 403
+    assert writer.call("POST", "purge", {"ns": ns, "path": queue, "sub": "active"})[0] == 403
+    owner = Page(server.url)
+    owner.sign_in(DEV_KEY_NAME, DEV_KEY)
+    status, body, _ = owner.call("POST", "purge", {"ns": ns, "path": queue, "sub": "active"})
+    assert (status, body) == (200, {"purged": 3})
+
+
+def test_another_sites_requests_are_refused(server: ServerProcess, bridge: Bridge) -> None:
+    """A change from another origin, a change without the page's CSRF token, a fetch
+    the browser marks cross-site, and a sign-in another page posts: all refused, and
+    nothing is sent."""
+    ns, queue = unique("csrf"), "orders"
+    make_queue(bridge, server, ns, queue)
+    page = Page(server.url)
+    page.sign_in(DEV_KEY_NAME, DEV_KEY)
+    send = {"ns": ns, "path": queue, "body": "forged"}
+    page.origin = "http://evil.example"
+    status, body, _ = page.call("POST", "send", send)
+    assert status == 403 and "evil.example" in body["error"]
+    assert page.call("GET", "me")[0] == 403  # reads too: another site reads nothing
+    page.origin = server.url
+    status, body, _ = page.call("POST", "send", send, csrf=False)
+    assert status == 403 and "X-Aiosb-Csrf" in body["error"]
+    page.csrf, token = "not-the-token", page.csrf
+    assert page.call("POST", "send", send)[0] == 403
+    page.csrf = token
+    status, _, _ = page.call("POST", "send", send, headers={"Sec-Fetch-Site": "cross-site"})
+    assert status == 403
+    assert page.call("GET", f"peek?ns={ns}&path={queue}")[1]["messages"] == []
+    stranger = Page(server.url)
+    stranger.origin = "http://evil.example"
+    assert stranger.sign_in(DEV_KEY_NAME, DEV_KEY)[0] == 403
+    stranger.origin = server.url  # a form post cannot add the explorer's header
+    status, body, _ = stranger.call("POST", "signin",
+                                    {"key_name": DEV_KEY_NAME, "key": DEV_KEY})
+    assert status == 403 and "X-Aiosb-Explorer" in body["error"]
+
+
+def test_the_page_is_served_with_a_policy_that_runs_its_own_script_only(
+    server: ServerProcess,
+) -> None:
+    with urllib.request.urlopen(f"{server.url}/explorer/", timeout=10) as answer:
+        policy = answer.headers["Content-Security-Policy"]
+        html = answer.read().decode()
+    assert "script-src 'self'" in policy and "default-src 'none'" in policy
+    assert "frame-ancestors 'none'" in policy
+    assert '<script src="explorer.js"' in html
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(f"{server.url}/explorer/conftest.py", timeout=10)
+    assert missing.value.code == 404
+
+
+def test_over_tls_the_cookie_is_secure(tmp_path: Any) -> None:
+    with ServerProcess(args=["--no-amqp", "--tls", "--tls-dir", str(tmp_path)]) as server:
+        assert server.url.startswith("https://")
+        context = ssl.create_default_context(cafile=str(tmp_path / "aiosb-cert.pem"))
+        page = Page(server.url.replace("127.0.0.1", "localhost"), context)
+        status, _, headers = page.sign_in(DEV_KEY_NAME, DEV_KEY)
+        assert status == 200
+        assert "Secure" in headers["Set-Cookie"]
