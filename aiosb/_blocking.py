@@ -166,7 +166,7 @@ class BlockingSender:
 
         Raises:
             OperationTimeout: ``timeout`` passed first.
-            The first error among those sends (the others are logged).
+            Exception: The first error among those sends (the others are logged).
         """
         _check_not_a_loop_thread()
         seconds = _seconds(timeout)

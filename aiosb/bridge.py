@@ -246,7 +246,7 @@ class Bridge:
         Raises:
             OperationTimeout: ``timeout`` passed first (the coroutine was cancelled).
             InvalidOperation: Called from the bridge's own loop thread.
-            Whatever ``coro`` raises.
+            Exception: Whatever ``coro`` raises.
         """
         try:
             seconds = _seconds(timeout)

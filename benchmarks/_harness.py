@@ -18,6 +18,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import aiosb
 import aiosb.cli
 
 RESULTS = Path(__file__).parent / "results"
@@ -102,7 +103,9 @@ def report(name: str, title: str, rows: list[dict[str, Any]], summary: dict[str,
     RESULTS.mkdir(exist_ok=True)
     payload = {
         "benchmark": name,
+        "aiosb": aiosb.__version__,
         "python": platform.python_version(),
+        "system": platform.system(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,

@@ -1,6 +1,7 @@
-"""The Python code blocks of README.md and how each one runs (a test helper).
+"""The Python code blocks of README.md and of the documentation (docs/**/*.md), and how
+each one runs (a test helper).
 
-Each block is preceded by ``<!-- readme-test: KIND -->``, which says what it needs:
+Each block is preceded by ``<!-- test: KIND -->``, which says what it needs:
 
 - ``script``: a whole program, run as it is;
 - ``ns``: top-level ``await``s on ``ns``, an open namespace on the embedded emulator;
@@ -8,12 +9,17 @@ Each block is preceded by ``<!-- readme-test: KIND -->``, which says what it nee
 - ``server``: code talking to ``http://127.0.0.1:5380``, run against an ``aiosb serve``
   on a free port (the address is replaced by the server's);
 - ``pytest``: a test module, run by pytest in a subprocess with the configuration the
-  README states;
+  README and docs/testing.md state;
 - ``spark``: code with a SparkSession ``spark`` and a DataFrame ``events``
   (tests/spark/test_readme_spark.py runs it);
 - ``sdk``: the official SDK against ``aiosb serve``'s AMQP port ``localhost:5672`` (and
   aiosb at ``http://127.0.0.1:5380``), run against one on free ports;
+- ``admin``: the official administration client with the data plane's connection string,
+  against an ``aiosb serve`` with a certificate (it makes the queue ``invoices``);
 - ``azure``: needs a real Azure namespace: compiled (it must parse), not run.
+
+Blocks start at the left margin (tests/test_docs.py refuses an indented one, which this
+would not find).
 """
 
 from __future__ import annotations
@@ -25,13 +31,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 KINDS = {"script", "ns", "async", "server", "sdk", "admin", "pytest", "spark", "azure"}
 #: The address README blocks use for ``aiosb serve``.
 SERVER = "http://127.0.0.1:5380"
 #: The AMQP address README blocks use for ``aiosb serve`` (the official SDKs).
 AMQP = "localhost:5672"
-_BLOCK = re.compile(r"(?:<!-- readme-test: (\w+) -->\n)?```python\n(.*?)```", re.S)
+_BLOCK = re.compile(r"^(?:<!-- test: (\w+) -->\n)?```python\n(.*?)^```", re.S | re.M)
+#: A Python block indented (under a list item): not run, so not allowed (test_docs.py).
+INDENTED = re.compile(r"^[ \t]+```python", re.M)
 
 
 @dataclass
@@ -39,9 +49,19 @@ class Block:
     kind: str
     code: str
     line: int
+    file: str = "README.md"
 
     def __str__(self) -> str:
-        return f"README.md:{self.line} ({self.kind})"
+        return f"{self.file}:{self.line} ({self.kind})"
+
+    @property
+    def slug(self) -> str:
+        """A name unique to the block, usable in a URL (``README-12``)."""
+        return f"{Path(self.file).stem}-{self.line}"
+
+    def with_code(self, code: str) -> Block:
+        """The same block with its code changed (addresses replaced)."""
+        return Block(self.kind, code, self.line, self.file)
 
     def compiled(self, *, name: str | None = None) -> Any:
         """The block compiled, top-level ``await`` allowed."""
@@ -56,13 +76,23 @@ class Block:
             await result
 
 
+def sources() -> list[Path]:
+    """The README and every page of the documentation."""
+    return [README, *sorted(DOCS.rglob("*.md"))]
+
+
 def blocks() -> list[Block]:
-    """Every ``python`` block of the README, with its kind (``""`` when unmarked)."""
-    text = README.read_text()
-    return [
-        Block(m.group(1) or "", m.group(2), text[: m.start()].count("\n") + 1)
-        for m in _BLOCK.finditer(text)
-    ]
+    """Every ``python`` block of the README and the docs, with its kind (``""`` when
+    unmarked)."""
+    found = []
+    for path in sources():
+        text = path.read_text()
+        name = str(path.relative_to(ROOT))
+        found += [
+            Block(m.group(1) or "", m.group(2), text[: m.start()].count("\n") + 1, name)
+            for m in _BLOCK.finditer(text)
+        ]
+    return found
 
 
 def of_kind(*kinds: str) -> list[Block]:

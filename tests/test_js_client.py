@@ -208,7 +208,7 @@ async def test_a_javascript_session_receiver_settles_a_batch_smaller_than_asked(
 async def test_the_javascript_client_speaks_amqp_over_websockets(js_client: Path, tmp_path):
     """Issue 34: @azure/service-bus with webSocketOptions (the ws package), AMQP over
     WebSockets through aiosb serve's AMQP port, which answers TLS and HTTP there; the
-    certificate trusted as the README says for Node (NODE_EXTRA_CA_CERTS)."""
+    certificate trusted as docs/sdks.md says for Node (NODE_EXTRA_CA_CERTS)."""
     import os
 
     from aiosb.emulator.process import ServerProcess

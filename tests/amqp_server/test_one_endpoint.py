@@ -5,7 +5,7 @@ its first byte: TLS (a ClientHello) to the management API over HTTPS, a plain HT
 request to it as it is, anything else to AMQP. The official administration clients
 (Python sync and aio, JavaScript) and ``aiosb.connect`` manage entities with the very
 string the data plane takes; the certificate is ``aiosb serve``'s self-signed one,
-trusted as the README says (``connection_verify``, ``NODE_EXTRA_CA_CERTS``)."""
+trusted as docs/sdks.md says (``connection_verify``, ``NODE_EXTRA_CA_CERTS``)."""
 
 from __future__ import annotations
 
@@ -278,7 +278,7 @@ async def test_a_websocket_upgrade_with_another_subprotocol_is_told_which(
 
 
 async def test_amqp_over_websockets_on_the_https_port_as_on_azure_at_443(tmp_path):
-    """The README's other way: ``aiosb serve --tls`` serves AMQP over WebSockets on its
+    """The other way docs/sdks.md gives: ``aiosb serve --tls`` serves AMQP over WebSockets on its
     HTTPS port too (on Azure, port 443)."""
     from azure.servicebus import ServiceBusMessage, TransportType
     from azure.servicebus.aio import ServiceBusClient

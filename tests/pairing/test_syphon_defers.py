@@ -153,7 +153,7 @@ async def test_pn16_with_only_deferred_messages_the_syphon_long_polls(env):
 @pytest.mark.looptime(False)
 @pytest.mark.timeout(120)
 async def test_taking_back_the_deferred_yields_to_the_application_between_batches(env):
-    """The syphon yields to the application's tasks between batches (README): taking
+    """The syphon yields to the application's tasks between batches (docs/pairing.md): taking
     40,000 deferred messages back and moving them too, not in one turn of the loop."""
     async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
         another_entity_is_healthy(paired)

@@ -57,14 +57,14 @@ SAMPLE_SECONDS = 420
 #: seconds: how long a sample that receives forever by design is let run.
 DEADLINE_SECONDS = 20
 
-#: Samples not run, and why (the README says so too).
+#: Samples not run, and why (docs/sdks.md says so too).
 NOT_RUN = {
     "client_identity_authentication": "needs Azure AD (DefaultAzureCredential)",
     "sample_code_servicebus": "needs Azure AD (azure.identity) in parts",
     "connection_to_custom_endpoint_address": "holds placeholders to fill in "
     "('<custom_endpoint_hostname>')",
 }
-#: Sample files not run (one form of a sample), and why (the README says so too).
+#: Sample files not run (one form of a sample), and why (docs/sdks.md says so too).
 NOT_RUN_FILES = {
     "async_samples/proxy_async.py": "the aio SDK hands aiohttp the proxy as host:port with "
     "no scheme, which aiohttp refuses ('Handler failed: 127.0.0.1:8899'), against Azure as "
