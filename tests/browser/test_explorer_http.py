@@ -186,3 +186,21 @@ def test_over_tls_the_cookie_is_secure(tmp_path: Any) -> None:
         status, _, headers = page.sign_in(DEV_KEY_NAME, DEV_KEY)
         assert status == 200
         assert "Secure" in headers["Set-Cookie"]
+
+
+def test_a_change_from_the_page_is_on_disk_before_its_answer(tmp_path: Any) -> None:
+    """R-1: in durable mode a send from the explorer is kept as any acknowledged send
+    is: the server killed at once after the answer still has it when it starts again."""
+    data = ["--no-amqp", "--data-dir", str(tmp_path)]
+    with ServerProcess(args=data) as server, Bridge() as bridge:
+        make_queue(bridge, server, "kept", "orders")
+        page = Page(server.url)
+        page.sign_in(DEV_KEY_NAME, DEV_KEY)
+        assert page.call("POST", "send", {"ns": "kept", "path": "orders", "body": "mine"})[0] == 200
+        server.kill()
+    with ServerProcess(args=data) as server:
+        page = Page(server.url)
+        page.sign_in(DEV_KEY_NAME, DEV_KEY)
+        status, body, _ = page.call("GET", "peek?ns=kept&path=orders")
+        assert status == 200
+        assert [m["body"]["text"] for m in body["messages"]] == ["mine"]

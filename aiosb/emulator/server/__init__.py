@@ -104,6 +104,11 @@ Sessions are not part of the REST protocol, and the server does not offer them.
 ``{"id": ...}``; ``GET /{ns}/$faults`` lists the active faults; ``DELETE
 /{ns}/$faults`` heals all, ``DELETE /{ns}/$faults/{id}`` heals one.
 
+**The Service Bus Explorer** (``aiosb serve``, or ``serve(explorer=True)``): a web page
+at ``/explorer/``, signed in to with a key of the server's, that shows every namespace's
+entities with live counts and lets a person peek, send, resubmit, purge, manage rules
+and inject faults within the key's rights (:mod:`._explorer`).
+
 **Authentication**: every request carries a Service Bus shared access signature
 (``Authorization: SharedAccessSignature sr=&sig=&se=&skn=``) signed with the server's
 key; the signature is checked with HMAC-SHA256 in constant time, and the expiry and the
