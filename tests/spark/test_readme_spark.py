@@ -1,6 +1,8 @@
 """Issue 17: the README's Spark block runs (and, #38, each Spark block of the docs),
-against the session's ``aiosb serve``, with the queues it names made first (as a
-reader's would be) and its streaming query stopped once it has moved what there was."""
+against the session's ``aiosb serve``, with the queues it names made afresh first (as a
+reader's would be) and its streaming query stopped once it has moved what there was.
+Afresh, because a stopped stream leaves its last micro-batch to be read again (at least
+once, as docs/spark.md says), and the next block would read it."""
 
 from __future__ import annotations
 
@@ -16,8 +18,7 @@ import aiosb
 @pytest.mark.parametrize("block", of_kind("spark"), ids=str)
 def test_the_spark_block_runs(block: Block, spark, server, bridge, tmp_path: Path):
     for name in ("orders", "audit"):
-        bridge.run(_queue(f"{server.url}/contoso", name))
-    before = bridge.run(_count(f"{server.url}/contoso", "audit"))
+        bridge.run(_fresh_queue(f"{server.url}/contoso", name))
     events = spark.range(50).selectExpr("cast(id as string) as body")
     code = block.code.replace(SERVER, server.url).replace("/tmp/ck", str(tmp_path / "ck"))
     names: dict[str, object] = {"spark": spark, "events": events}
@@ -26,13 +27,14 @@ def test_the_spark_block_runs(block: Block, spark, server, bridge, tmp_path: Pat
     query.processAllAvailable()  # type: ignore[attr-defined]
     query.stop()  # type: ignore[attr-defined]
     audit = bridge.run(_count(f"{server.url}/contoso", "audit"))
-    assert audit - before == 50  # the 50 events, written to orders, streamed on to audit
+    assert audit == 50  # the 50 events, written to orders, streamed on to audit
 
 
-async def _queue(url: str, name: str) -> None:
+async def _fresh_queue(url: str, name: str) -> None:
     async with aiosb.connect(url) as ns:
-        if not await ns.queue_exists(name):
-            await ns.create_queue(name)
+        if await ns.queue_exists(name):
+            await ns.delete_queue(name)
+        await ns.create_queue(name)
 
 
 async def _count(url: str, name: str) -> int:
