@@ -232,9 +232,16 @@ function refreshLive() {
     const ns = findNamespace(sel.ns);
     const faults = ns.faults.filter((f) => !f.entity || sel.path.toLowerCase() === f.entity ||
       sel.path.toLowerCase().startsWith(f.entity + "/"));
-    down.replaceChildren(...faults.map((f) => el("div", { class: "down-banner" },
-      `Fault ${f.id}: ${f.kind} for ${f.operations.join(", ")}` +
-      (f.fragment !== null ? ` (fragment ${f.fragment})` : ""))));
+    const key = JSON.stringify(faults);
+    if (down.dataset.shown !== key) {  // rebuilt only when they change: a click lands
+      down.dataset.shown = key;
+      down.replaceChildren(...faults.map((f) => el("div", { class: "down-banner row", dataset: { fault: f.id } },
+        el("span", {}, `Fault ${f.id} on ${f.entity || "the namespace"}: ${f.kind} for ${f.operations.join(", ")}` +
+          (f.fragment !== null ? ` (fragment ${f.fragment})` : "")),
+        can("Manage") ? el("button", { type: "button", class: "plain", onclick: () =>
+          api("DELETE", "faults", { ns: sel.ns, id: f.id }).catch((e) => { down.append(el("p", { class: "error" }, e.message)); }),
+        }, "Heal") : "")));
+    }
   }
   const counts = $("counts");
   if (counts) {
@@ -528,9 +535,11 @@ function rulesView(ns, entity) {
         load();
       } catch (e) { error.textContent = e.message; }
     });
+    form.append(note, error);
     parts.push(form);
+  } else {
+    parts.push(note, error);
   }
-  parts.push(note, error);
   load();
   return parts;
 }
