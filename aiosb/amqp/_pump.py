@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as _dt
+import logging
 from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +27,7 @@ from ..message import ReceivedMessage
 from ..protocol import ReceiveRequest, SessionRequest, Settlement
 from . import performatives as p
 from ._framing import Framing
-from ._links import LONG_POLL, Link, Session, after, since
+from ._links import LONG_POLL, Link, ProtocolViolation, Session, after, since
 from ._receiving import delivery_payload, delivery_tag, settlement_of
 from .codec import Described, Symbol, UInt, ULong
 
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
     from ..emulator import EmulatorNamespace, Journal
 
 __all__ = ["SESSION_FILTER", "ReceiverLinks", "ticks"]
+
+_log = logging.getLogger("aiosb.amqp")
 
 SESSION_FILTER = Symbol("com.microsoft:session-filter")
 LOCKED_UNTIL = Symbol("com.microsoft:locked-until-utc")
@@ -61,8 +65,15 @@ class ReceiverLinks(Framing):
     #: The largest frame the client takes (its OPEN's max-frame-size).
     remote_max_frame: int
     _releases: set[asyncio.Task[None]]
+    #: Settlements waiting for the turn of the loop to go to the broker together
+    #: (:meth:`_settle_later`): by entity, action, sub-queue and session.
+    _later: dict[Any, _Waiting]
+    _settling: asyncio.Task[None] | None
 
     if TYPE_CHECKING:
+        def _fail(self, exc: ProtocolViolation) -> None:
+            ...
+
         def _flow(self, session: Session, link: Link | None = None,
                   drain: bool = False) -> None:
             ...
@@ -237,13 +248,114 @@ class ReceiverLinks(Framing):
         self._releases.add(task)
         task.add_done_callback(self._releases.discard)
 
+    def _settle_later(self, path: str, settlement: Settlement, session: Session,
+                      delivery_id: int, echo: Any) -> None:
+        """Settle at the turn of the loop, with the others alike, and answer then
+        (``echo``: the outcome to answer with, ``None`` if the client settled already).
+
+        #36: the SDKs settle each message with a disposition of its own, and a settlement
+        of a hundred costs the broker what one of one does. What waits is settled before
+        the connection acts on any other frame (:meth:`_settled`).
+        """
+        later = self._later
+        if not later:
+            self._loop.call_soon(self._settle_now)
+        alike = settlement.properties_to_modify is None and settlement.reason is None \
+            and settlement.description is None
+        key: Any = (path, settlement.action, settlement.sub_queue, settlement.session_id,
+                    settlement.session_lock) if alike else object()
+        waiting = later.get(key)
+        if waiting is None:
+            later[key] = waiting = _Waiting(path, settlement)
+        else:
+            waiting.tokens += settlement.lock_tokens
+        waiting.answers.append((session, delivery_id, echo))
+
+    def _settle_now(self) -> None:
+        """Start settling what waits, unless a settling under way will take it next."""
+        if self._later and (self._settling is None or self._settling.done()):
+            self._settling = task = self._loop.create_task(self._settle_waiting())
+            self._releases.add(task)
+            task.add_done_callback(self._releases.discard)
+
+    async def _settle_waiting(self) -> None:
+        """Settle what waits, a settlement per kind; then, once the journal has it,
+        answer each disposition that asked, in ranges where the outcomes agree."""
+        try:
+            while self._later:
+                waiting, self._later = self._later, {}
+                answers: dict[int, tuple[Session, list[tuple[int, Any]]]] = {}
+                for group in waiting.values():
+                    failed = await self._settle_group(group)
+                    for session, delivery_id, echo in group.answers:
+                        if echo is not None:
+                            outcome = failed.get(delivery_id, echo)
+                            answers.setdefault(session.channel, (session, []))[1].append(
+                                (delivery_id, outcome))
+                if self.journal is not None:
+                    await self.journal.commit()
+                for session, replies in answers.values():
+                    self._answer_dispositions(session, replies)
+        except Exception as exc:  # a bug's blast ends this connection, said, not silent
+            _log.exception("AMQP settlement failed unexpectedly")
+            self._fail(ProtocolViolation(
+                "amqp:internal-error", f"{type(exc).__name__}: {str(exc)[:200]}"))
+
+    async def _settle_group(self, group: _Waiting) -> dict[int, Any]:
+        """Settle ``group`` at the broker; the rejections to answer with, by delivery-id,
+        for what failed (one lost lock must not keep the rest of a group unsettled)."""
+        settlement, path = group.settlement, group.path
+        try:
+            await self.ns.settle(path, settlement)
+            return {}
+        except ServiceBusError as exc:
+            if len(group.answers) == 1:
+                return {group.answers[0][1]: p.rejected_with(exc, path)}
+        failed = {}
+        for token, (_session, delivery_id, _echo) in zip(
+                settlement.lock_tokens, group.answers, strict=True):
+            one = dataclasses.replace(settlement, lock_tokens=[token])
+            try:
+                await self.ns.settle(path, one)
+            except ServiceBusError as exc:
+                failed[delivery_id] = p.rejected_with(exc, path)
+        return failed
+
+    def _answer_dispositions(self, session: Session, replies: list[tuple[int, Any]]) -> None:
+        """Dispositions for ``replies`` (delivery-id, outcome): a range for each run of
+        consecutive ids with one outcome."""
+        base = replies[0][0]
+        replies.sort(key=lambda reply: since(reply[0], base))
+        first, outcome = replies[0]
+        last = first
+        for delivery_id, then in replies[1:]:
+            if then == outcome and delivery_id == after(last):
+                last = delivery_id
+                continue
+            self._disposition(session, first, last, outcome)
+            first = last = delivery_id
+            outcome = then
+        self._disposition(session, first, last, outcome)
+
+    def _disposition(self, session: Session, first: int, last: int, outcome: Any) -> None:
+        self._send(session.channel, p.performative(
+            p.DISPOSITION, False, UInt(first), None if last == first else UInt(last), True,
+            outcome))
+
+    async def _settled(self) -> None:
+        """Return once what the client settled is settled at the broker."""
+        while self._later or (self._settling is not None and not self._settling.done()):
+            self._settle_now()
+            if self._settling is not None:
+                await asyncio.shield(self._settling)
+
     async def _on_disposition(self, session: Session, fields: list[Any]) -> None:
-        """Settle what a receiver's disposition says, and echo the outcome."""
+        """Settle what a receiver's disposition says (:meth:`_settle_later`), and echo
+        the outcome unless the client settled already."""
         if not fields[0]:
             return  # a sender's disposition: only the $cbs replies, sent settled
         first = int(fields[1])
         last = int(fields[2]) if fields[2] is not None else first
-        replies: list[tuple[int, Any]] = []
         unsettled = session.unsettled
         # The deliveries outstanding in the range, which may wrap past 2**32 - 1 (ids are
         # sequence numbers): never more work than they are, however wide a range a
@@ -270,22 +382,23 @@ class ReceiverLinks(Framing):
                 # default to us), not locked for a client that has forgotten it.
                 settlement = Settlement("release", [token], link.sub_queue)
             settlement.session_id, settlement.session_lock = link.session_id, link.session_lock
-            try:
-                await self.ns.settle(link.path, settlement)
-            except ServiceBusError as exc:
-                outcome = p.rejected_with(exc, link.path)
-            replies.append((delivery_id, outcome))
-        if replies and self.journal is not None:
-            await self.journal.commit()
-        if fields[3]:
-            return  # the client settled already: it waits for nothing
-        if replies and all(outcome == replies[0][1] for _id, outcome in replies):
-            self._send(session.channel, p.performative(
-                p.DISPOSITION, False, UInt(first), UInt(last), True, replies[0][1]))
-            return
-        for delivery_id, outcome in replies:
-            self._send(session.channel, p.performative(
-                p.DISPOSITION, False, UInt(delivery_id), None, True, outcome))
+            self._settle_later(link.path, settlement, session, delivery_id,
+                               None if fields[3] else outcome)
+
+
+class _Waiting:
+    """Settlements alike waiting to go to the broker as one (:meth:`ReceiverLinks.
+    _settle_later`), and the deliveries to answer for."""
+
+    __slots__ = ("answers", "path", "settlement", "tokens")
+
+    def __init__(self, path: str, settlement: Settlement) -> None:
+        self.path = path
+        #: The lock tokens, which the settlement settles (one list).
+        self.tokens = list(settlement.lock_tokens)
+        self.settlement = dataclasses.replace(settlement, lock_tokens=self.tokens)
+        #: (session, delivery-id, outcome to answer with or None), in token order.
+        self.answers: list[tuple[Session, int, Any]] = []
 
 
 def instant(seconds: float) -> _dt.datetime:

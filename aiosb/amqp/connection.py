@@ -119,6 +119,8 @@ class Connection(ReceiverLinks):
         self._closed = False
         self.held: dict[tuple[str, str], str] = {}
         self._releases: set[asyncio.Task[None]] = set()
+        self._later: dict[Any, Any] = {}  # settlements waiting: _settle_later
+        self._settling: asyncio.Task[None] | None = None
         self._out: list[bytes] = []  # frames queued this turn of the loop (_send)
         self.management = Management(ns, self.tokens, self.held, journal)
 
@@ -146,6 +148,7 @@ class Connection(ReceiverLinks):
         finally:
             for task in self._tending:
                 task.cancel()
+            self._settle_now()  # what the client settled goes to the broker regardless
             for session in self.sessions.values():
                 for link in session.links.values():
                     self._unlink(session, link)
@@ -221,6 +224,9 @@ class Connection(ReceiverLinks):
             raise ProtocolViolation("amqp:decode-error", str(exc)) from None
         if not self._opened and code != p.OPEN:
             raise ProtocolViolation("amqp:not-allowed", "the first frame must be an open.")
+        if code != p.DISPOSITION and (self._later or (self._settling is not None
+                                      and not self._settling.done())):
+            await self._settled()  # what the client settled is, before anything else
         try:
             await self._dispatch(channel, code, fields, body, end)
         except (TypeError, ValueError, IndexError, struct.error, OverflowError) as exc:
