@@ -9,6 +9,7 @@ than skip: they are what shows that the page works.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 #: Keys of the test server beyond its own (which has every right).
 READER, READER_KEY = "reader", "readerKeyForTheExplorerTestsOnly0000000000="
 WRITER, WRITER_KEY = "writer", "writerKeyForTheExplorerTestsOnly0000000000="
-#: Where the screenshots the documentation shows are written.
+#: Where the screenshots the documentation shows are written, by :func:`screenshot`, only
+#: when AIOSB_UPDATE_SCREENSHOTS=1 (else a test run would rewrite them every time).
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 
 def unique(name: str) -> str:
@@ -103,7 +105,31 @@ def sign_in(page: Any, server: ServerProcess) -> Callable[..., Any]:
     return signing_in
 
 
-def screenshot(page: Any, name: str) -> None:
-    """Save the page as ``docs/images/explorer-{name}.png`` (what the docs show)."""
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(IMAGES / f"explorer-{name}.png"))
+def screenshot(page: Any, name: str) -> Path:
+    """Take a screenshot of the page, ``explorer-{name}.png``, and say where it went.
+
+    It is always taken (the rendering stays exercised), but written to the committed
+    pictures the docs show, :data:`IMAGES`, only when the environment variable
+    ``AIOSB_UPDATE_SCREENSHOTS`` is ``1``; otherwise to a temporary directory, so an
+    ordinary test run leaves ``git status`` clean. To refresh the pictures after a
+    change to the page (docs/explorer.md says so too)::
+
+        AIOSB_UPDATE_SCREENSHOTS=1 .venv/bin/python -m pytest tests/browser -q
+    """
+    global _scratch
+    if os.environ.get("AIOSB_UPDATE_SCREENSHOTS") == "1":
+        folder = IMAGES
+        folder.mkdir(parents=True, exist_ok=True)
+    else:
+        if _scratch is None:
+            _scratch = Path(tempfile.mkdtemp(prefix="aiosb-explorer-screenshots-"))
+        folder = _scratch
+    path = folder / f"explorer-{name}.png"
+    page.screenshot(path=str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"no picture at {path}"
+    return path
+
+
+#: Where screenshots go when the committed pictures are not being updated (one
+#: temporary directory a run).
+_scratch: Path | None = None
