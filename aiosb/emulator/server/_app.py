@@ -55,9 +55,11 @@ class EmulatorServer:
     Args:
         key_name: The shared access key name requests must be signed with.
         key: The key (:data:`DEV_KEY` by default).
-        explorer: Serve the Service Bus Explorer, a web page, at ``/explorer/`` (an
-            entity or namespace called ``explorer`` at the root is then out of reach
-            over HTTP).
+        explorer: Serve the Service Bus Explorer, a web page, at ``/explorer/`` (paths
+            under ``/explorer`` in these very letters are then the explorer's: a
+            namespace called ``explorer``, or an entity at the root of the ``root``
+            namespace, is reached over HTTP by another case, ``/Explorer/...``, as
+            names are case-insensitive, or over AMQP).
 
     Use :func:`serve` to run it; :meth:`app` gives the bare application.
     """
@@ -82,7 +84,8 @@ class EmulatorServer:
         self._auth = SasChecker(table)
         self._journal = journal
         #: The Service Bus Explorer at /explorer/ (:mod:`._explorer`), if served.
-        self.explorer = Explorer(table, self._namespace, journal) if explorer else None
+        self.explorer = Explorer(table, self._namespace, journal,
+                                 log=log_requests) if explorer else None
         self._namespaces: dict[str, EmulatorNamespace] = {}
         #: The namespace served at the root (paths name entities, not namespaces), as a
         #: namespace's own host serves it; None: the first segment names the namespace.

@@ -7,16 +7,17 @@ with its rights) in constant time and answers with a session cookie: random, ``H
 (no script reads it), ``SameSite=Strict`` (no other site's page sends it), ``Path=/explorer``
 (no other path of the server sees it), ``Secure`` when served over TLS, ending after
 :data:`SESSION_SECONDS` (and on ``POST /explorer/api/signout``). The key never leaves
-the server's memory again. A page that signed each request with a SAS token it made
-would need the key in script, and WebCrypto, which browsers give only to secure
-contexts (HTTPS or localhost): the explorer must work over plain HTTP on a laptop's
-address as well.
+the server's memory again. Over plain HTTP only a client on the server's machine may
+sign in (the key would cross the network readable), and a client address that keeps
+giving wrong keys waits longer and longer (:mod:`._explorer_auth`). A page that
+signed each request with a SAS token it made would need the key in script, and
+WebCrypto, which browsers give only to secure contexts (HTTPS or localhost).
 
 **Rights.** The session has the rights of the key it was opened with (``Manage``
 includes ``Send`` and ``Listen``): every signed-in key sees the entities and their
-counts and a subscription's rules; peeking and reading session states needs Listen,
-sending needs Send,
-resubmitting dead letters Listen and Send, purging, rules and faults Manage.
+counts; peeking and reading session states needs Listen, sending needs Send,
+resubmitting dead letters Listen and Send; purging, rules, faults and entities'
+settings Manage, as REST asks Manage to read an entity's description or its rules.
 
 **Cross-site requests.** Every API request from another origin is refused (``Origin``
 or ``Sec-Fetch-Site`` naming another site); every request that changes anything must
@@ -26,8 +27,14 @@ the cookie is ``SameSite=Strict`` besides). Signing in needs the ``X-Aiosb-Explo
 header, for the same reason.
 
 **Live.** ``GET /explorer/api/events`` is a stream of server-sent events: the
-namespaces (entities, counts, size, settings, messages in and out per second, faults),
-once a second, read once for every page open (:class:`._explorer_ops.Sampler`).
+namespaces (entities, counts, size, messages in and out per second, and for a Manage
+key settings and faults), once a second, read once for every page open
+(:class:`._explorer_live.Sampler`); at most :data:`MAX_STREAMS` streams at once.
+
+**Errors and the log.** A body that is not plain JSON (``NaN``, nested past Python's
+limits) or a number out of range is a 400; anything unforeseen a JSON 500 with one log
+line; every answer carries the same security headers. Sign-ins and every change are
+logged to the ``aiosb.server.requests`` logger (unless ``--quiet``), never a key.
 
 **Markup.** The page puts what it shows into text nodes (``textContent``), never into
 markup; the Content-Security-Policy lets only the page's own script and style run.
@@ -39,10 +46,10 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import secrets
+import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +61,16 @@ from ...wire import status as _status
 from .. import EmulatorNamespace
 from .._durable import Journal
 from . import _explorer_ops as ops
+from ._explorer_auth import SESSION_SECONDS, Session, Sessions, Throttle, may_sign_in, visible
+from ._explorer_live import Sampler
+from ._metrics import access_log
+
+log = logging.getLogger("aiosb.server")
 
 #: Where the explorer is served.
 PREFIX = "/explorer"
-#: How long a sign-in lasts, in seconds.
-SESSION_SECONDS = 8 * 3600
-#: Sessions kept at once (the oldest goes first).
-MAX_SESSIONS = 1000
+#: Event streams open at once (more are refused with 503).
+MAX_STREAMS = 100
 COOKIE = "aiosb_explorer"
 CSRF_HEADER = "X-Aiosb-Csrf"
 SIGNIN_HEADER = "X-Aiosb-Explorer"
@@ -78,21 +88,15 @@ _POLICY = (
 KeyTable = Mapping[str, tuple[str | tuple[str, ...], frozenset[str]]]
 
 
-@dataclass(slots=True)
-class _Session:
-    key_name: str
-    rights: frozenset[str]
-    csrf: str
-    expires: float
-
-
 class Refused(Exception):
     """A request the explorer turns away, with its status."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None
+                 ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers
 
 
 class Explorer:
@@ -102,16 +106,21 @@ class Explorer:
         keys: The server's key table (:func:`aiosb.auth.key_table`).
         namespace: The server's namespace by name, attached to its loop.
         journal: The durable journal, committed before a change is answered.
+        log: Log sign-ins and changes to ``aiosb.server.requests`` (``--quiet``: not).
     """
 
     def __init__(self, keys: KeyTable,
                  namespace: Callable[[str], Awaitable[EmulatorNamespace]],
-                 journal: Journal | None = None) -> None:
+                 journal: Journal | None = None, *, log: bool = False) -> None:
         self._keys = keys
         self._namespace = namespace
         self._journal = journal
-        self._sessions: dict[str, _Session] = {}
-        self._sampler = ops.Sampler()
+        self._log = log
+        self._sessions = Sessions()
+        self._throttle = Throttle()
+        self._streams = 0
+        self._sampler = Sampler()
+        self._public: tuple[object, dict[str, Any]] = (None, {})
         self._closing = asyncio.Event()
 
     def add_routes(self, app: web.Application) -> None:
@@ -125,22 +134,50 @@ class Explorer:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """Every request under :data:`PREFIX`."""
         tail = request.match_info.get("tail", "")
+        start = time.perf_counter()
+        said: dict[str, str] = {}  # the key name, and the entity a change is made on
         try:
             if tail == "":
                 raise web.HTTPPermanentRedirect(PREFIX + "/")
             if tail.startswith("/api/"):
-                response = await self._api(request, tail[len("/api/"):])
+                response = await self._api(request, tail[len("/api/"):], said)
             else:
                 response = self._static(request, tail[1:] or "index.html")
         except Refused as exc:
-            response = web.json_response({"error": exc.message}, status=exc.status)
+            response = web.json_response({"error": exc.message}, status=exc.status,
+                                         headers=exc.headers)
         except ServiceBusError as exc:
             response = web.json_response(
                 {"error": exc.message, "type": type(exc).__name__},
                 status=_status.status_for(exc))
+        except web.HTTPException as exc:  # a redirect; aiohttp's refusals (body too large)
+            if exc.status < 400:
+                raise
+            response = web.json_response({"error": exc.reason}, status=exc.status)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug: one line in the log, never a bare 500
+            log.error("explorer: unexpected %s serving %s %s: %s", type(exc).__name__,
+                      request.method, request.path, str(exc)[:200])
+            response = web.json_response({"error": "internal error in the explorer."},
+                                         status=500)
+        if response.prepared:  # an event stream, ended
+            return response
         response.headers["Cache-Control"] = "no-store"
         _secure_headers(response)
+        if self._log and request.method not in ("GET", "HEAD"):
+            self._log_change(request, response.status, time.perf_counter() - start, said)
         return response
+
+    def _log_change(self, request: web.Request, status: int, seconds: float,
+                    said: dict[str, str]) -> None:
+        """A sign-in or a change, in the access log: who, from where, on what (never a
+        key)."""
+        key_name = said.get("key_name", "-")[:60]
+        target = said.get("target")
+        access_log.info("%s %s %s %d %.1f ms (explorer, key %r%s)", request.remote,
+                        request.method, request.path, status, seconds * 1000, key_name,
+                        "" if target is None else f", {str(target)[:200]}")
 
     def _static(self, request: web.Request, name: str) -> web.StreamResponse:
         if request.method not in ("GET", "HEAD"):
@@ -153,12 +190,14 @@ class Explorer:
 
     # -- the API ----------------------------------------------------------------------
 
-    async def _api(self, request: web.Request, name: str) -> web.StreamResponse:
+    async def _api(self, request: web.Request, name: str, said: dict[str, str]
+                   ) -> web.StreamResponse:
         _same_origin(request)
         method = request.method
         if name == "signin" and method == "POST":
-            return await self._signin(request)
+            return await self._signin(request, said)
         session = self._session(request)
+        said["key_name"] = session.key_name
         changes = method not in ("GET", "HEAD")
         if changes and not hmac.compare_digest(
             request.headers.get(CSRF_HEADER, "").encode(), session.csrf.encode()
@@ -166,14 +205,14 @@ class Explorer:
             raise Refused(403, f"a change needs the {CSRF_HEADER} header of the signed-in "
                                "page; sign in again.")
         if name == "signout" and method == "POST":
-            self._sessions.pop(request.cookies.get(COOKIE, ""), None)
+            self._sessions.close(request.cookies.get(COOKIE, ""))
             response = web.json_response({"signed_out": True})
             response.del_cookie(COOKIE, path=PREFIX)
             return response
         if name == "me" and method == "GET":
             return web.json_response(_me(session))
         if name == "events" and method == "GET":
-            return await self._events(request, session)
+            return await self._events(request, session, request.cookies.get(COOKIE, ""))
         route = _ROUTES.get((method, name))
         if route is None:
             raise Refused(404, f"no explorer API {method} {name[:40]!r}.")
@@ -184,46 +223,48 @@ class Explorer:
                                f"{', '.join(sorted(session.rights))} rights; this needs "
                                f"{' and '.join(needs)}.")
         args = await _arguments(request)
+        if changes:
+            said["target"] = f"{str(args.get('ns'))[:60]}/{str(args.get('path', ''))[:120]}"
         ns = await self._entity_namespace(args)
         answer = await handler(ns, args)
         if changes and self._journal is not None:
             await self._journal.commit()
         return web.json_response(answer)
 
-    async def _signin(self, request: web.Request) -> web.Response:
+    async def _signin(self, request: web.Request, said: dict[str, str]) -> web.Response:
         if request.headers.get(SIGNIN_HEADER) != "1":
             raise Refused(403, f"sign in from the explorer's page (it sends {SIGNIN_HEADER}).")
+        why_not = may_sign_in(request.secure, request.remote)
+        if why_not is not None:
+            raise Refused(403, why_not)
+        client = str(request.remote)
+        wait = self._throttle.wait(client)
+        if wait > 0:
+            raise Refused(429, f"too many wrong keys from {client[:60]}: try again in "
+                               f"{math.ceil(wait)} s.", {"Retry-After": str(math.ceil(wait))})
         fields = await _arguments(request)
         name, key = fields.get("key_name"), fields.get("key")
         if not isinstance(name, str) or not isinstance(key, str) or not name or not key:
             raise Refused(400, "give a key name and a key.")
+        said["key_name"] = name
         entry = self._keys.get(name)
         secrets_of = () if entry is None else (
             entry[0] if isinstance(entry[0], tuple) else (entry[0],))
         if not any(hmac.compare_digest(key.encode(), s.encode()) for s in secrets_of):
+            self._throttle.failed(client)
             await asyncio.sleep(0.2)  # a guesser waits
             raise Refused(401, "the key name or the key is not one of this server's.")
         assert entry is not None
-        token = secrets.token_urlsafe(32)
-        session = _Session(name, entry[1], secrets.token_urlsafe(32),
-                           time.time() + SESSION_SECONDS)
-        self._forget_expired()
-        self._sessions[token] = session
+        self._throttle.succeeded(client)
+        token, session = self._sessions.open(name, entry[1], request.cookies.get(COOKIE, ""))
         response = web.json_response(_me(session))
         response.set_cookie(COOKIE, token, path=PREFIX, max_age=SESSION_SECONDS,
                             httponly=True, samesite="Strict", secure=request.secure)
         return response
 
-    def _forget_expired(self) -> None:
-        now = time.time()
-        for token in [t for t, s in self._sessions.items() if s.expires <= now]:
-            del self._sessions[token]
-        while len(self._sessions) >= MAX_SESSIONS:
-            del self._sessions[next(iter(self._sessions))]
-
-    def _session(self, request: web.Request) -> _Session:
+    def _session(self, request: web.Request) -> Session:
         session = self._sessions.get(request.cookies.get(COOKIE, ""))
-        if session is None or session.expires <= time.time():
+        if session is None:
             raise Refused(401, "sign in first: this needs a key of the server's.")
         return session
 
@@ -233,7 +274,29 @@ class Explorer:
             raise EntityNotFound(f"no namespace {str(name)[:60]!r} on this server.")
         return await self._namespace(name)
 
-    async def _events(self, request: web.Request, session: _Session) -> web.StreamResponse:
+    def _snapshot(self, rights: frozenset[str]) -> dict[str, Any]:
+        """The live snapshot as a session with ``rights`` sees it (worked out once a
+        snapshot for every session without Manage)."""
+        snapshot = self._sampler.snapshot()
+        if "Manage" in rights:
+            return snapshot
+        if self._public[0] is not snapshot:
+            self._public = (snapshot, visible(snapshot, rights))
+        return self._public[1]
+
+    async def _events(self, request: web.Request, session: Session, token: str
+                      ) -> web.StreamResponse:
+        if self._streams >= MAX_STREAMS:
+            raise Refused(503, f"{MAX_STREAMS} live pages are open already: close one, or "
+                               "try again later.", {"Retry-After": "5"})
+        self._streams += 1
+        try:
+            return await self._stream(request, session, token)
+        finally:
+            self._streams -= 1
+
+    async def _stream(self, request: web.Request, session: Session, token: str
+                      ) -> web.StreamResponse:
         response = web.StreamResponse(headers={
             "Content-Type": "text/event-stream", "Cache-Control": "no-store",
             "X-Accel-Buffering": "no",
@@ -243,10 +306,10 @@ class Explorer:
         first: dict[str, Any] = {"history": self._sampler.history()}
         try:
             while not self._closing.is_set():
-                if session.expires <= time.time() or session not in self._sessions.values():
+                if not self._sessions.is_live(token, session):
                     await response.write(b"event: signedout\ndata: {}\n\n")
                     break
-                snapshot = {**self._sampler.snapshot(), **first}
+                snapshot = {**self._snapshot(session.rights), **first}
                 first = {}
                 await response.write(b"data: " + json.dumps(snapshot).encode() + b"\n\n")
                 try:
@@ -255,6 +318,9 @@ class Explorer:
                     pass
         except (ConnectionResetError, ConnectionError):
             pass
+        except Exception as exc:  # a bug: the stream ends (the page opens another)
+            log.error("explorer: unexpected %s in an event stream: %s", type(exc).__name__,
+                      str(exc)[:200])
         return response
 
 
@@ -265,7 +331,7 @@ def _secure_headers(response: web.StreamResponse) -> None:
     response.headers["Referrer-Policy"] = "no-referrer"
 
 
-def _me(session: _Session) -> dict[str, Any]:
+def _me(session: Session) -> dict[str, Any]:
     return {"key_name": session.key_name, "rights": sorted(session.rights),
             "csrf": session.csrf, "expires": session.expires}
 
@@ -287,13 +353,27 @@ async def _arguments(request: web.Request) -> dict[str, Any]:
     args: dict[str, Any] = dict(request.query)
     if request.can_read_body:
         try:
-            body = json.loads(await request.read() or b"{}")
-        except ValueError:
-            raise InvalidArgument("the body is not JSON.") from None
+            body = json.loads(await request.read() or b"{}", parse_constant=_no_constant,
+                              parse_float=_finite)
+        except (ValueError, RecursionError):
+            raise InvalidArgument("the body is not plain JSON (an object of strings, "
+                                  "finite numbers, booleans, lists and objects, not "
+                                  "nested too deep).") from None
         if not isinstance(body, dict):
             raise InvalidArgument("the body must be a JSON object.")
         args.update(body)
     return args
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number.")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is too large a number.")
+    return value
 
 
 def _path(args: dict[str, Any]) -> str:
@@ -307,7 +387,7 @@ def _int(args: dict[str, Any], name: str, default: int, high: int) -> int:
     raw = args.get(name, default)
     try:
         value = int(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InvalidArgument(f"{name} must be a whole number.") from None
     if not 0 <= value <= high:
         raise InvalidArgument(f"{name} must be from 0 to {high}.")
@@ -377,7 +457,7 @@ _ROUTES: dict[tuple[str, str], tuple[tuple[str, ...], _Handler]] = {
     ("POST", "send"): (("Send",), _send),
     ("POST", "resubmit"): (("Listen", "Send"), _resubmit),
     ("POST", "purge"): (("Manage",), _purge),
-    ("GET", "rules"): ((), _rules),
+    ("GET", "rules"): (("Manage",), _rules),
     ("POST", "rules"): (("Manage",), _add_rule),
     ("DELETE", "rules"): (("Manage",), _delete_rule),
     ("POST", "faults"): (("Manage",), _inject),

@@ -1,11 +1,10 @@
-"""What the explorer (:mod:`._explorer`) does to the broker: the live snapshot of every
-namespace (entities, counts, settings, messages in and out per second, faults), peeks
-rendered for a person, sends, resubmits, purges, rules, session states and faults.
+"""What the explorer (:mod:`._explorer`) does to the broker: peeks rendered for a
+person, sends, resubmits, purges, rules, session states and faults (the live snapshot of
+every namespace is :mod:`._explorer_live`'s).
 
 Everything here takes an :class:`~aiosb.emulator.EmulatorNamespace` and plain values and
 answers plain JSON-ready values; the HTTP side (sign-in, rights, cross-site checks) is
-:mod:`._explorer`'s. Counts are read as ``GET /metrics`` reads them (the entity table,
-without fault checks), so the page keeps showing an entity through its outage.
+:mod:`._explorer`'s.
 """
 
 
@@ -15,9 +14,6 @@ import dataclasses
 import datetime as _dt
 import json
 import math
-import re
-import time
-from collections import deque
 from typing import Any
 
 from ... import emulator
@@ -32,20 +28,17 @@ from ...protocol import (
 )
 from ...rules import RuleProperties, SqlRuleAction, SqlRuleFilter, rule_path
 from .. import EmulatorNamespace
-from .._manage import runtime
+from .._record import AVAILABLE, DEFERRED, received_messages
 
 #: Sub-queues a peek or a purge names.
 SUB_QUEUES = ("active", "scheduled", "deferred", "deadletter")
 #: Bodies are shown up to this many characters of text, or bytes as hex.
 TEXT_LIMIT, HEX_LIMIT = 64 * 1024, 4 * 1024
-#: Points of a chart (one a second).
-HISTORY = 60
 #: The most messages a resubmit or purge looks through in one request.
 SCAN_LIMIT = 50_000
-_COUNT = re.compile(r"count\((\d+)\)")
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """A setting or property as JSON shows it (durations in seconds, instants in ISO)."""
     if value is None or isinstance(value, (bool, int, str)):
         return value
@@ -69,134 +62,6 @@ def _duration(seconds: float) -> str:
         if seconds >= 2 * size:
             return f"{seconds / size:g} {unit}"
     return f"{seconds:g} s"
-
-
-def _numbered(entity: Any) -> int | None:
-    """How many sequence numbers ``entity`` has given out (its messages in, dead-letter
-    copies included), or ``None`` if that cannot be read. Each fragment numbers with an
-    :func:`itertools.count`, whose ``repr`` is the one view of its next value that does
-    not take it: read so, the broker's hot path pays nothing for the chart."""
-    total = 0
-    for counter in getattr(entity, "seqs", ()):
-        found = _COUNT.fullmatch(repr(counter))
-        if found is None:
-            return None
-        total += int(found[1])
-    return total
-
-
-class Sampler:
-    """The namespaces as the page shows them, read at most once a second and shared by
-    every open page, with each entity's messages in and out per second over the last
-    :data:`HISTORY` seconds.
-
-    In is the sequence numbers an entity gave out (sends, schedules, dead-letter
-    copies); out is in less the change of what it holds (a message completed, received,
-    expired, or moved to the dead-letter queue). A topic's are its subscriptions'.
-    """
-
-    def __init__(self) -> None:
-        self._last: dict[tuple[str, str], tuple[float, int | None, int]] = {}
-        self._history: dict[tuple[str, str], deque[tuple[float, float, float]]] = {}
-        self._snapshot: dict[str, Any] | None = None
-        self._at = -math.inf
-
-    def snapshot(self) -> dict[str, Any]:
-        """The namespaces now (or as read less than a second ago)."""
-        now = time.monotonic()
-        if self._snapshot is None or now - self._at >= 0.95:
-            self._snapshot, self._at = self._read(now), now
-        return self._snapshot
-
-    def history(self) -> dict[str, list[tuple[float, float, float]]]:
-        """Every entity's chart so far, ``{"NS/PATH": [(epoch, in, out), ...]}``."""
-        return {f"{ns}/{path}": list(points) for (ns, path), points in self._history.items()}
-
-    def _read(self, now: float) -> dict[str, Any]:
-        wall = time.time()
-        seen: set[tuple[str, str]] = set()
-        out = []
-        for ns in sorted(emulator.namespaces(), key=lambda n: n.name.lower()):
-            entities = []
-            for entity in sorted(ns._entities.values(), key=lambda e: e.path.lower()):
-                if entity.deleted:
-                    continue
-                key = (ns.name, entity.path)
-                seen.add(key)
-                entities.append(self._entity(ns, entity, key, now, wall))
-            self._topics_add_up(ns.name, entities, wall)
-            out.append({
-                "name": ns.name, "tier": ns.tier, "entities": entities,
-                "faults": faults_of(ns),
-            })
-        for gone in self._last.keys() - seen:
-            self._last.pop(gone, None)
-            self._history.pop(gone, None)
-        return {"at": wall, "namespaces": out}
-
-    def _entity(self, ns: EmulatorNamespace, entity: Any, key: tuple[str, str], now: float,
-                wall: float) -> dict[str, Any]:
-        counts = runtime(ns, entity.path)
-        held = counts.total_message_count
-        numbered = _numbered(entity)
-        before = self._last.get(key)
-        self._last[key] = (now, numbered, held)
-        rate = None
-        if before is not None and now > before[0]:
-            seconds = now - before[0]
-            took = 0 if numbered is None or before[1] is None else numbered - before[1]
-            gave = took - (held - before[2])
-            rate = (max(0.0, took / seconds), max(0.0, gave / seconds))
-            self._history.setdefault(key, deque(maxlen=HISTORY)).append((wall, *rate))
-        props = entity.description()
-        return {
-            "path": entity.path,
-            "kind": entity.kind,
-            "topic": getattr(props, "topic_name", None),
-            "counts": {
-                "active": counts.active_message_count,
-                "scheduled": counts.scheduled_message_count,
-                "deferred": counts.deferred_message_count,
-                "dead_letter": counts.dead_letter_message_count,
-                "transfer": counts.transfer_message_count,
-                "transfer_dead_letter": counts.transfer_dead_letter_message_count,
-                "total": counts.total_message_count,
-            },
-            "size": counts.size_in_bytes,
-            "subscriptions": counts.subscription_count,
-            "fragments": [counts.available_fragments, counts.fragment_count],
-            "sessions": bool(getattr(props, "requires_session", False)),
-            "settings": {
-                f.name: _plain(getattr(props, f.name))
-                for f in dataclasses.fields(props)
-                if f.name not in ("name", "topic_name")
-            },
-            "rate": rate,
-        }
-
-    def _topics_add_up(self, ns: str, entities: list[dict[str, Any]], wall: float) -> None:
-        by_topic: dict[str, list[float]] = {}
-        for item in entities:
-            if item["kind"] == "subscription" and item["rate"] is not None:
-                sums = by_topic.setdefault(item["topic"].lower(), [0.0, 0.0])
-                sums[0] += item["rate"][0]
-                sums[1] += item["rate"][1]
-        for item in entities:
-            if item["kind"] == "topic":
-                got = by_topic.get(item["path"].lower())
-                if got is not None:
-                    item["rate"] = (got[0], got[1])
-                    points = self._history.setdefault((ns, item["path"]), deque(maxlen=HISTORY))
-                    points.append((wall, got[0], got[1]))
-
-
-def faults_of(ns: EmulatorNamespace) -> list[dict[str, Any]]:
-    """The namespace's active faults."""
-    return [
-        {"id": f.id, "entity": f.entity, "kind": f.kind, "operations": sorted(f.operations),
-         "seconds": f.seconds, "fragment": f.fragment}
-        for f in ns.faults.active
-    ]
 
 
 # -- messages -----------------------------------------------------------------------
@@ -250,8 +115,8 @@ def message_view(m: ReceivedMessage) -> dict[str, Any]:
         "to": m.to,
         "reply_to": m.reply_to,
         "reply_to_session_id": m.reply_to_session_id,
-        "time_to_live": _plain(m.time_to_live),
-        "scheduled_enqueue_time": _plain(m.scheduled_enqueue_time),
+        "time_to_live": plain(m.time_to_live),
+        "scheduled_enqueue_time": plain(m.scheduled_enqueue_time),
         "dead_letter_reason": m.dead_letter_reason,
         "dead_letter_error_description": m.dead_letter_error_description,
         "dead_letter_source": m.dead_letter_source,
@@ -259,7 +124,7 @@ def message_view(m: ReceivedMessage) -> dict[str, Any]:
     return {
         "system": {k: v for k, v in system.items() if v is not None},
         "properties": [
-            [name, type(value).__name__, _plain(value)]
+            [name, type(value).__name__, plain(value)]
             for name, value in m.application_properties.items()
         ],
         "body": body_view(m.body, m.content_type),
@@ -368,37 +233,67 @@ async def resubmit(ns: EmulatorNamespace, path: str, seqs: list[int] | None
                    ) -> dict[str, Any]:
     """Send dead-lettered messages of ``path`` (those numbered ``seqs``, or all) to the
     entity again (a subscription's to its topic), completing each copy in the dead-letter
-    queue once it is sent; the rest are given back as they were."""
+    queue once it is sent. Chosen ones are taken by number: no other dead letter is
+    locked or touched."""
     entity, _ = ns._resolve(path)
     props = entity.description()
     target = resubmit_target(entity.path, entity.kind, getattr(props, "topic_name", None))
-    wanted = None if seqs is None else set(seqs)
+    if seqs is not None:
+        take = await _take_dead_letters(ns, path, seqs)
+        if take:
+            await _send_back(ns, path, target, take)
+        missing = set(seqs) - {m.sequence_number for m in take}
+        if missing:
+            raise MessageNotFound(
+                f"resubmitted {len(take)}; no dead letter numbered "
+                f"{', '.join(map(str, sorted(missing)[:20]))} was there to take (gone, or "
+                "locked by a receiver).")
+        return {"resubmitted": len(take), "to": target}
     done = 0
-    looked = 0
-    while looked < SCAN_LIMIT and (wanted is None or wanted):
+    while done < SCAN_LIMIT:
         got = await ns.receive(path, ReceiveRequest(
             mode="peek_lock", max_messages=100, max_wait=0, sub_queue="deadletter"))
         if not got:
             break
-        looked += len(got)
-        take = [m for m in got if wanted is None or m.sequence_number in wanted]
-        leave = [m for m in got if m not in take]
-        if take:
-            await ns.send(target, [_copy(m) for m in take])
-            await _settle(ns, path, "complete", take)
-            done += len(take)
-            if wanted is not None:
-                wanted -= {m.sequence_number for m in take}
-        if leave:
-            await _settle(ns, path, "abandon", leave)
-            if wanted is not None:
-                break  # what is left is locked elsewhere or gone
-    if wanted:
-        raise MessageNotFound(
-            f"resubmitted {done}; no dead letter numbered {', '.join(map(str, sorted(wanted)))} "
-            f"was there to take (gone, or locked by a receiver)."
-        )
+        await _send_back(ns, path, target, got)
+        done += len(got)
     return {"resubmitted": done, "to": target}
+
+
+async def _take_dead_letters(ns: EmulatorNamespace, path: str, seqs: list[int]
+                             ) -> list[ReceivedMessage]:
+    """Lock the dead letters of ``path`` numbered ``seqs`` that are there and free, and
+    no other. (The broker's receive takes the next messages in order, or deferred ones
+    by number; a dead letter is mostly neither deferred nor next.)"""
+    if ns.faults.active:
+        await ns.faults.check("receive", path)
+    entity, _ = ns._receivable(path, "deadletter", "receive")
+    down = ns._down("receive", path) or {}
+    now = ns.now()
+    entity.touch(now)
+    wanted = list(dict.fromkeys(seqs))
+    taken: list[ReceivedMessage] = []
+    for store in entity.dlqs:
+        if store.fragment in down:
+            continue  # down: its dead letters are not there to take
+        recs = [rec for rec in map(store.records.get, wanted)
+                if rec is not None and rec.state in (AVAILABLE, DEFERRED)]
+        if recs:
+            store.hand_out(recs, entity.lock_seconds, now)
+            taken += received_messages(recs, store.path)
+    return taken
+
+
+async def _send_back(ns: EmulatorNamespace, path: str, target: str,
+                     got: list[ReceivedMessage]) -> None:
+    """Send copies of locked dead letters to ``target`` and complete them; if the send
+    fails, give them back as they were."""
+    try:
+        await ns.send(target, [_copy(m) for m in got])
+    except BaseException:
+        await _settle(ns, path, "abandon", got)
+        raise
+    await _settle(ns, path, "complete", got)
 
 
 async def _settle(ns: EmulatorNamespace, path: str, action: str, got: list[ReceivedMessage]
@@ -494,7 +389,7 @@ def rule_view(rule: RuleProperties) -> dict[str, Any]:
         shown = "1=0"
     else:
         shown = ", ".join(
-            f"{k} = {_plain(v)!r}" for k, v in dataclasses.asdict(f).items() if v is not None
+            f"{k} = {plain(v)!r}" for k, v in dataclasses.asdict(f).items() if v is not None
         )
     return {
         "name": rule.name, "filter_kind": kind, "filter": shown,

@@ -138,7 +138,7 @@ function badges(entity) {
   const c = entity.counts;
   const out = [el("span", { class: "badge", title: "active", dataset: { count: "active" } }, c.active)];
   if (c.dead_letter) out.push(el("span", { class: "badge dl", title: "dead-lettered" }, c.dead_letter));
-  if (entity.fragments[0] < entity.fragments[1]) out.push(el("span", { class: "badge down" }, "down"));
+  if (entity.fragments && entity.fragments[0] < entity.fragments[1]) out.push(el("span", { class: "badge down" }, "down"));
   return out;
 }
 
@@ -146,7 +146,7 @@ function renderTree() {
   const tree = $("tree");
   const wanted = [];
   for (const ns of state.snapshot.namespaces) {
-    const faults = ns.faults.length;
+    const faults = ns.faults ? ns.faults.length : 0;  // sent to Manage keys only
     wanted.push(["ns:" + ns.name, () => el("button", {
       class: "ns-head", type: "button", dataset: { namespace: ns.name },
       onclick: () => select({ ns: ns.name }),
@@ -201,7 +201,7 @@ function renderDetail() {
   if (!entity) { detail.replaceChildren(el("p", { class: "hint" }, "This entity is gone.")); return; }
   const tabs = [["overview", "Overview"], ["messages", "Messages"], ["send", "Send"]];
   if (entity.kind === "topic") tabs.splice(1, 1);
-  if (entity.kind === "subscription") { tabs.splice(2, 1); tabs.push(["rules", "Rules"]); }
+  if (entity.kind === "subscription") { tabs.splice(2, 1); if (can("Manage")) tabs.push(["rules", "Rules"]); }
   if (entity.sessions) tabs.push(["sessions", "Sessions"]);
   if (!tabs.some(([id]) => id === state.tab)) state.tab = "overview";
   const body = el("div", { id: "tab-body" });
@@ -228,8 +228,8 @@ function refreshLive() {
   const entity = findEntity(sel.ns, sel.path);
   if (!entity) return;
   const down = $("down");
-  if (down) {
-    const ns = findNamespace(sel.ns);
+  const ns = findNamespace(sel.ns);
+  if (down && ns.faults) {
     const faults = ns.faults.filter((f) => !f.entity || sel.path.toLowerCase() === f.entity ||
       sel.path.toLowerCase().startsWith(f.entity + "/"));
     const key = JSON.stringify(faults);
@@ -258,7 +258,7 @@ function refreshLive() {
   const chart = $("chart");
   if (chart) drawChart(chart, state.history[`${sel.ns}/${sel.path}`] || [], entity.rate);
   const settings = $("settings");
-  if (settings) {
+  if (settings && entity.settings) {
     settings.replaceChildren(...Object.entries(entity.settings).map(([k, v]) =>
       el("tr", {}, el("th", {}, k.replaceAll("_", " ")), el("td", { class: "mono" }, v === null ? "—" : String(v)))));
   }
@@ -300,8 +300,13 @@ function overviewView(ns, entity) {
       el("button", { type: "button", class: "plain", id: "heal-entity", onclick: () => select({ ns }) },
         "Faults of the namespace…"), note, error));
   }
-  parts.push(el("div", { class: "card" }, el("h3", {}, "Settings"),
-    el("table", {}, el("tbody", { id: "settings" }))));
+  if (entity.settings) {  // sent to Manage keys only, as REST gives descriptions
+    parts.push(el("div", { class: "card" }, el("h3", {}, "Settings"),
+      el("table", {}, el("tbody", { id: "settings" }))));
+  } else {
+    parts.push(el("p", { class: "hint", id: "manage-only" }, `The key ${state.me.key_name} has no Manage right: `
+      + "its settings, rules and faults are not shown."));
+  }
   return parts;
 }
 
@@ -573,8 +578,10 @@ function namespaceView(name) {
   const parts = [
     el("div", { class: "kind" }, `namespace, ${ns.tier} tier`), el("h2", {}, name),
     el("p", { class: "hint" }, `${ns.entities.length} entities, ${total} messages.`),
-    el("div", { class: "card" }, el("h3", {}, "Active faults"), el("div", { id: "fault-list" })),
   ];
+  if (ns.faults) parts.push(el("div", { class: "card" }, el("h3", {}, "Active faults"), el("div", { id: "fault-list" })));
+  else parts.push(el("p", { class: "hint", id: "manage-only" }, `The key ${state.me.key_name} has no Manage right: `
+    + "entities' settings, rules and faults are not shown."));
   if (can("Manage")) {
     const error = el("p", { class: "error", id: "fault-error" });
     const kind = el("select", { id: "fault-kind" }, ["unavailable", "timeout", "transient", "delay"].map((k) => el("option", { value: k }, k)));
@@ -608,7 +615,7 @@ function namespaceView(name) {
 
 function fillFaults(list, name) {
   const ns = findNamespace(name);
-  if (!ns) return;
+  if (!ns || !ns.faults) return;
   const heal = (id) => api("DELETE", "faults", { ns: name, id: id || "" }).catch((e) => { list.append(el("p", { class: "error" }, e.message)); });
   const key = JSON.stringify(ns.faults);
   if (list.dataset.shown === key) return;  // unchanged: keep the buttons under the pointer

@@ -1,0 +1,181 @@
+"""Who may use the explorer (:mod:`._explorer`), and what each may see.
+
+**Sessions** (:class:`Sessions`): a random token (the cookie) for each sign-in, ending
+after :data:`SESSION_SECONDS`, at sign-out, or when the same browser signs in again
+(the cookie it presents then is dropped). A key holds at most :data:`SESSIONS_PER_KEY`
+at once, its oldest going first: one key signing in over and over pushes out only its
+own sessions, never another key's.
+
+**The key's way in** (:func:`may_sign_in`): the sign-in posts the key itself, so over
+plain HTTP it is taken only from the server's own machine (a loopback address); from
+anywhere else the server must be served over TLS. The rest of the server sees only
+expiring SAS tokens; a key read off the network would be good until it is changed.
+
+**Guessers** (:class:`Throttle`): a client address that fails :data:`FAILURES`
+sign-ins within :data:`FAILURE_WINDOW` seconds is refused for :data:`BLOCK_FIRST`
+seconds, twice as long each time again (up to :data:`BLOCK_MOST`); at most
+:data:`CLIENTS_KEPT` addresses are remembered.
+
+**What a session sees** (:func:`visible`): REST gives an entity's description, its
+rules and the namespace's faults to Manage keys only; so does the explorer. A session
+without Manage gets the namespaces and entities by name and kind, with their counts,
+sizes and rates, and nothing of their settings or faults.
+"""
+
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+#: How long a sign-in lasts, in seconds.
+SESSION_SECONDS = 8 * 3600
+#: Sessions one key holds at once (its oldest goes first).
+SESSIONS_PER_KEY = 50
+#: Failed sign-ins from one address within FAILURE_WINDOW seconds before it is refused.
+FAILURES, FAILURE_WINDOW = 5, 60.0
+#: How long an address is first refused, in seconds, and the longest (doubling between).
+BLOCK_FIRST, BLOCK_MOST = 30.0, 900.0
+#: After this long without a failure an address starts afresh, in seconds.
+FORGIVE = 3600.0
+#: Client addresses remembered at once (the one that failed longest ago goes first).
+CLIENTS_KEPT = 4096
+#: What a session without Manage sees of an entity in the live snapshot.
+PUBLIC_FIELDS = ("path", "kind", "topic", "counts", "size", "subscriptions", "sessions",
+                 "rate")
+
+
+@dataclass(slots=True)
+class Session:
+    """One sign-in: its key's name and rights, its CSRF token, when it ends (epoch)."""
+
+    key_name: str
+    rights: frozenset[str]
+    csrf: str
+    expires: float
+
+
+class Sessions:
+    """The signed-in sessions, by cookie token."""
+
+    def __init__(self) -> None:
+        self._by_token: dict[str, Session] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_token)
+
+    def open(self, key_name: str, rights: frozenset[str], replacing: str = ""
+             ) -> tuple[str, Session]:
+        """A new session for ``key_name`` (and its token), dropping the session of the
+        token ``replacing`` (the cookie presented at sign-in), the expired, and the
+        key's oldest past :data:`SESSIONS_PER_KEY`."""
+        self._by_token.pop(replacing, None)
+        now = time.time()
+        mine = []
+        for token, session in list(self._by_token.items()):
+            if session.expires <= now:
+                del self._by_token[token]
+            elif session.key_name == key_name:
+                mine.append(token)
+        for token in mine[:max(0, len(mine) - SESSIONS_PER_KEY + 1)]:
+            del self._by_token[token]  # oldest first: the dict keeps the order of sign-in
+        token = secrets.token_urlsafe(32)
+        session = Session(key_name, rights, secrets.token_urlsafe(32), now + SESSION_SECONDS)
+        self._by_token[token] = session
+        return token, session
+
+    def get(self, token: str) -> Session | None:
+        """The live session of ``token``, if any."""
+        session = self._by_token.get(token)
+        if session is None or session.expires <= time.time():
+            return None
+        return session
+
+    def is_live(self, token: str, session: Session) -> bool:
+        """Whether ``session`` is still the one of ``token`` and not expired."""
+        return self._by_token.get(token) is session and session.expires > time.time()
+
+    def close(self, token: str) -> None:
+        """Sign out."""
+        self._by_token.pop(token, None)
+
+
+def is_loopback(address: str | None) -> bool:
+    """Whether a client ``address`` is this machine's own (127.0.0.0/8, ``::1``, or
+    either mapped into IPv6)."""
+    try:
+        ip = ipaddress.ip_address((address or "").split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def may_sign_in(secure: bool, address: str | None) -> str | None:
+    """Why a sign-in over this channel is refused (``None``: it is not): the key
+    crosses the network readable over plain HTTP unless the client is on this
+    machine."""
+    if secure or is_loopback(address):
+        return None
+    return (f"signing in over plain HTTP from {str(address)[:60]} would send the key across "
+            "the network readable: serve with TLS (aiosb serve --tls, or --tls-cert and "
+            "--tls-key) and open the explorer over https://, or sign in from the server's "
+            "own machine.")
+
+
+class Throttle:
+    """Failed sign-ins by client address, and how long each must wait."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        #: address -> [window start, failures in it, times refused, refused until, last]
+        self._clients: OrderedDict[str, list[float]] = OrderedDict()
+
+    def wait(self, client: str) -> float:
+        """Seconds before ``client`` may try again (0: now)."""
+        entry = self._clients.get(client)
+        return 0.0 if entry is None else max(0.0, entry[3] - self._clock())
+
+    def failed(self, client: str) -> None:
+        """``client`` gave a wrong key."""
+        now = self._clock()
+        entry = self._clients.pop(client, None)
+        if entry is None or now - entry[4] > FORGIVE:
+            entry = [now, 0, 0, 0.0, now]
+        if now - entry[0] > FAILURE_WINDOW:
+            entry[0], entry[1] = now, 0
+        entry[1] += 1
+        entry[4] = now
+        if entry[1] >= FAILURES:
+            entry[2] += 1
+            entry[3] = now + min(BLOCK_MOST, BLOCK_FIRST * 2 ** (entry[2] - 1))
+            entry[0], entry[1] = now, 0
+        self._clients[client] = entry
+        while len(self._clients) > CLIENTS_KEPT:
+            self._clients.popitem(last=False)
+
+    def succeeded(self, client: str) -> None:
+        """``client`` signed in: it starts afresh."""
+        self._clients.pop(client, None)
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+
+def visible(snapshot: dict[str, Any], rights: frozenset[str]) -> dict[str, Any]:
+    """What a session with ``rights`` may see of the live snapshot: all of it with
+    Manage; else names, kinds, counts and rates (no settings, no faults)."""
+    if "Manage" in rights:
+        return snapshot
+    return {**snapshot, "namespaces": [
+        {"name": ns["name"], "tier": ns["tier"], "entities": [
+            {field: entity[field] for field in PUBLIC_FIELDS} for entity in ns["entities"]
+        ]}
+        for ns in snapshot["namespaces"]
+    ]}

@@ -1,0 +1,288 @@
+"""Issue 37, the security review of the explorer: who may sign in over which channel,
+a guesser slowed down per client address, the log of sign-ins and changes, the cap on
+event streams, and a bug answered as JSON with the explorer's headers. In process:
+the server's application under aiohttp's test server, a client address or scheme
+played by a middleware where the test needs one; and, where this machine has an
+address besides loopback, over the real network."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+import aiosb
+from aiosb.auth import DEV_KEY, DEV_KEY_NAME
+from aiosb.emulator import _tls
+from aiosb.emulator.server import EmulatorServer, _explorer, _explorer_auth, serve
+from aiosb.errors import InvalidArgument
+
+from .conftest import READER, READER_KEY
+
+pytestmark = pytest.mark.timeout(60)
+
+SECURITY_HEADERS = ("Content-Security-Policy", "X-Content-Type-Options", "X-Frame-Options",
+                    "Referrer-Policy")
+
+
+@web.middleware
+async def played(request: web.Request,
+                 handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                 ) -> web.StreamResponse:
+    """The client address and scheme the test plays (X-Test-Peer, X-Test-Scheme)."""
+    return await handler(request.clone(
+        remote=request.headers.get("X-Test-Peer", request.remote),
+        scheme=request.headers.get("X-Test-Scheme", request.scheme)))
+
+
+class Client:
+    """A page of the explorer, as seen from ``peer`` over ``scheme``."""
+
+    def __init__(self, http: TestClient, peer: str = "127.0.0.1", scheme: str = "http"
+                 ) -> None:
+        self.http = http
+        self.played = {"X-Test-Peer": peer, "X-Test-Scheme": scheme}
+        self.cookie = ""
+        self.csrf = ""
+
+    async def call(self, method: str, name: str, body: Any = None,
+                   headers: dict[str, str] | None = None) -> tuple[int, Any, Any]:
+        sent = {**self.played, **(headers or {})}
+        if self.cookie:
+            sent["Cookie"] = self.cookie
+        if self.csrf:
+            sent["X-Aiosb-Csrf"] = self.csrf
+        async with self.http.request(method, f"/explorer/api/{name}", json=body,
+                                     headers=sent) as answer:
+            return answer.status, await answer.json(), answer.headers
+
+    async def sign_in(self, key_name: str = DEV_KEY_NAME, key: str = DEV_KEY
+                      ) -> tuple[int, Any, Any]:
+        status, body, headers = await self.call(
+            "POST", "signin", {"key_name": key_name, "key": key},
+            headers={"X-Aiosb-Explorer": "1"})
+        if status == 200:
+            self.cookie = headers["Set-Cookie"].split(";", 1)[0]
+            self.csrf = body["csrf"]
+        return status, body, headers
+
+
+async def _running(log: bool) -> AsyncIterator[tuple[TestClient, EmulatorServer]]:
+    server = EmulatorServer(explorer=True, log_requests=log,
+                            keys={READER: (READER_KEY, ["Listen"])})
+    app = server.app()
+    app.middlewares.append(played)
+    async with TestClient(TestServer(app), cookie_jar=aiohttp.DummyCookieJar()) as http:
+        yield http, server
+
+
+@pytest.fixture
+async def app() -> AsyncIterator[tuple[TestClient, EmulatorServer]]:
+    async for running in _running(log=False):
+        yield running
+
+
+@pytest.fixture
+async def logged() -> AsyncIterator[tuple[TestClient, EmulatorServer]]:
+    async for running in _running(log=True):
+        yield running
+
+
+async def test_over_plain_http_only_this_machine_may_sign_in(
+    app: tuple[TestClient, EmulatorServer],
+) -> None:
+    """Review finding 2: the sign-in carries the key itself; over plain HTTP from
+    another machine it would cross the network readable. Over HTTPS anyone may."""
+    http, _ = app
+    for peer in ("127.0.0.1", "127.5.6.7", "::1", "::ffff:127.0.0.1"):
+        status, body, headers = await Client(http, peer).sign_in()
+        assert status == 200, (peer, body)
+    for peer in ("192.0.2.9", "::ffff:192.0.2.9", "2001:db8::1", "10.0.0.1"):
+        status, body, headers = await Client(http, peer).sign_in()
+        assert status == 403, (peer, body)
+        assert "--tls" in body["error"] and "server's own machine" in body["error"]
+        assert all(h in headers for h in SECURITY_HEADERS)
+    status, _, headers = await Client(http, "192.0.2.9", "https").sign_in()
+    assert status == 200 and "Secure" in headers["Set-Cookie"]
+
+
+def _other_address() -> str | None:
+    """An address of this machine's other than loopback, if it has one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: a route is looked up
+        except OSError:
+            return None
+        address = str(probe.getsockname()[0])
+    return None if address.startswith("127.") else address
+
+
+async def test_over_the_real_network_plain_http_is_refused_and_https_is_not(
+    tmp_path: Path,
+) -> None:
+    """The same, with no test double: a server on every interface, reached at this
+    machine's own non-loopback address."""
+    address = _other_address()
+    if address is None:
+        pytest.skip("this machine has no address besides loopback")
+    signin = {"key_name": DEV_KEY_NAME, "key": DEV_KEY}
+    header = {"X-Aiosb-Explorer": "1"}
+    async with aiohttp.ClientSession() as session:
+        async with serve("0.0.0.0", explorer=True) as plain:
+            url = plain.url.replace("0.0.0.0", address)
+            async with session.post(f"{url}/explorer/api/signin", json=signin,
+                                    headers=header) as answer:
+                assert answer.status == 403
+                assert "--tls" in (await answer.json())["error"]
+            local = plain.url.replace("0.0.0.0", "127.0.0.1")
+            async with session.post(f"{local}/explorer/api/signin", json=signin,
+                                    headers=header) as answer:
+                assert answer.status == 200
+        cert, key = _tls.self_signed(tmp_path)
+        async with serve("0.0.0.0", explorer=True,
+                         ssl_context=_tls.context(cert, key)) as secure:
+            url = secure.url.replace("0.0.0.0", address)
+            async with session.post(f"{url}/explorer/api/signin", json=signin,
+                                    headers=header, ssl=False) as answer:
+                assert answer.status == 200
+                assert "Secure" in answer.headers["Set-Cookie"]
+
+
+async def test_a_guesser_is_refused_for_longer_and_longer(
+    app: tuple[TestClient, EmulatorServer],
+) -> None:
+    """Review finding 5: after FAILURES wrong keys within a minute an address is
+    refused, the right key included, with 429 and Retry-After; twice as long the next
+    time; another address is not held up."""
+    http, server = app
+    assert server.explorer is not None
+    now = [1000.0]
+    server.explorer._throttle._clock = lambda: now[0]
+    guesser = Client(http, "192.0.2.66", "https")
+    for _ in range(_explorer_auth.FAILURES):
+        assert (await guesser.sign_in(DEV_KEY_NAME, "wrong="))[0] == 401
+    status, body, headers = await guesser.sign_in()  # the right key, too soon
+    assert status == 429 and "try again in 30 s" in body["error"]
+    assert headers["Retry-After"] == "30"
+    assert all(h in headers for h in SECURITY_HEADERS)
+    assert (await Client(http, "192.0.2.67", "https").sign_in())[0] == 200
+    now[0] += 31
+    for _ in range(_explorer_auth.FAILURES):
+        assert (await guesser.sign_in(DEV_KEY_NAME, "wrong="))[0] == 401
+    status, _, headers = await guesser.sign_in()
+    assert status == 429 and headers["Retry-After"] == "60"  # doubled
+    now[0] += 61
+    assert (await guesser.sign_in())[0] == 200  # and a success starts afresh
+    assert server.explorer._throttle.wait("192.0.2.66") == 0
+
+
+def test_the_guessers_remembered_are_bounded() -> None:
+    throttle = _explorer_auth.Throttle(clock=lambda: 5.0)
+    for n in range(_explorer_auth.CLIENTS_KEPT + 100):
+        throttle.failed(f"10.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}")
+    assert len(throttle) == _explorer_auth.CLIENTS_KEPT
+
+
+async def test_sign_ins_and_changes_are_logged_without_the_key(
+    logged: tuple[TestClient, EmulatorServer], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Review finding 5: a sign-in, refused or not, and every change go to the access
+    log with the key's name and the client's address, never the key."""
+    http, _ = logged
+    caplog.set_level(logging.INFO, logger="aiosb.server.requests")
+    page = Client(http, "127.0.0.9")
+    assert (await page.sign_in(READER, "notTheReaderKey="))[0] == 401
+    assert (await page.sign_in())[0] == 200
+    assert (await page.call("GET", "me"))[0] == 200  # a read: not logged
+    await page.call("POST", "send", {"ns": "logged", "path": "nowhere", "body": "x"})
+    lines = [r.getMessage() for r in caplog.records if r.name == "aiosb.server.requests"]
+    assert len(lines) == 3, lines
+    assert "127.0.0.9 POST /explorer/api/signin 401" in lines[0] and repr(READER) in lines[0]
+    assert "127.0.0.9 POST /explorer/api/signin 200" in lines[1]
+    assert repr(DEV_KEY_NAME) in lines[1]
+    assert "POST /explorer/api/send" in lines[2] and "logged/nowhere" in lines[2]
+    text = "\n".join(lines)
+    assert DEV_KEY not in text and "notTheReaderKey" not in text
+
+
+async def test_quiet_logs_nothing(app: tuple[TestClient, EmulatorServer],
+                                  caplog: pytest.LogCaptureFixture) -> None:
+    http, _ = app
+    caplog.set_level(logging.INFO, logger="aiosb.server.requests")
+    assert (await Client(http).sign_in())[0] == 200
+    assert not [r for r in caplog.records if r.name == "aiosb.server.requests"]
+
+
+async def test_event_streams_are_capped_and_end_at_sign_out(
+    app: tuple[TestClient, EmulatorServer], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review finding 6: past MAX_STREAMS open streams, another is refused with 503;
+    a stream ends, saying so, when its session is signed out."""
+    http, server = app
+    monkeypatch.setattr(_explorer, "MAX_STREAMS", 2)
+    page = Client(http)
+    await page.sign_in()
+    headers = {**page.played, "Cookie": page.cookie}
+    first = await http.get("/explorer/api/events", headers=headers)
+    second = await http.get("/explorer/api/events", headers=headers)
+    for stream in (first, second):
+        assert stream.status == 200
+        assert (await stream.content.readline()).startswith(b"data: ")
+    status, body, answered = await page.call("GET", "events")
+    assert status == 503 and "live pages" in body["error"]
+    assert answered["Retry-After"] and all(h in answered for h in SECURITY_HEADERS)
+    second.close()
+    for _ in range(100):  # the server sees the hang-up at its next write
+        if server.explorer is not None and server.explorer._streams < 2:
+            break
+        await asyncio.sleep(0.05)
+    third = await http.get("/explorer/api/events", headers=headers)
+    assert third.status == 200
+    assert (await page.call("POST", "signout", {}))[0] == 200
+    for stream in (first, third):
+        seen = b""
+        while b"event: signedout" not in seen:
+            line = await asyncio.wait_for(stream.content.readline(), 5)
+            assert line, "the stream ended without saying why"
+            seen += line
+        stream.close()
+
+
+async def test_a_bug_is_a_json_500_with_the_headers_and_one_log_line(
+    app: tuple[TestClient, EmulatorServer], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Review finding 3: whatever escapes a handler is answered as every explorer
+    answer is (JSON, the security headers), and logged in one line, no traceback."""
+    http, _ = app
+
+    async def broken(ns: Any, args: Any) -> Any:
+        raise KeyError("a bug")
+
+    monkeypatch.setitem(_explorer._ROUTES, ("GET", "peek"), (("Listen",), broken))
+    page = Client(http)
+    await page.sign_in()
+    async with aiosb.connect(f"{http.make_url('/buggy')}") as namespace:
+        await namespace.create_queue("orders")
+    caplog.set_level(logging.ERROR, logger="aiosb.server")
+    status, body, headers = await page.call("GET", "peek?ns=buggy&path=orders")
+    assert status == 500 and body == {"error": "internal error in the explorer."}
+    assert all(h in headers for h in SECURITY_HEADERS)
+    records = [r for r in caplog.records if r.name == "aiosb.server"]
+    assert len(records) == 1 and records[0].exc_info is None
+    assert "KeyError" in records[0].getMessage()
+
+
+def test_a_whole_number_argument_too_large_is_invalid_not_a_crash() -> None:
+    """Review finding 3: ``int(inf)`` raises OverflowError; it is an InvalidArgument."""
+    for value in (float("inf"), float("-inf"), float("nan"), "1e400", 10**400):
+        with pytest.raises(InvalidArgument, match="count"):
+            _explorer._int({"count": value}, "count", 20, 500)
