@@ -34,7 +34,6 @@ from ..errors import (
     SessionLockLost,
     Unauthorized,
 )
-from ..message import ReceivedMessage
 from .health import HEALTHY, EntityState
 
 __all__ = [
@@ -280,24 +279,20 @@ async def _wait_for(awaitable: Coroutine[Any, Any, Any], seconds: float) -> None
         pass
 
 
-async def _race(
-    receive: Coroutine[Any, Any, list[ReceivedMessage]], wake: asyncio.Event
-) -> list[ReceivedMessage] | None:
-    """The receive's result, or ``None`` if ``wake`` is set first (receive cancelled).
+async def _first(task: asyncio.Future[Any], wake: asyncio.Event, seconds: float) -> bool:
+    """Wait until ``task`` is done, ``wake`` is set or ``seconds`` pass; whether ``task``
+    is done (an answer that came in the same instant as the wake is taken).
 
-    Whatever happens, the receive does not outlive this call: a leftover long poll
-    would lock backlog messages nobody will move. A receive that finished in the same
-    instant as the wake still hands its messages over.
+    ``task`` is never cancelled here: it is a receive, and one whose answer is on its way
+    has had its messages locked by the broker; cancelled (over HTTP, its connection
+    dropped), it would leave them locked for nobody until their locks end
+    (:meth:`.syphon._SyphonPump.poll`).
     """
-    receive_task = asyncio.ensure_future(receive)
+    if task.done():
+        return True
     wake_task = asyncio.ensure_future(wake.wait())
     try:
-        await asyncio.wait({receive_task, wake_task}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({task, wake_task}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (receive_task, wake_task):
-            if not task.done():
-                task.cancel()
-        await asyncio.wait({receive_task, wake_task})
-    if receive_task.cancelled():
-        return None
-    return receive_task.result()
+        wake_task.cancel()
+    return task.done()

@@ -34,8 +34,8 @@ from ._common import (
     _PARK_LIMIT,
     BACKLOG_QUEUE_PROPERTIES,
     _Entry,
+    _first,
     _quietly,
-    _race,
     _wait_for,
     is_outage,
     log,
@@ -82,6 +82,8 @@ class _SyphonPump:
         self.batch = syphon_batch(hub.primary.url, hub.secondary.url)
         #: Whether the last receive brought messages (the next one need not wait).
         self.more = False
+        #: The long poll in flight, left out by a wake-up or a wait's end (:meth:`poll`).
+        self.polling: asyncio.Task[list[ReceivedMessage]] | None = None
         #: The transports a batch may move through as columns, no message object per
         #: message (#16): the backlog's receives columns and the primary's sends them.
         takes, gives = hub.secondary.transport, hub.primary.transport
@@ -121,12 +123,19 @@ class _SyphonPump:
             await self.receiver.aclose()
 
     async def release_parked(self) -> None:
-        """At the pump's end, give back what is parked (abandoned, in one request), so
-        that the next syphon of this queue takes it at once rather than after its locks
-        run out (a lock's end would count the same delivery). Bounded: a close does not
+        """At the pump's end, end the long poll left out (:meth:`poll`) and give back
+        what is parked and what the poll brought (abandoned, in one request), so that
+        the next syphon of this queue takes it at once rather than after its locks run
+        out (a lock's end would count the same delivery). Bounded: a close does not
         wait on a backlog that is down; what is not given back keeps its lock."""
         msgs = [m for group in self.parked.values() for m in group]
         self.parked.clear()
+        task, self.polling = self.polling, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})
+            if not task.cancelled() and task.exception() is None:
+                msgs += task.result()
         if not msgs:
             return
         with contextlib.suppress(ServiceBusError, TimeoutError):
@@ -144,10 +153,12 @@ class _SyphonPump:
             # entity may take its messages; else (all down: a regional outage) reading
             # the whole backlog to defer it would double its traffic for nothing.
             if not self.others_movable() or not await self.defer_parked():
-                await _wait_for(wake.wait(), budget)
-                return
+                if self.polling is None:
+                    await _wait_for(wake.wait(), budget)
+                    return
+                # A long poll is out: what it brings is taken (and parked) as it comes.
         batch: list[ReceivedMessage] | None
-        if self.more and self.columns is not None:
+        if self.polling is None and self.more and self.columns is not None:
             # In a run of full batches, each moves as columns where it can (#16).
             count = await self.move_columns(*self.columns)
             self.more = count > 0
@@ -155,18 +166,16 @@ class _SyphonPump:
             if count:
                 await asyncio.sleep(0)
             return
-        if self.more:
+        if self.polling is None and self.more:
             # The last receive brought messages, so more are likely waiting: take them
-            # at once, without the long poll's race against the wake-up (two tasks and
-            # their cancellation per batch, about a tenth of a drain's time: #16). An empty
+            # at once, without the long poll's race against the wake-up (two tasks per
+            # batch and a waiter to cancel, about a tenth of a drain's time: #16). An empty
             # answer ends the run; the long poll follows, so an idle syphon still polls
             # only as PN-16 allows.
             batch = await self.receiver.receive(max_messages=self.batch, max_wait=0)
         else:
-            batch = await _race(
-                self.receiver.receive(max_messages=self.batch, max_wait=budget), wake
-            )
-            if batch is None:  # an entity recovered: move what is parked
+            batch = await self.poll(wake, budget)
+            if batch is None:  # an entity recovered, or a wait ended: move what may move
                 return
         self.more = bool(batch)
         self.hub.counters.syphon_receives += 1
@@ -176,6 +185,23 @@ class _SyphonPump:
             # the loop from its first batch to its last: the application's own sends,
             # pings and timers go on between batches.
             await asyncio.sleep(0)
+
+    async def poll(self, wake: asyncio.Event, budget: float) -> list[ReceivedMessage] | None:
+        """The long poll's answer (PN-16), or ``None`` if ``wake`` is set (an entity
+        recovered) or ``budget`` runs out first. The poll is then left out, not cancelled,
+        its answer taken at a later step: an answer on its way has its messages locked,
+        and a receive cancelled then (over HTTP, its connection dropped) would leave them
+        locked for nobody for a lock's minute (PN-17). Only the pump's end stops it; the
+        pump settles on the receiver meanwhile (over the SDK's AMQP link, between slices)."""
+        task = self.polling
+        if task is None:
+            task = self.polling = asyncio.ensure_future(
+                self.receiver.receive(max_messages=self.batch, max_wait=budget)
+            )
+        if not await _first(task, wake, budget):
+            return None
+        self.polling = None
+        return task.result()
 
     def movable(self, entry: _Entry, now: float) -> bool:
         """Healthy or suspect, and no failed move's retry pending (PN-16)."""

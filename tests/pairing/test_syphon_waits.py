@@ -128,3 +128,36 @@ async def test_pn17_what_is_parked_is_given_back_when_the_pairing_closes(env):
         await asyncio.sleep(2)  # far less than the lock
         assert again.stats.syphon_moved == 1
     assert [m.message_id for m in await drain(env.primary, "orders")] == ["m1"]
+
+
+async def test_pn17_a_recovery_while_a_long_polls_answer_is_on_its_way_loses_nothing(env):
+    """PN-17: a recovery wakes the syphon out of its long poll to move what it parked. A
+    poll whose answer is already on its way (over a network, the broker has locked its
+    messages and is sending them back) is not dropped then: its messages are moved with
+    the rest, not left locked for nobody until the backlog's 60 s lock ends.
+
+    (A cancelled receive over HTTP loses the answer it was sent: the explorer's failover
+    test saw its backlog drain exactly a lock's minute after the heal, now and then.)"""
+    transport = env.secondary.transport
+    receive = transport.receive
+
+    async def answered_over_a_network(entity, request):
+        got = await receive(entity, request)
+        if got:
+            await asyncio.sleep(0.2)  # the answer's way back; its messages are locked
+        return got
+
+    transport.receive = answered_over_a_network
+    async with env.primary.pair(env.secondary, syphon_options(backlog_queue_count=1)) as paired:
+        async with paired.sender("orders") as sender:
+            fault = env.p_broker.faults.fail("orders")
+            await sender.send(Message(b"a", message_id="m1"))  # failed over at once
+            await asyncio.sleep(1)  # the syphon took m1 and parked it
+            assert paired.stats.syphon_moved == 0
+            await sender.send(Message(b"b", message_id="m2"))  # the long poll takes it
+            await asyncio.sleep(0.1)  # m2's answer is on its way when the entity is back
+            fault.heal()
+            paired.mark_healthy("orders")
+            await asyncio.sleep(5)  # far less than the lock
+            assert paired.stats.syphon_moved == 2
+    assert sorted(m.message_id for m in await drain(env.primary, "orders")) == ["m1", "m2"]
