@@ -81,3 +81,30 @@ def test_the_cli_serves_metrics_when_asked():
         import asyncio
 
         assert asyncio.run(missing()) != 200  # not served unless asked: a namespace path
+
+
+def _writes(text: str) -> float:
+    [line] = [line for line in text.splitlines() if line.startswith("aiosb_journal_writes_total ")]
+    return float(line.split()[1])
+
+
+@pytest.mark.timeout(60)
+def test_a_durable_server_counts_its_journal_writes(tmp_path):
+    """Durable mode: the journal's group commits, so that a benchmark (#39) can say how
+    many writes carried its messages; none of it without a journal."""
+    import asyncio
+
+    async def sends(url: str) -> tuple[str, str]:
+        before = await _scrape(url)
+        async with aiosb.connect(f"{url}/sbemulatorns") as ns:
+            await ns.create_queue("q")
+            async with ns.sender("q") as sender:
+                for _ in range(3):
+                    await sender.send([Message(b"x")] * 10)
+        return before, await _scrape(url)
+
+    with ServerProcess(args=["--metrics", "--no-amqp", "--data-dir", str(tmp_path)]) as server:
+        before, after = asyncio.run(sends(server.url))
+    assert _writes(after) >= _writes(before) + 4  # the queue and three sends, each awaited
+    with ServerProcess(args=["--metrics", "--no-amqp"]) as server:
+        assert "aiosb_journal_writes" not in asyncio.run(_scrape(server.url))

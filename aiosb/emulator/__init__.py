@@ -31,6 +31,7 @@ __all__ = [
     "Faults",
     "Journal",
     "exists",
+    "journal",
     "namespace",
     "namespaces",
     "reset",
@@ -87,6 +88,11 @@ def exists(name: str) -> bool:
 def namespaces() -> list[EmulatorNamespace]:
     """Every emulator namespace of this process."""
     return list(_registry.values())
+
+
+def journal() -> Journal | None:
+    """The journal this process keeps its namespaces in (durable mode), or ``None``."""
+    return _journal
 
 
 def use_journal(journal: Journal | None) -> None:

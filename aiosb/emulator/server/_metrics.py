@@ -9,7 +9,9 @@ Metrics, read at each scrape (nothing is counted on the hot path but the request
   ``dead_letter``;
 - ``aiosb_server_requests_total{method, status}`` and
   ``aiosb_server_request_seconds`` (a histogram of the time to answer);
-- ``aiosb_server_connections``: client connections open now.
+- ``aiosb_server_connections``: client connections open now;
+- ``aiosb_journal_writes_total`` (durable mode): the journal's group commits so far,
+  each one write of every change reported since the last.
 """
 
 from __future__ import annotations
@@ -109,3 +111,11 @@ class _EntityCollector:
                 ):
                     family.add_metric([ns.name, entity.path, state], value)
         yield family
+        journal = emulator.journal()
+        if journal is not None:
+            from prometheus_client.core import CounterMetricFamily
+
+            yield CounterMetricFamily(
+                "aiosb_journal_writes", "The durable journal's group commits so far.",
+                value=journal.writes,
+            )
