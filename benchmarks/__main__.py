@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from . import amqp, amqp_load, http, memory, pairing, rules, s1_emulator, scaling, spark
+from . import amqp, amqp_load, http, memory, pairing, rules, s1_emulator, scaling, spark, spark_read
 
 BENCHMARKS = {
     "s1": s1_emulator.main,
@@ -16,6 +16,7 @@ BENCHMARKS = {
     "rules": rules.main,
     "scaling": scaling.main,
     "spark": spark.main,
+    "spark-read": spark_read.main,
 }
 
 

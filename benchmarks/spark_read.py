@@ -1,0 +1,279 @@
+"""S-8 reads (#39): messages read by Spark (``local[2]``) from ``aiosb serve``.
+
+Measured in one run, on one SparkSession and one server, each several times, each from
+a queue filled beforehand with N messages of 64 bytes (the fill is not timed: aiosb
+senders, batches of 100, eight in flight):
+
+- one aiosb client, the yardstick: one receiver over HTTP on the driver (the bridge's
+  loop), peek-lock, ``receive`` of 100 then ``complete`` of those 100, in turn, until N
+  (as ``benchmarks/amqp.py``'s ``aiosb_receives``);
+- batch reads, ``spark.read.format("aiosb")`` with ``max_messages`` N and ``partitions``
+  2, then 4, counted with ``count()`` (one action: an uncached read consumes again);
+- a streaming read, ``spark.readStream.format("aiosb")`` with ``max_messages_per_trigger``
+  (``--per-trigger``) into the ``noop`` sink, timed from ``start()`` until Spark reports
+  (a query listener) N rows in committed micro-batches.
+
+What each run checks. A batch read consumes: each task receives its share in peek-lock,
+hands Spark its rows, then completes them; so the DataFrame must count N rows and the
+queue must be empty afterwards. A streaming read completes a micro-batch's messages in
+the source's ``commit``, which Spark calls when it plans the *next* micro-batch; the last
+one is still held when the query stops, and stopping abandons it (at least once). So the
+committed micro-batches must hold N rows, and after the stop the queue must hold exactly
+the last micro-batch's rows again, each counted once: every earlier one was completed.
+
+Targets (#39), each ratio taken run by run against the client measured in that run:
+batch reads at least 0.7x the one client (each of ``partitions`` 2 and 4), streaming
+reads at least 0.5x, judged on the worst run.
+
+Run: ``./dev bench spark-read`` or ``python -m benchmarks spark-read [--rows N] [--runs R]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+import aiosb
+from aiosb import Message
+from aiosb.bridge import Bridge
+from aiosb.emulator.process import ServerProcess
+
+from ._harness import check, report
+
+BATCH = 100
+BODY = b"x" * 64
+QUEUE = "s8r"
+
+
+def _spread(rates: list[float]) -> dict[str, float]:
+    return {"min": min(rates), "median": statistics.median(rates), "max": max(rates)}
+
+
+async def fill(url: str, count: int, in_flight: int = 8) -> None:
+    """A fresh queue ``QUEUE`` holding ``count`` messages (batches of 100, in flight)."""
+    async with aiosb.connect(url) as ns:
+        if await ns.queue_exists(QUEUE):
+            await ns.delete_queue(QUEUE)
+        await ns.create_queue(QUEUE, max_size_in_megabytes=5120)
+        batches = iter(range(0, count, BATCH))
+
+        async def worker() -> None:
+            async with ns.sender(QUEUE) as sender:
+                for first in batches:
+                    size = min(BATCH, count - first)
+                    await sender.send([Message(BODY) for _ in range(size)])
+
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
+        got = (await ns.runtime_properties(QUEUE)).active_message_count
+        if got != count:
+            raise SystemExit(f"S-8 reads: the fill left {got} of {count} messages")
+
+
+async def left(url: str) -> int:
+    """Active messages left in ``QUEUE``."""
+    async with aiosb.connect(url) as ns:
+        return (await ns.runtime_properties(QUEUE)).active_message_count
+
+
+async def one_client(url: str, count: int) -> float:
+    """Seconds for one receiver to receive and complete ``count`` messages, 100 a call."""
+    async with aiosb.connect(url) as ns, ns.receiver(QUEUE) as receiver:
+        started = time.perf_counter()
+        got = 0
+        while got < count:
+            batch = await receiver.receive(max_messages=BATCH, max_wait=5)
+            if not batch:
+                raise SystemExit(f"S-8 reads: the client received {got} of {count}")
+            await receiver.complete(batch)
+            got += len(batch)
+        return time.perf_counter() - started
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks spark-read")
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--per-trigger", type=int, default=10_000,
+                        help="max_messages_per_trigger of the streaming read")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    import aiosb.spark
+
+    n = args.rows
+    bridge = Bridge.shared()
+    with ServerProcess() as server, tempfile.TemporaryDirectory() as scratch:
+        url = f"{server.url}/s8reads"
+        spark = (
+            SparkSession.builder.master("local[2]").appName("aiosb-s8-reads")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        aiosb.spark.register(spark)
+
+        class Committed(StreamingQueryListener):
+            """Rows of the committed micro-batches of the running query, by batch id."""
+
+            def __init__(self) -> None:
+                self.lock = threading.Lock()
+                self.batches: dict[int, int] = {}
+                self.reached = threading.Event()
+                self.target = 0
+
+            def reset(self, target: int) -> None:
+                with self.lock:
+                    self.batches = {}
+                    self.target = target
+                    self.reached.clear()
+
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                progress = event.progress
+                with self.lock:
+                    self.batches[progress.batchId] = progress.numInputRows
+                    if sum(self.batches.values()) >= self.target:
+                        self.reached.set()
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                pass
+
+        listener = Committed()
+        spark.streams.addListener(listener)
+
+        def timed(name: str, read: Any, settled: Any) -> float:
+            bridge.run(fill(url, n))
+            started = time.perf_counter()
+            read()
+            seconds = time.perf_counter() - started
+            settled()
+            rate = n / seconds
+            print(f"  {name}: {n:,} messages in {seconds:.1f} s = {rate:,.0f} msg/s", flush=True)
+            return rate
+
+        def empty(name: str) -> Any:
+            def settled() -> None:
+                remaining = bridge.run(left(url))
+                if remaining:
+                    raise SystemExit(f"S-8 reads {name}: {remaining} messages left in the queue")
+            return settled
+
+        def client() -> None:
+            bridge.run(one_client(url, n))
+
+        def batch(partitions: int) -> Any:
+            def read() -> None:
+                rows = (
+                    spark.read.format("aiosb").option("namespace", url).option("entity", QUEUE)
+                    .option("max_messages", n).option("partitions", partitions).load().count()
+                )
+                if rows != n:
+                    raise SystemExit(f"S-8 reads batch/{partitions}: {rows} of {n} rows")
+            return read
+
+        last = {"rows": 0, "batches": 0}
+
+        def stream() -> None:
+            listener.reset(n)
+            checkpoint = tempfile.mkdtemp(dir=scratch)
+            query = (
+                spark.readStream.format("aiosb").option("namespace", url)
+                .option("entity", QUEUE).option("max_messages_per_trigger", args.per_trigger)
+                .load().writeStream.format("noop").option("checkpointLocation", checkpoint)
+                .start()
+            )
+            try:
+                if not listener.reached.wait(timeout=max(600.0, n / 500)):
+                    raise SystemExit(f"S-8 reads stream: {sum(listener.batches.values())} of "
+                                     f"{n} rows committed in time")
+            finally:
+                query.stop()
+            with listener.lock:
+                batches = dict(listener.batches)
+            committed = sum(batches.values())
+            if committed != n:
+                raise SystemExit(f"S-8 reads stream: {committed} rows committed, not {n}")
+            last["rows"] = batches[max(b for b, r in batches.items() if r)]
+            last["batches"] = sum(1 for r in batches.values() if r)
+
+        def stream_settled() -> None:
+            # The last micro-batch was held at the stop and abandoned: it is back, once.
+            # Abandoning happens as the driver's reader process ends: give it a moment.
+            deadline = time.monotonic() + 30
+            remaining = bridge.run(left(url))
+            while remaining != last["rows"] and time.monotonic() < deadline:
+                time.sleep(0.2)
+                remaining = bridge.run(left(url))
+            if remaining != last["rows"]:
+                raise SystemExit(f"S-8 reads stream: {remaining} messages left after the stop; "
+                                 f"the last micro-batch held {last['rows']}")
+            print(f"    {last['batches']} micro-batches; the last ({last['rows']:,} rows) was "
+                  "abandoned at the stop, all the others completed", flush=True)
+
+        contenders: dict[str, tuple[Any, Any]] = {
+            "one aiosb client": (client, empty("client")),
+            "batch read, partitions=2": (batch(2), empty("batch/2")),
+            "batch read, partitions=4": (batch(4), empty("batch/4")),
+            "streaming read": (stream, stream_settled),
+        }
+        print("S-8 reads: warming up Spark and the server", flush=True)
+        saved, n = n, min(n, 20_000)
+        timed("warm-up batch read", batch(2), empty("warm-up"))
+        timed("warm-up streaming read", stream, stream_settled)
+        n = saved
+        results: dict[str, list[float]] = {name: [] for name in contenders}
+        for run in range(args.runs):
+            print(f"run {run + 1} of {args.runs}", flush=True)
+            for name, (read, settled) in contenders.items():
+                results[name].append(timed(name, read, settled))
+        spark.stop()
+
+    spread = {name: _spread(rates) for name, rates in results.items()}
+    rows = [
+        {"contender": name, "messages": n, "min_msg_per_s": s["min"],
+         "median_msg_per_s": s["median"], "max_msg_per_s": s["max"]}
+        for name, s in spread.items()
+    ]
+
+    # Ratios run by run: each run's contenders met the same machine.
+    def ratio(name: str) -> list[float]:
+        return [r / c for r, c in zip(results[name], results["one aiosb client"], strict=True)]
+
+    checks = [
+        check("#39", "batch read (partitions=2) / one aiosb client, run by run",
+              ratio("batch read, partitions=2"), 0.7, unit="ratio"),
+        check("#39", "batch read (partitions=4) / one aiosb client, run by run",
+              ratio("batch read, partitions=4"), 0.7, unit="ratio"),
+        check("#39", f"streaming read ({args.per_trigger:,} a trigger) / one aiosb client, "
+              "run by run", ratio("streaming read"), 0.5, unit="ratio"),
+    ]
+    client_median = spread["one aiosb client"]["median"]
+    summary = {
+        "client_msg_per_s_median": client_median,
+        "batch2_over_client_median": spread["batch read, partitions=2"]["median"] / client_median,
+        "batch4_over_client_median": spread["batch read, partitions=4"]["median"] / client_median,
+        "stream_over_client_median": spread["streaming read"]["median"] / client_median,
+        "max_messages_per_trigger": args.per_trigger,
+    }
+    report("s8_spark_read", f"S-8 reads: Spark reads from aiosb serve, {args.runs} runs", rows,
+           summary, checks)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
