@@ -10,6 +10,10 @@
   and streaming, as an application runs: producers and consumers at the same time,
   ``--in-flight`` of each (throughput: messages/s sent and received and completed).
 * S-9: both on asyncio's loop and on uvloop; the ratio is reported.
+* S-10, durable mode (#39): S-4 streaming against ``aiosb serve --data-dir`` beside an
+  in-memory ``aiosb serve``, run by run in turn, with each server's CPU per batch and
+  the durable one's journal writes (group commits) per second. Target: durable at
+  least 0.5 times in-memory, on the worst run.
 
 S-3 and S-4 run with server and client in one process and one loop, as in the
 conformance suite, so that the bare reference is measured the same way. S-4 is also
@@ -220,6 +224,59 @@ def _elsewhere(served: _Served, name: str, rounds: int, runs: list[Any], loop: s
     return out, [rounds * BATCH / t for t in timings]
 
 
+async def _journal_writes(url: str) -> float:
+    """The durable server's group commits so far (``aiosb_journal_writes_total``)."""
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as answer:
+        text = await answer.text()
+    for line in text.splitlines():
+        if line.startswith("aiosb_journal_writes_total "):
+            return float(line.split()[1])
+    raise RuntimeError(f"{url} reports no journal writes: is it durable (--data-dir)?")
+
+
+def durable_beside_memory(rounds: int, in_flight: int, repeat: int, loop: str
+                          ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """S-4 streaming against a durable ``aiosb serve`` and an in-memory one, in turn:
+    rows (rates, server CPU per batch, commits per second) and the #39 check."""
+    import tempfile
+
+    rates: dict[str, list[float]] = {"in memory": [], "durable": []}
+    server_ms: dict[str, list[float]] = {"in memory": [], "durable": []}
+    commits: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="aiosb-bench-") as data, \
+            ServerProcess(args=["--no-amqp"]) as memory, \
+            ServerProcess(args=["--no-amqp", "--metrics", "--data-dir", data]) as durable:
+        for i in range(repeat):
+            for name, server in (("in memory", memory), ("durable", durable)):
+                url = f"{server.url}/dur{i}"
+                writes0 = run(lambda: _journal_writes(durable.url)) if server is durable else 0
+                cpu0 = _cpu_seconds(server.pid)
+                seconds = run(lambda url=url: aiosb_streaming_at(url, rounds, in_flight), loop)
+                cpu1 = _cpu_seconds(server.pid)
+                rates[name].append(rounds * BATCH / seconds)
+                if cpu0 is not None and cpu1 is not None:
+                    server_ms[name].append(1000 * (cpu1 - cpu0) / rounds)
+                if server is durable:
+                    writes = run(lambda: _journal_writes(durable.url)) - writes0
+                    commits.append(writes / seconds)
+    rows: list[dict[str, Any]] = []
+    for name, values in rates.items():
+        row: dict[str, Any] = {
+            "case": f"S-4 streaming x{in_flight}, aiosb serve {name}", "loop": loop,
+            "min_per_s": min(values), "median_per_s": sorted(values)[len(values) // 2],
+            "max_per_s": max(values)}
+        if server_ms[name]:
+            row["server_ms_per_batch"] = min(server_ms[name])
+        if name == "durable":
+            row["commits_per_s"] = sorted(commits)[len(commits) // 2]
+            row["messages_per_commit"] = (sorted(values)[len(values) // 2]
+                                          / max(row["commits_per_s"], 1e-9))
+        rows.append(row)
+    ratios = [d / m for d, m in zip(rates["durable"], rates["in memory"], strict=True)]
+    return rows, check("S-10", f"S-4 streaming x{in_flight}: durable / in memory, run by run "
+                       f"[{loop}]", ratios, 0.5, unit="ratio")
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sends", type=int, default=5_000, help="single sends for S-3")
@@ -289,6 +346,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         summary[f"s4_{loop}_streaming_serve_process_msgs_per_s"] = (
             streaming_elsewhere["best_per_s"]
         )
+        durable_rows, durable_check = durable_beside_memory(rounds, args.in_flight,
+                                                            args.repeat, loop)
+        rows += durable_rows
+        checks.append(durable_check)
     if "uvloop" in loops():
         summary["s9_s3_uvloop_over_asyncio"] = (
             summary["s3_uvloop_aiosb_per_s"] / summary["s3_asyncio_aiosb_per_s"]

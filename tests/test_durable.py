@@ -332,3 +332,64 @@ async def test_rules_survive_a_restart(tmp_path):
                 assert got.body == b"eu" and got.application_properties["routed"] == "eu-rule"
             counts = await ns.runtime_properties("t/subscriptions/corr")
             assert counts.active_message_count == 2  # plain rules yield one copy between them
+
+
+@pytest.mark.looptime
+async def test_a_lock_is_kept_beside_the_row_not_by_writing_it_again(tmp_path):
+    """#39: receiving (and renewing) changes a message's lock only: the journal keeps
+    the lock in the row's lock column and leaves the written row as it was, and a
+    restart reads the lock, renewed, from there."""
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("held")) as ns:
+            await ns.create_queue("q", lock_duration=timedelta(seconds=LOCK))
+            async with ns.sender("q") as sender:
+                await sender.send(Message(b"a"))
+            db = sqlite3.connect(tmp_path / "aiosb.sqlite3")
+            [(written, lock)] = db.execute("SELECT data, lock FROM messages").fetchall()
+            assert lock is None
+            async with ns.receiver("q") as receiver:
+                (a,) = await receiver.receive(max_wait=0)
+                await asyncio.sleep(LOCK / 2)
+                renewed = await receiver.renew_lock(a)
+            [(data, lock)] = db.execute("SELECT data, lock FROM messages").fetchall()
+            db.close()
+            assert data == written and lock is not None
+    await restart()
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("held")) as ns:
+            async with ns.receiver("q") as receiver:
+                assert await receiver.peek(max_messages=5) != []
+                assert await receiver.receive(max_wait=0) == []  # still locked
+            store = emulator.namespace("held")._entities["q"].fragments[0]
+            [rec] = store.records.values()
+            assert (rec.lock_token, rec.delivery_count) == (a.lock_token, 1)
+            assert rec.locked_until == pytest.approx(renewed.timestamp())
+            async with ns.receiver("q") as receiver:
+                await receiver.complete(a)  # the lock survived, renewed
+            assert (await ns.runtime_properties("q")).total_message_count == 0
+
+
+@pytest.mark.looptime
+async def test_a_database_from_before_locks_had_their_column_opens(tmp_path):
+    """A data directory whose messages table has no lock column opens with the column
+    added, its rows read as they were written."""
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("old")) as ns:
+            await ns.create_queue("q")
+            async with ns.sender("q") as sender:
+                await sender.send(Message(b"kept"))
+    await restart()
+    db = sqlite3.connect(tmp_path / "aiosb.sqlite3")
+    db.executescript(  # the table as it was before the column
+        "ALTER TABLE messages RENAME TO newer;"
+        "CREATE TABLE messages (ns TEXT NOT NULL, entity TEXT NOT NULL, seq INTEGER NOT NULL,"
+        " store TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (ns, entity, seq));"
+        "INSERT INTO messages SELECT ns, entity, seq, store, data FROM newer;"
+        "DROP TABLE newer;"
+    )
+    db.close()
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("old")) as ns:
+            async with ns.receiver("q") as receiver:
+                (back,) = await receiver.receive(max_wait=0)
+                assert back.body == b"kept"

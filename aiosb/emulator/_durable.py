@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TransientError
+from ..wire.json_values import dumps, loads
 from ._entity import _Entity, _Session
 from ._namespace import Namespace
 from ._partitions import FRAGMENT_SHIFT, fragment_of
@@ -65,7 +66,7 @@ CREATE TABLE IF NOT EXISTS entities (
     PRIMARY KEY (ns, key));
 CREATE TABLE IF NOT EXISTS messages (
     ns TEXT NOT NULL, entity TEXT NOT NULL, seq INTEGER NOT NULL, store TEXT NOT NULL,
-    data BLOB NOT NULL, PRIMARY KEY (ns, entity, seq));
+    data BLOB NOT NULL, lock TEXT, PRIMARY KEY (ns, entity, seq));
 CREATE TABLE IF NOT EXISTS sequences (
     ns TEXT NOT NULL, entity TEXT NOT NULL, fragment INTEGER NOT NULL, high INTEGER NOT NULL,
     PRIMARY KEY (ns, entity, fragment));
@@ -77,7 +78,8 @@ CREATE TABLE IF NOT EXISTS sessions (
 """
 #: Columns added to a table since its first release: a database written before one was
 #: added gets it, with its default, when it is opened.
-_ADDED_COLUMNS = {"sessions": ("state_set", "REAL NOT NULL DEFAULT 0")}
+_ADDED_COLUMNS = [("sessions", "state_set", "REAL NOT NULL DEFAULT 0"),
+                  ("messages", "lock", "TEXT")]
 _KIND_ORDER = {"queue": 0, "topic": 0, "subscription": 1}  # topics before subscriptions
 
 
@@ -94,6 +96,9 @@ class Journal:
         # holds now, a record (and where it is), or None when the row is to go.
         self._dirty: dict[tuple[str, str, int], tuple[str, _Record] | None] = {}
         self._ops: list[tuple[str, tuple[Any, ...]]] = []
+        # Rows whose message was only locked (or its lock renewed) since it was written:
+        # the lock goes to the row's lock column, the row is not written again (#39).
+        self._locks: dict[tuple[str, str, int], _Record] = {}
         self._changes = 0
         self._durable = 0
         self._flushing: asyncio.Future[None] | None = None
@@ -118,7 +123,7 @@ class Journal:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
         db.executescript(_SCHEMA)
-        for table, (column, kind) in _ADDED_COLUMNS.items():
+        for table, column, kind in _ADDED_COLUMNS:
             have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
             if column not in have:
                 db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
@@ -158,6 +163,7 @@ class Journal:
         if entity.deleted:  # its rows went with it
             return
         row = (entity.ns.name, entity.key, rec.seq)
+        self._locks.pop(row, None)  # the row is written whole, or goes
         if rec.state == GONE:
             self._dirty[row] = None
         else:
@@ -166,6 +172,19 @@ class Journal:
             else:
                 where = "d" if store.is_dlq else "m"
             self._dirty[row] = (where, rec)
+        self._changed()
+
+    def locked(self, store: _Store, recs: list[_Record]) -> None:
+        """``recs`` were locked in ``store`` (or their locks renewed): what changed is
+        their lock (state, delivery count, token, end), kept in the row's lock column."""
+        entity = store.entity
+        if entity.deleted:
+            return
+        dirty, locks, ns, key = self._dirty, self._locks, entity.ns.name, entity.key
+        for rec in recs:
+            row = (ns, key, rec.seq)
+            if row not in dirty:  # a row to be written whole will hold the lock too
+                locks[row] = rec
         self._changed()
 
     def snapshot(self, ns: Namespace) -> None:
@@ -213,6 +232,8 @@ class Journal:
             self._ops.append((f"DELETE FROM {table} WHERE ns = ? AND {column} = ?", key))
         for row in [row for row in self._dirty if row[:2] == key]:
             del self._dirty[row]
+        for row in [row for row in self._locks if row[:2] == key]:
+            del self._locks[row]
         self._changed()
 
     def session(self, session: _Session) -> None:
@@ -269,7 +290,10 @@ class Journal:
             upto = self._changes
             dirty, self._dirty = self._dirty, {}
             ops, self._ops = self._ops, []
-            slots = FIELDS
+            locks, self._locks = self._locks, {}
+            held = [
+                (_lock_of(rec), *row) for row, rec in locks.items() if rec.state == LOCKED
+            ]
             shift = FRAGMENT_SHIFT
             deletes, puts = [], []
             highs: dict[tuple[str, str, int], int] = {}
@@ -282,10 +306,10 @@ class Journal:
                     deletes.append(row)
                     continue
                 where, rec = item
-                data = encode_record({name: getattr(rec, name) for name in slots})
+                data = encode_record(rec)
                 puts.append((ns, entity, seq, where, data))
             try:
-                await self._run(self._write, ops, deletes, puts, list(highs.items()))
+                await self._run(self._write, ops, deletes, puts, list(highs.items()), held)
             except (sqlite3.Error, OSError) as exc:
                 failed = True
                 # Nothing of this group is durable: keep it for the next attempt (later
@@ -293,6 +317,9 @@ class Journal:
                 self._ops[:0] = ops
                 for row, item in dirty.items():
                     self._dirty.setdefault(row, item)
+                for row, rec in locks.items():
+                    if row not in self._dirty:
+                        self._locks.setdefault(row, rec)
                 self._retry = min(5.0, self._retry * 2 or 0.05)
                 log.error(
                     "could not write to %s (retrying in %.2f s): %s", self.path, self._retry, exc
@@ -317,6 +344,7 @@ class Journal:
         deletes: list[tuple[str, str, int]],
         puts: list[tuple[str, str, int, str, bytes]],
         highs: list[tuple[tuple[str, str, int], int]],
+        held: list[tuple[bytes, str, str, int]],
     ) -> None:
         db = self._db
         assert db is not None
@@ -325,7 +353,10 @@ class Journal:
             for sql, args in ops:
                 db.execute(sql, args)
             db.executemany("DELETE FROM messages WHERE ns = ? AND entity = ? AND seq = ?", deletes)
-            db.executemany("INSERT OR REPLACE INTO messages VALUES (?, ?, ?, ?, ?)", puts)
+            db.executemany("INSERT OR REPLACE INTO messages (ns, entity, seq, store, data, lock) "
+                           "VALUES (?, ?, ?, ?, ?, NULL)", puts)
+            db.executemany("UPDATE messages SET lock = ? WHERE ns = ? AND entity = ? AND seq = ?",
+                           held)
             db.executemany(
                 "INSERT INTO sequences VALUES (?, ?, ?, ?) ON CONFLICT (ns, entity, fragment) "
                 "DO UPDATE SET high = max(high, excluded.high)",
@@ -351,7 +382,9 @@ class Journal:
             db.execute(
                 "SELECT ns, key, kind, path, nfrag, created, props FROM entities"
             ).fetchall(),
-            db.execute("SELECT ns, entity, seq, store, data FROM messages ORDER BY seq").fetchall(),
+            db.execute(
+                "SELECT ns, entity, seq, store, data, lock FROM messages ORDER BY seq"
+            ).fetchall(),
             db.execute("SELECT ns, entity, fragment, high FROM sequences").fetchall(),
             db.execute("SELECT ns, entity, sid, state, state_set FROM sessions").fetchall(),
             db.execute("SELECT ns, entity, data FROM rules").fetchall(),
@@ -370,6 +403,12 @@ def _consume(task: asyncio.Future[None]) -> None:
     """Retrieve a write's exception (logged already; retried in the background)."""
     if not task.cancelled():
         task.exception()
+
+
+def _lock_of(rec: _Record) -> bytes:
+    """What :meth:`Journal.locked` keeps of a locked record: its state, delivery count,
+    lock token and lock's end."""
+    return dumps([rec.state, rec.delivery_count, rec.lock_token, rec.locked_until])
 
 
 def _rebuild(
@@ -403,7 +442,7 @@ def _rebuild(
     slots = FIELDS
     locked_at: dict[tuple[int, float], list[Any]] = {}
     orphans = 0
-    for ns_name, key, seq, where, data in messages:
+    for ns_name, key, seq, where, data, lock in messages:
         owner = built[ns_name]._entities.get(key)
         if owner is None:
             orphans += 1
@@ -412,6 +451,8 @@ def _rebuild(
         fields = decode_record(data)
         for name in slots:  # a field added since the row was written reads as None
             setattr(rec, name, fields.get(name))
+        if lock is not None:  # locked since the row was written (Journal.locked)
+            rec.state, rec.delivery_count, rec.lock_token, rec.locked_until = loads(lock)
         frag = fragment_of(seq, owner.nfrag)
         hk = (ns_name, key, frag)
         highs[hk] = max(highs.get(hk, 0), seq)

@@ -513,8 +513,7 @@ class _Store:
             self.lock_until(until, recs)
             journal = self.ns.journal
             if journal is not None:
-                for rec in recs:
-                    journal.record(self, rec)
+                journal.locked(self, recs)
         return recs
 
     def renew(self, until: float, recs: list[_Record]) -> None:
@@ -526,8 +525,7 @@ class _Store:
             self.lock_until(until, recs)
             journal = self.ns.journal
             if journal is not None:
-                for rec in recs:
-                    journal.record(self, rec)
+                journal.locked(self, recs)
 
     def find(self, seqs: Sequence[int], state: int, what: str) -> list[_Record]:
         """The records with these sequence numbers, all in ``state``, or MessageNotFound."""

@@ -31,6 +31,10 @@ class Recorder(Protocol):
     def record(self, store: Any, rec: _Record) -> None:
         """``rec`` was added, changed or removed in ``store`` (a :class:`~._store._Store`)."""
 
+    def locked(self, store: Any, recs: list[_Record]) -> None:
+        """``recs`` were locked in ``store``, or their locks renewed: nothing else of
+        them changed."""
+
 
 class StoreHost(Protocol):
     """What a store needs of its namespace."""
