@@ -25,13 +25,15 @@ Targets (#39), each ratio taken run by run against the client measured in that r
 batch reads at least 0.7x the one client (each of ``partitions`` 2 and 4), streaming
 reads at least 0.5x, judged on the worst run.
 
-Run: ``./dev bench spark-read`` or ``python -m benchmarks spark-read [--rows N] [--runs R]``.
+Run: ``./dev bench spark-read``, or with options
+``python -m benchmarks.spark_read [--rows N] [--runs R] [--per-trigger M]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import statistics
 import sys
@@ -50,6 +52,7 @@ from ._harness import check, report
 BATCH = 100
 BODY = b"x" * 64
 QUEUE = "s8r"
+_queues = itertools.count()
 
 
 def _spread(rates: list[float]) -> dict[str, float]:
@@ -57,10 +60,16 @@ def _spread(rates: list[float]) -> dict[str, float]:
 
 
 async def fill(url: str, count: int, in_flight: int = 8) -> None:
-    """A fresh queue ``QUEUE`` holding ``count`` messages (batches of 100, in flight)."""
+    """A new queue ``QUEUE`` holding ``count`` messages (batches of 100, in flight).
+
+    Each contender reads a queue of its own name (the previous one deleted): a stopped
+    streaming query's driver-side reader may outlive ``stop()`` by a moment, and must not
+    lock the next contender's messages."""
+    global QUEUE
     async with aiosb.connect(url) as ns:
         if await ns.queue_exists(QUEUE):
             await ns.delete_queue(QUEUE)
+        QUEUE = f"s8r{next(_queues)}"
         await ns.create_queue(QUEUE, max_size_in_megabytes=5120)
         batches = iter(range(0, count, BATCH))
 
@@ -100,7 +109,7 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks spark-read")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--per-trigger", type=int, default=10_000,
+    parser.add_argument("--per-trigger", type=int, default=50_000,
                         help="max_messages_per_trigger of the streaming read")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
