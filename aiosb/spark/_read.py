@@ -128,17 +128,31 @@ class Holder:
         self.renewer: asyncio.Task[None] | None = None
         self.renewed = 0
         self.lost = 0
+        self.released = False
+        self.admitting: asyncio.Task[Any] | None = None
 
     async def admit(self, first: int, count: int, max_wait: float) -> list[tuple[int, Any]]:
-        """Receive up to ``count`` messages, numbered from ``first``; return their rows."""
+        """Receive up to ``count`` messages, numbered from ``first``; return their rows.
+
+        Released meanwhile (the query stopped while a receive was on its way), it abandons
+        what it received, so that comes back at once, and admits nothing."""
+        if self.released:
+            return []
+        self.admitting = asyncio.current_task()
         got: list[ReceivedMessage] = []
-        wait = max_wait
-        while len(got) < count:
-            batch = await self.receiver.receive(min(count - len(got), 1000), max_wait=wait)
-            if not batch:
-                break
-            got.extend(batch)
-            wait = 0
+        try:
+            wait = max_wait
+            while len(got) < count and not self.released:
+                batch = await self.receiver.receive(min(count - len(got), 1000), max_wait=wait)
+                if not batch:
+                    break
+                got.extend(batch)
+                wait = 0
+        finally:
+            self.admitting = None
+        if self.released:
+            await self._abandon(got)
+            return []
         rows = []
         for i, message in enumerate(got):
             self.held[first + i] = message
@@ -184,13 +198,23 @@ class Holder:
                     del self.held[index]
 
     async def release(self) -> None:
-        """Abandon everything held (it is delivered again at once), stop renewing."""
+        """Abandon everything held (it is delivered again at once), stop renewing.
+
+        A receive on its way is let finish, not cancelled (its answer would be lost with
+        its messages locked for nobody): ``admit`` sees the release and abandons it."""
+        self.released = True
+        admitting = self.admitting
+        if admitting is not None and admitting is not asyncio.current_task():
+            await asyncio.wait([admitting])
         if self.renewer is not None:
             self.renewer.cancel()
             await asyncio.gather(self.renewer, return_exceptions=True)
             self.renewer = None
         messages = list(self.held.values())
         self.held.clear()
+        await self._abandon(messages)
+
+    async def _abandon(self, messages: list[ReceivedMessage]) -> None:
         try:
             await settle_all(self.receiver.abandon, messages)  # lost ones are back already
         except ServiceBusError as exc:  # their locks run out instead
