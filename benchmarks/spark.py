@@ -18,7 +18,8 @@ rows/s, at least 10x the naive pattern, and faster than the careful loop, each o
 minimum over runs; and (#39) at least 5x the official SDK's loop, the data source's
 slowest run against the SDK loop's fastest.
 
-Run: ``./dev bench spark`` or ``python -m benchmarks spark [--rows N] [--runs R]``.
+Run: ``./dev bench spark``, or with options ``python -m benchmarks.spark [--rows N] [--runs R]
+[--sdk-rows N]``.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _spread(rates: list[float]) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks spark")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.spark")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--naive-rows", type=int, default=2_000)
     parser.add_argument("--sdk-rows", type=int, default=200_000)

@@ -106,7 +106,7 @@ async def one_client(url: str, count: int) -> float:
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks spark-read")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.spark_read")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--per-trigger", type=int, default=50_000,
