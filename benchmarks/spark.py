@@ -14,9 +14,9 @@ Measured in one run, on one SparkSession and one server, each several times:
   four in flight, no Spark.
 
 Every run checks that every row arrived. Targets (quality.md S-8): at least 20,000
-rows/s, at least 10x the naive pattern, and faster than the careful loop, each on the
-minimum over runs; and (#39) at least 5x the official SDK's loop, the data source's
-slowest run against the SDK loop's fastest.
+rows/s, at least 10x the naive pattern, faster than the careful loop, and (#39) at
+least 5x the official SDK's loop; each ratio is taken run by run (the contenders of a
+run met the same machine) and judged on the worst run.
 
 Run: ``./dev bench spark``, or with options ``python -m benchmarks.spark [--rows N] [--runs R]
 [--sdk-rows N]``.
