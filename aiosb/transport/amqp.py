@@ -37,7 +37,7 @@ import functools
 import ssl
 import urllib.parse
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from .._endpoint import Endpoint, Proxy, Verify
@@ -56,12 +56,12 @@ from ._amqp_admin import AdminOperations
 from ._amqp_convert import (
     message_from_sdk,
     message_to_sdk,
-    properties_to_sdk,
     sdk,
 )
 from ._amqp_endpoint import namespace_name
 from ._amqp_errors import Reached
 from ._amqp_link import Link
+from ._amqp_settle import settle_operation
 
 __all__ = ["RECEIVE_SLICE", "AmqpTransport"]
 
@@ -475,11 +475,12 @@ class AmqpTransport(AdminOperations):
     async def settle(self, entity: str, settlement: Settlement) -> list[float] | None:
         self._check()
         action = settlement.action
-        renewed: dict[str, float] = {}
         path = str(parse_entity_path(entity, settlement.sub_queue)).lower()
         # A token given twice settles once, as the broker counts it (the second would
         # find the lock gone).
-        for token in dict.fromkeys(settlement.lock_tokens):
+        tokens = list(dict.fromkeys(settlement.lock_tokens))
+        entries = []
+        for token in tokens:
             entry = self._locks.get(token)
             if entry is not None and entry[2] != path:
                 # Another entity's lock: the broker of ``entity`` does not hold it.
@@ -489,21 +490,53 @@ class AmqpTransport(AdminOperations):
                     f"The lock {token} is not held by this connection to {self.namespace!r}: "
                     "it expired, the message was settled, or another connection received it."
                 )
-            link, sdk_message, _ = entry
-            operation = _settle_operation(action, sdk_message, settlement)
+            entries.append((token, *entry))
+        # The settlements of one link run in one turn of it: between them, a long
+        # receive on the same link (a syphon's poll) would otherwise take a slice of up
+        # to RECEIVE_SLICE each, and a batch of 200 would outlast any operation timeout.
+        by_link: dict[int, list[tuple[str, Any]]] = {}
+        links: dict[int, Link] = {}
+        for token, link, sdk_message, _ in entries:
+            by_link.setdefault(id(link), []).append((token, sdk_message))
+            links[id(link)] = link
+        renewed: dict[str, float] = {}
+        for key, items in by_link.items():
+            done: list[str] = []
+
+            async def each(receiver: Any, items: list[tuple[str, Any]] = items,
+                           done: list[str] = done) -> list[Any]:
+                results = []
+                for token, sdk_message in items:
+                    settle = settle_operation(action, sdk_message, settlement)
+                    results.append(await settle(receiver))
+                    done.append(token)
+                return results
+
             try:
-                result = await link.run(operation, action)
+                results = await links[key].run(each, action)
             except MessageLockLost:
-                self._locks.pop(token, None)
+                if len(done) < len(items):
+                    self._locks.pop(items[len(done)][0], None)  # the one that failed
+                self._forget(action, done)
+                raise
+            except BaseException:
+                self._forget(action, done)
                 raise
             if action == "renew":
-                renewed[token] = result.timestamp()
-                self._locks.move_to_end(token)
+                for (token, _), result in zip(items, results, strict=True):
+                    renewed[token] = result.timestamp()
+                    self._locks.move_to_end(token)
             else:
-                self._locks.pop(token, None)
+                self._forget(action, done)
         if action == "renew":
             return [renewed[token] for token in settlement.lock_tokens]
         return None
+
+    def _forget(self, action: str, tokens: list[str]) -> None:
+        """The locks ``tokens`` were settled (a renewal keeps them)."""
+        if action != "renew":
+            for token in tokens:
+                self._locks.pop(token, None)
 
     # -- management ------------------------------------------------------------------
 
@@ -518,79 +551,6 @@ class AmqpTransport(AdminOperations):
             raise self._reached.error(exc, what) from exc
         self._reached.yes = True
         return result
-
-
-def _settle_operation(
-    action: str, sdk_message: Any, settlement: Settlement
-) -> Callable[[Any], Awaitable[Any]]:
-    if settlement.properties_to_modify and action in ("abandon", "defer", "dead_letter"):
-        return functools.partial(_settle_modifying, message=sdk_message, settlement=settlement)
-    if action == "complete":
-        return lambda r: r.complete_message(sdk_message)
-    if action == "abandon":
-        return lambda r: r.abandon_message(sdk_message)
-    if action == "defer":
-        return lambda r: r.defer_message(sdk_message)
-    if action == "dead_letter":
-        return lambda r: r.dead_letter_message(
-            sdk_message, reason=settlement.reason, error_description=settlement.description
-        )
-    if action == "renew":
-        return lambda r: r.renew_message_lock(sdk_message)
-    raise InvalidArgument(f"unknown settlement action {action!r}.")
-
-
-async def _settle_modifying(receiver: Any, *, message: Any, settlement: Settlement) -> None:
-    """Abandon, defer or dead-letter with ``properties_to_modify``, which the SDK's
-    settlement methods do not take.
-
-    It sends what the .NET SDK sends and Service Bus applies: on the receive link, the
-    ``modified`` outcome with the properties as its message annotations (abandon, defer),
-    or ``rejected`` with them in the dead-letter error's info next to the reason and
-    description; for a deferred message (received by sequence number), the
-    ``update-disposition`` request with ``properties-to-modify``. The SDK's own checks
-    (settled already, peeked, receive-and-delete) and error mapping apply as for its
-    own settlements.
-    """
-    from azure.servicebus._common import constants as c
-    from azure.servicebus._pyamqp.error import AMQPError
-
-    action = settlement.action
-    operation = {"abandon": c.MESSAGE_ABANDON, "defer": c.MESSAGE_DEFER,
-                 "dead_letter": c.MESSAGE_DEAD_LETTER}[action]
-    receiver._check_live()
-    receiver._check_message_alive(message, operation)
-    props = properties_to_sdk(settlement.properties_to_modify or {})
-    reason, description = settlement.reason, settlement.description
-
-    async def settle() -> None:
-        if message._is_deferred_message:
-            details: dict[str, Any] = {"properties-to-modify": props}
-            if action == "dead_letter":
-                details[c.MGMT_REQUEST_DEAD_LETTER_REASON] = reason or ""
-                details[c.MGMT_REQUEST_DEAD_LETTER_ERROR_DESCRIPTION] = description or ""
-            await receiver._settle_message_via_mgmt_link(
-                c.MESSAGE_MGMT_SETTLEMENT_TERM_MAP[operation], [message.lock_token],
-                dead_letter_details=details,
-            )
-            return
-        outcome: dict[str, Any]
-        if action == "dead_letter":
-            info = {c.RECEIVER_LINK_DEAD_LETTER_REASON: reason,
-                    c.RECEIVER_LINK_DEAD_LETTER_ERROR_DESCRIPTION: description, **props}
-            outcome = {"outcome": "rejected", "error": AMQPError(
-                condition=c.DEADLETTERNAME, description=description, info=info)}
-        else:
-            outcome = {"outcome": "modified", "delivery_failed": True,
-                       "undeliverable_here": action == "defer", "message_annotations": props}
-        await receiver._handler.settle_messages_async(
-            message._delivery_id, message._delivery_tag, **outcome,
-            await_outcome=receiver._await_settlement_outcome,
-            outcome_timeout=receiver._config.timeout,
-        )
-
-    await receiver._do_retryable_operation(settle, timeout=None)
-    message._settled = True
 
 
 async def _receive_some(receiver: Any, *, count: int, wait: float) -> list[Any]:

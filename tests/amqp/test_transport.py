@@ -264,6 +264,30 @@ async def test_long_waits_are_sliced_so_settlements_get_their_turn(env):
     assert max(waits) <= RECEIVE_SLICE and len(waits) >= 3
 
 
+async def test_a_batch_settles_in_one_turn_of_the_link_beside_a_long_poll(env):
+    """A syphon settles a batch while its long poll is out on the same link: the batch
+    takes one turn of the link, not a turn per message with a slice of the poll between
+    each (200 messages would then outlast the operation timeout, and the cancelled
+    settle closed the link and lost the locks: the AMQP pairing test's rare failure)."""
+    ns, transport, made = env
+    made["client"].inbox["orders"] = [
+        {"body": f"m{i}".encode(), "sequence_number": i} for i in range(1, 21)
+    ]
+    loop = asyncio.get_running_loop()
+    async with ns.receiver("orders") as receiver:
+        batch = await receiver.receive(max_messages=20, max_wait=0)
+        assert len(batch) == 20
+        waiting = asyncio.create_task(receiver.receive(max_wait=60))
+        await asyncio.sleep(RECEIVE_SLICE / 2)  # the long poll holds the link now
+        start = loop.time()
+        await receiver.complete(batch)
+        assert loop.time() - start <= RECEIVE_SLICE  # one wait for the link, at most
+        assert transport._locks == {}
+        waiting.cancel()
+    settled = made["client"].receivers[0].settled
+    assert [m.sequence_number for _, m, _ in settled] == list(range(1, 21))
+
+
 async def test_a_finite_wait_on_an_empty_entity_returns_nothing(env):
     ns, _, _ = env
     loop = asyncio.get_running_loop()
