@@ -45,6 +45,23 @@ def _spread(rates: list[float]) -> dict[str, float]:
     return {"min": min(rates), "median": statistics.median(rates), "max": max(rates)}
 
 
+def local_spark(name: str) -> Any:
+    """The benchmarks' SparkSession: ``local[2]``, quiet, the data source registered."""
+    from pyspark.sql import SparkSession
+
+    import aiosb.spark
+
+    spark = (
+        SparkSession.builder.master("local[2]").appName(name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    aiosb.spark.register(spark)
+    return spark
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.spark")
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -54,7 +71,6 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-    from pyspark.sql import SparkSession
 
     import aiosb.spark
 
@@ -62,14 +78,7 @@ def main(argv: list[str]) -> None:
     with ServerProcess() as server:
         url = f"{server.url}/sbemulatorns"  # the namespace AMQP serves: the SDK's too
         connection = server.amqp_connection_string
-        spark = (
-            SparkSession.builder.master("local[2]").appName("aiosb-s8")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        aiosb.spark.register(spark)
+        spark = local_spark("aiosb-s8")
 
         def frame(rows: int) -> Any:
             return spark.range(0, rows, numPartitions=4).selectExpr(

@@ -48,6 +48,8 @@ from aiosb.bridge import Bridge
 from aiosb.emulator.process import ServerProcess
 
 from ._harness import check, report
+from .amqp import aiosb_receives
+from .spark import local_spark
 
 BATCH = 100
 BODY = b"x" * 64
@@ -91,20 +93,6 @@ async def left(url: str) -> int:
         return (await ns.runtime_properties(QUEUE)).active_message_count
 
 
-async def one_client(url: str, count: int) -> float:
-    """Seconds for one receiver to receive and complete ``count`` messages, 100 a call."""
-    async with aiosb.connect(url) as ns, ns.receiver(QUEUE) as receiver:
-        started = time.perf_counter()
-        got = 0
-        while got < count:
-            batch = await receiver.receive(max_messages=BATCH, max_wait=5)
-            if not batch:
-                raise SystemExit(f"S-8 reads: the client received {got} of {count}")
-            await receiver.complete(batch)
-            got += len(batch)
-        return time.perf_counter() - started
-
-
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.spark_read")
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -114,23 +102,14 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQueryListener
 
-    import aiosb.spark
 
     n = args.rows
     bridge = Bridge.shared()
     with ServerProcess() as server, tempfile.TemporaryDirectory() as scratch:
         url = f"{server.url}/s8reads"
-        spark = (
-            SparkSession.builder.master("local[2]").appName("aiosb-s8-reads")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        aiosb.spark.register(spark)
+        spark = local_spark("aiosb-s8-reads")
 
         class Committed(StreamingQueryListener):
             """Rows of the committed micro-batches of the running query, by batch id."""
@@ -184,7 +163,7 @@ def main(argv: list[str]) -> None:
             return settled
 
         def client() -> None:
-            bridge.run(one_client(url, n))
+            bridge.run(aiosb_receives(url, QUEUE, n))
 
         def batch(partitions: int) -> Any:
             def read() -> None:

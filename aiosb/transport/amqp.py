@@ -478,9 +478,11 @@ class AmqpTransport(AdminOperations):
         path = str(parse_entity_path(entity, settlement.sub_queue)).lower()
         # A token given twice settles once, as the broker counts it (the second would
         # find the lock gone).
-        tokens = list(dict.fromkeys(settlement.lock_tokens))
-        entries = []
-        for token in tokens:
+        # The settlements of one link run in one turn of it: between them, a long
+        # receive on the same link (a syphon's poll) would otherwise take a slice of up
+        # to RECEIVE_SLICE each, and a batch of 200 would outlast any operation timeout.
+        by_link: dict[Link, list[tuple[str, Any]]] = {}
+        for token in dict.fromkeys(settlement.lock_tokens):
             entry = self._locks.get(token)
             if entry is not None and entry[2] != path:
                 # Another entity's lock: the broker of ``entity`` does not hold it.
@@ -490,17 +492,10 @@ class AmqpTransport(AdminOperations):
                     f"The lock {token} is not held by this connection to {self.namespace!r}: "
                     "it expired, the message was settled, or another connection received it."
                 )
-            entries.append((token, *entry))
-        # The settlements of one link run in one turn of it: between them, a long
-        # receive on the same link (a syphon's poll) would otherwise take a slice of up
-        # to RECEIVE_SLICE each, and a batch of 200 would outlast any operation timeout.
-        by_link: dict[int, list[tuple[str, Any]]] = {}
-        links: dict[int, Link] = {}
-        for token, link, sdk_message, _ in entries:
-            by_link.setdefault(id(link), []).append((token, sdk_message))
-            links[id(link)] = link
+            link, sdk_message, _ = entry
+            by_link.setdefault(link, []).append((token, sdk_message))
         renewed: dict[str, float] = {}
-        for key, items in by_link.items():
+        for link, items in by_link.items():
             done: list[str] = []
 
             async def each(receiver: Any, items: list[tuple[str, Any]] = items,
@@ -513,13 +508,10 @@ class AmqpTransport(AdminOperations):
                 return results
 
             try:
-                results = await links[key].run(each, action)
-            except MessageLockLost:
-                if len(done) < len(items):
+                results = await link.run(each, action)
+            except BaseException as exc:
+                if isinstance(exc, MessageLockLost) and len(done) < len(items):
                     self._locks.pop(items[len(done)][0], None)  # the one that failed
-                self._forget(action, done)
-                raise
-            except BaseException:
                 self._forget(action, done)
                 raise
             if action == "renew":
