@@ -20,7 +20,11 @@ import pytest
 
 import aiosb
 from aiosb import Message, emulator
+from aiosb._clock import CLOCK
 from aiosb.emulator._durable import Journal
+from aiosb.emulator._record import _Record
+from aiosb.emulator._rows import encode_record
+from aiosb.wire.json_values import dumps
 from aiosb.emulator.server import serve
 from aiosb.protocol import ManagementRequest
 
@@ -193,7 +197,9 @@ async def test_a_database_from_before_session_times_were_kept_opens(tmp_path):
     journal = Journal(tmp_path)
     await journal.open()
     try:
-        _, _, _, _, sessions, _ = await journal._run(journal._read)
+        sessions = await journal.read(
+            lambda db: db.execute("SELECT ns, entity, sid, state, state_set FROM sessions")
+            .fetchall())
         assert sessions == [("old", "sq", "cart", b"hi", 0.0)]
     finally:
         await journal.aclose()
@@ -345,13 +351,13 @@ async def test_a_lock_is_kept_beside_the_row_not_by_writing_it_again(tmp_path):
             async with ns.sender("q") as sender:
                 await sender.send(Message(b"a"))
             db = sqlite3.connect(tmp_path / "aiosb.sqlite3")
-            [(written, lock)] = db.execute("SELECT data, lock FROM messages").fetchall()
+            [(*written, lock)] = db.execute("SELECT body, extra, count, lock FROM msgs").fetchall()
             assert lock is None
             async with ns.receiver("q") as receiver:
                 (a,) = await receiver.receive(max_wait=0)
                 await asyncio.sleep(LOCK / 2)
                 renewed = await receiver.renew_lock(a)
-            [(data, lock)] = db.execute("SELECT data, lock FROM messages").fetchall()
+            [(*data, lock)] = db.execute("SELECT body, extra, count, lock FROM msgs").fetchall()
             db.close()
             assert data == written and lock is not None
     await restart()
@@ -370,26 +376,76 @@ async def test_a_lock_is_kept_beside_the_row_not_by_writing_it_again(tmp_path):
 
 
 @pytest.mark.looptime
-async def test_a_database_from_before_locks_had_their_column_opens(tmp_path):
-    """A data directory whose messages table has no lock column opens with the column
-    added, its rows read as they were written."""
+@pytest.mark.parametrize("lock_column", [False, True])
+async def test_a_database_of_the_schema_before_39_is_moved_to_the_compact_table(
+    tmp_path, lock_column
+):
+    """#39: a data directory written before the compact message table (rows in
+    ``messages``, keyed by namespace and entity names, one JSON document each, with or
+    without the ``lock`` column) opens with its rows moved to ``msgs``: every message
+    as it was (ids, properties, a held lock, the dead-letter queue, a session), in order,
+    and the old table gone."""
     async with serve(data_dir=tmp_path) as server:
         async with aiosb.connect(server.namespace_url("old")) as ns:
-            await ns.create_queue("q")
-            async with ns.sender("q") as sender:
-                await sender.send(Message(b"kept"))
+            await ns.create_queue("q", lock_duration=timedelta(seconds=LOCK))
+            await ns.create_queue("s", requires_session=True)
     await restart()
+    rows = [_old_row(seq, body, **fields) for seq, body, fields in (
+        (1, b"first", {"message_id": "m1", "props": {"n": 1}}),
+        (2, b"locked", {} if lock_column else {"state": 1, "delivery_count": 1}),
+        (3, b"dead", {"dl_reason": "bad"}),
+        (4, b"third", {}),
+    )]
+    lock = dumps([1, 1, "tok-2", CLOCK.now() + LOCK])
     db = sqlite3.connect(tmp_path / "aiosb.sqlite3")
-    db.executescript(  # the table as it was before the column
-        "ALTER TABLE messages RENAME TO newer;"
+    db.executescript("DROP TABLE msgs; DROP TABLE entity_ids;")
+    db.execute(
         "CREATE TABLE messages (ns TEXT NOT NULL, entity TEXT NOT NULL, seq INTEGER NOT NULL,"
-        " store TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (ns, entity, seq));"
-        "INSERT INTO messages SELECT ns, entity, seq, store, data FROM newer;"
-        "DROP TABLE newer;"
-    )
+        " store TEXT NOT NULL, data BLOB NOT NULL" + (", lock TEXT" if lock_column else "")
+        + ", PRIMARY KEY (ns, entity, seq))")
+    for seq, data in rows:
+        store = {3: "d"}.get(seq, "m")
+        held = lock if lock_column and seq == 2 else None
+        db.execute("INSERT INTO messages (ns, entity, seq, store, data) VALUES (?, ?, ?, ?, ?)",
+                   ("old", "q", seq, store, data))
+        if held is not None:
+            db.execute("UPDATE messages SET lock = ? WHERE seq = ?", (held, seq))
+    db.execute("INSERT INTO messages (ns, entity, seq, store, data) VALUES (?, ?, ?, ?, ?)",
+               ("old", "s", 1, "s:cart", _old_row(1, b"in a session", session_id="cart")[1]))
+    db.commit()
     db.close()
     async with serve(data_dir=tmp_path) as server:
         async with aiosb.connect(server.namespace_url("old")) as ns:
             async with ns.receiver("q") as receiver:
-                (back,) = await receiver.receive(max_wait=0)
-                assert back.body == b"kept"
+                got = await receiver.receive(max_messages=10, max_wait=0)
+                assert [m.body for m in got] == [b"first", b"third"]  # the locked one held
+                assert (got[0].message_id, got[0].application_properties) == ("m1", {"n": 1})
+                held = emulator.namespace("old")._entities["q"].fragments[0].records[2]
+                assert (held.lock_token, held.delivery_count) == ("tok-2", 1)
+                await receiver.complete(got)
+                (back,) = await receiver.receive(max_wait=2 * LOCK)  # when its lock ends
+                assert (back.body, back.delivery_count) == (b"locked", 2)
+            async with ns.receiver("q", sub_queue="deadletter") as dlq:
+                (dead,) = await dlq.peek()
+                assert (dead.body, dead.dead_letter_reason) == (b"dead", "bad")
+        async with aiosb.connect("memory://old") as ns:  # sessions: not over REST
+            async with ns.receiver("s", session_id="cart") as receiver:
+                (in_session,) = await receiver.receive(max_wait=0)
+                assert in_session.body == b"in a session"
+    db = sqlite3.connect(tmp_path / "aiosb.sqlite3")
+    tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+    db.close()
+    assert "messages" not in tables and "msgs" in tables
+
+
+def _old_row(seq: int, body: bytes, **fields: object) -> tuple[int, bytes]:
+    """A message row as aiosb wrote it before #39 (``encode_record``)."""
+    rec = _Record.blank()
+    values = {"body": body, "seq": seq, "size": len(body), "enqueued": CLOCK.now(),
+              "state": 0, "delivery_count": 0, "deferred": False, "frag": 0,
+              "ttl": float("inf"), "message_id": f"id-{seq}", **fields}
+    if values["state"] == 1:
+        values.update(lock_token="tok-2", locked_until=CLOCK.now() + LOCK)
+    for name, value in values.items():
+        setattr(rec, name, value)
+    return seq, encode_record(rec)

@@ -55,6 +55,7 @@ from ..protocol import (
 from . import _delivery, _manage, _sending, _sessions
 from ._entity import EntityJournal, _Entity
 from ._faults import Fault, Faults
+from ._namespace import Loading
 from ._record import INF, _Ids
 from ._store import _wake
 from ._surroundings import Due
@@ -102,6 +103,9 @@ class EmulatorNamespace:
         self._handle: asyncio.TimerHandle | None = None
         self._handle_when = INF
         self.journal: EntityJournal | None = None  # durable mode (aiosb serve --data-dir)
+        #: Durable mode, after a restart: the messages still loading (#39). Every
+        #: operation waits, first, for what it touches (:mod:`._recovery`).
+        self.recovery: Loading | None = None
 
     def __repr__(self) -> str:
         return (
@@ -118,6 +122,8 @@ class EmulatorNamespace:
 
         With ``transaction``, they are one transaction's sends (PT-16 to PT-18).
         """
+        if self.recovery is not None:
+            await self.recovery.wait(self, path)
         await _sending.send(self, path, messages, transaction)
 
     async def send_columns(
@@ -129,14 +135,20 @@ class EmulatorNamespace:
         have; a field left out is ``None``. They are checked as a
         :class:`~aiosb.Message` checks its fields (:func:`aiosb.protocol.check_columns`)
         unless ``checked`` says that was done (the server's decoder does it)."""
+        if self.recovery is not None:
+            await self.recovery.wait(self, path)
         await _sending.send_columns(self, path, bodies, columns, checked)
 
     async def schedule(self, path: str, messages: Sequence[Message]) -> list[int]:
         """Schedule messages; return their sequence numbers (EX-5)."""
+        if self.recovery is not None:
+            await self.recovery.wait(self, path)
         return await _sending.schedule(self, path, messages)
 
     async def cancel_scheduled(self, path: str, sequence_numbers: Sequence[int]) -> None:
         """Cancel scheduled messages (all named ones must be scheduled)."""
+        if self.recovery is not None:
+            await self.recovery.wait(self, path)
         await _sending.cancel_scheduled(self, path, sequence_numbers)
 
     async def receive(self, path: str, request: ReceiveRequest) -> list[ReceivedMessage]:
@@ -146,6 +158,8 @@ class EmulatorNamespace:
         peek answers from one fragment and up to the response size limit, so it may
         return fewer than asked (PT-13).
         """
+        if self.recovery is not None:
+            await self.recovery.wait(self, path)
         return await _delivery.receive(self, path, request)
 
     async def receive_columns(
@@ -156,19 +170,28 @@ class EmulatorNamespace:
         #16): the bodies, and by field name of :class:`~aiosb.ReceivedMessage` a list of
         each message's value, or one value they all have; a field left out has its
         default."""
+        if self.recovery is not None:
+            await self.recovery.wait(self, path)
         return await _delivery.receive_columns(self, path, request)
 
     async def settle(self, path: str, settlement: Settlement) -> list[float] | None:
         """Complete, abandon, dead-letter, defer or renew locked messages."""
+        if self.recovery is not None:
+            await self.recovery.wait(self, path)
         return await _delivery.settle(self, path, settlement)
 
     async def session(self, path: str, request: SessionRequest) -> SessionInfo:
         """Accept, renew or release a session, or read or write its state."""
+        if self.recovery is not None:
+            await self.recovery.wait(self, path)
         return await _sessions.session(self, path, request)
 
     async def manage(self, request: ManagementRequest) -> Any:
         """Create, get, update, delete or list entities, read their counts, or list the
         sessions of one."""
+        if self.recovery is not None:
+            everything = request.action in ("list", "update")  # updates may add a route
+            await self.recovery.wait(self, None if everything else request.path)
         if request.action == "sessions":
             return await _sessions.listing(self, request.path, request.properties)
         return await _manage.manage(self, request)

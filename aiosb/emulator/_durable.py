@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import itertools
 import logging
 import sqlite3
 from collections.abc import Callable
@@ -33,19 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TransientError
-from ..wire.json_values import dumps, loads
+from ..wire.json_values import dumps
 from ._entity import _Entity, _Session
 from ._namespace import Namespace
-from ._partitions import FRAGMENT_SHIFT, fragment_of
-from ._record import AVAILABLE, DEFERRED, FIELDS, GONE, LOCKED, SCHEDULED, _Record
-from ._rows import (
-    decode_props,
-    decode_record,
-    decode_rules,
-    encode_props,
-    encode_record,
-    encode_rules,
-)
+from ._partitions import FRAGMENT_SHIFT
+from ._record import GONE, LOCKED, _Record, adopt_auto_ids, auto_id_prefix
+from ._recovery import Recovery, migrate
+from ._rows import ROW_COLUMNS, encode_props, encode_rules, message_row
 from ._store import _Store
 
 __all__ = ["Journal"]
@@ -64,9 +57,13 @@ CREATE TABLE IF NOT EXISTS entities (
     ns TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL, path TEXT NOT NULL,
     nfrag INTEGER NOT NULL, created REAL NOT NULL, props BLOB NOT NULL,
     PRIMARY KEY (ns, key));
-CREATE TABLE IF NOT EXISTS messages (
-    ns TEXT NOT NULL, entity TEXT NOT NULL, seq INTEGER NOT NULL, store TEXT NOT NULL,
-    data BLOB NOT NULL, lock TEXT, PRIMARY KEY (ns, entity, seq));
+CREATE TABLE IF NOT EXISTS entity_ids (
+    id INTEGER PRIMARY KEY, ns TEXT NOT NULL, key TEXT NOT NULL, UNIQUE (ns, key));
+CREATE TABLE IF NOT EXISTS msgs (
+    eid INTEGER NOT NULL, seq INTEGER NOT NULL, store TEXT, state INTEGER NOT NULL,
+    mid NOT NULL, enqueued REAL NOT NULL, expires REAL, ttl REAL, size INTEGER NOT NULL,
+    count INTEGER NOT NULL, body BLOB NOT NULL, extra BLOB, lock BLOB,
+    PRIMARY KEY (eid, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sequences (
     ns TEXT NOT NULL, entity TEXT NOT NULL, fragment INTEGER NOT NULL, high INTEGER NOT NULL,
     PRIMARY KEY (ns, entity, fragment));
@@ -75,12 +72,14 @@ CREATE TABLE IF NOT EXISTS rules (
 CREATE TABLE IF NOT EXISTS sessions (
     ns TEXT NOT NULL, entity TEXT NOT NULL, sid TEXT NOT NULL, state BLOB,
     state_set REAL NOT NULL DEFAULT 0, PRIMARY KEY (ns, entity, sid));
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value NOT NULL);
 """
 #: Columns added to a table since its first release: a database written before one was
 #: added gets it, with its default, when it is opened.
-_ADDED_COLUMNS = [("sessions", "state_set", "REAL NOT NULL DEFAULT 0"),
-                  ("messages", "lock", "TEXT")]
-_KIND_ORDER = {"queue": 0, "topic": 0, "subscription": 1}  # topics before subscriptions
+_ADDED_COLUMNS = [("sessions", "state_set", "REAL NOT NULL DEFAULT 0")]
+#: A message row's columns as :meth:`Journal._write` puts them.
+_PUT = (f"INSERT OR REPLACE INTO msgs (eid, seq, store, {ROW_COLUMNS}, lock) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)")
 
 
 class Journal:
@@ -94,7 +93,7 @@ class Journal:
         self.path = Path(directory) / "aiosb.sqlite3"
         # One entry per database row (namespace, entity, sequence number): what the row
         # holds now, a record (and where it is), or None when the row is to go.
-        self._dirty: dict[tuple[str, str, int], tuple[str, _Record] | None] = {}
+        self._dirty: dict[tuple[str, str, int], tuple[str | None, _Record] | None] = {}
         self._ops: list[tuple[str, tuple[Any, ...]]] = []
         # Rows whose message was only locked (or its lock renewed) since it was written:
         # the lock goes to the row's lock column, the row is not written again (#39).
@@ -107,6 +106,13 @@ class Journal:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "aiosb-journal")
         self._db: sqlite3.Connection | None = None
         self.writes = 0
+        #: Entity ids of the message rows, by (namespace, entity key): read and written
+        #: on the journal's thread only.
+        self._eids: dict[tuple[str, str], int] = {}
+        #: What the broker-assigned MessageIds kept as numbers start with (``meta``).
+        self.prefix = ""
+        #: The messages still being loaded after a restart (:mod:`._recovery`).
+        self.recovery: Recovery | None = None
 
     def __repr__(self) -> str:
         return f"<Journal {self.path} pending={self._changes - self._durable}>"
@@ -122,12 +128,41 @@ class Journal:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
+        # The WAL is emptied at each checkpoint; past that it is cut back to this size,
+        # so a burst does not leave a file as big as the burst (#39: bytes on disk).
+        db.execute("PRAGMA journal_size_limit=4194304")
         db.executescript(_SCHEMA)
         for table, column, kind in _ADDED_COLUMNS:
             have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
             if column not in have:
                 db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         self._db = db
+        self._eids = dict(((ns, key), eid) for eid, ns, key in
+                          db.execute("SELECT id, ns, key FROM entity_ids"))
+        meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
+        if "auto_prefix" not in meta:
+            meta["auto_prefix"] = auto_id_prefix()
+            db.execute("INSERT INTO meta VALUES ('auto_prefix', ?)", (meta["auto_prefix"],))
+        self.prefix = meta["auto_prefix"]
+        # A fresh process spells its ids as the rows' numbers were spelled, so that they
+        # stay numbers in memory (#39); numbered above every one kept.
+        adopt_auto_ids(self.prefix, int(meta.get("auto_high", 0)))
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages'").fetchone():
+            migrate(db, self._eid)  # a database of an older aiosb: its rows move to msgs
+
+    def _eid(self, ns: str, key: str) -> int:
+        """The id of entity ``key`` of namespace ``ns`` in message rows (made on first
+        use; on the journal's thread)."""
+        eid = self._eids.get((ns, key))
+        if eid is None:
+            db = self._db
+            assert db is not None
+            db.execute("INSERT OR IGNORE INTO entity_ids (ns, key) VALUES (?, ?)", (ns, key))
+            (eid,) = db.execute(
+                "SELECT id FROM entity_ids WHERE ns = ? AND key = ?", (ns, key)
+            ).fetchone()
+            self._eids[(ns, key)] = eid
+        return eid
 
     async def aclose(self) -> None:
         """Write what is pending, then close (idempotent)."""
@@ -136,6 +171,8 @@ class Journal:
         if self._kick is not None:
             self._kick.cancel()
             self._kick = None
+        if self.recovery is not None:
+            await self.recovery.aclose()
         await self.commit()
         await self._run(self._db.close)
         self._db = None
@@ -167,10 +204,11 @@ class Journal:
         if rec.state == GONE:
             self._dirty[row] = None
         else:
+            where: str | None = None
             if store.session is not None:
                 where = "s:" + store.session.id
-            else:
-                where = "d" if store.is_dlq else "m"
+            elif store.is_dlq:
+                where = "d"
             self._dirty[row] = (where, rec)
         self._changed()
 
@@ -227,9 +265,11 @@ class Journal:
     def entity_gone(self, entity: _Entity) -> None:
         """An entity was deleted (with its messages and sessions)."""
         key = (entity.ns.name, entity.key)
-        for table in ("entities", "messages", "sequences", "sessions", "rules"):
+        for table in ("entities", "sequences", "sessions", "rules"):
             column = "key" if table == "entities" else "entity"
             self._ops.append((f"DELETE FROM {table} WHERE ns = ? AND {column} = ?", key))
+        self._ops.append(("DELETE FROM msgs WHERE eid = (SELECT id FROM entity_ids "
+                          "WHERE ns = ? AND key = ?)", key))
         for row in [row for row in self._dirty if row[:2] == key]:
             del self._dirty[row]
         for row in [row for row in self._locks if row[:2] == key]:
@@ -295,7 +335,9 @@ class Journal:
                 (_lock_of(rec), *row) for row, rec in locks.items() if rec.state == LOCKED
             ]
             shift = FRAGMENT_SHIFT
+            prefix_ok = self.prefix == auto_id_prefix()
             deletes, puts = [], []
+            high_id = 0
             highs: dict[tuple[str, str, int], int] = {}
             for row, item in dirty.items():
                 ns, entity, seq = row
@@ -306,8 +348,13 @@ class Journal:
                     deletes.append(row)
                     continue
                 where, rec = item
-                data = encode_record(rec)
-                puts.append((ns, entity, seq, where, data))
+                columns = message_row(rec, prefix_ok)
+                if prefix_ok and columns[1].__class__ is int and columns[1] > high_id:
+                    high_id = columns[1]
+                puts.append((ns, entity, seq, where, columns))
+            if high_id:
+                ops.append(("INSERT INTO meta VALUES ('auto_high', ?) ON CONFLICT (name) "
+                            "DO UPDATE SET value = max(value, excluded.value)", (high_id,)))
             try:
                 await self._run(self._write, ops, deletes, puts, list(highs.items()), held)
             except (sqlite3.Error, OSError) as exc:
@@ -342,21 +389,23 @@ class Journal:
         self,
         ops: list[tuple[str, tuple[Any, ...]]],
         deletes: list[tuple[str, str, int]],
-        puts: list[tuple[str, str, int, str, bytes]],
+        puts: list[tuple[str, str, int, str | None, tuple[Any, ...]]],
         highs: list[tuple[tuple[str, str, int], int]],
         held: list[tuple[bytes, str, str, int]],
     ) -> None:
         db = self._db
         assert db is not None
+        eid = self._eid
         db.execute("BEGIN")
         try:
             for sql, args in ops:
                 db.execute(sql, args)
-            db.executemany("DELETE FROM messages WHERE ns = ? AND entity = ? AND seq = ?", deletes)
-            db.executemany("INSERT OR REPLACE INTO messages (ns, entity, seq, store, data, lock) "
-                           "VALUES (?, ?, ?, ?, ?, NULL)", puts)
-            db.executemany("UPDATE messages SET lock = ? WHERE ns = ? AND entity = ? AND seq = ?",
-                           held)
+            db.executemany("DELETE FROM msgs WHERE eid = ? AND seq = ?",
+                           [(eid(ns, key), seq) for ns, key, seq in deletes])
+            db.executemany(_PUT, [(eid(ns, key), seq, where, *columns)
+                                  for ns, key, seq, where, columns in puts])
+            db.executemany("UPDATE msgs SET lock = ? WHERE eid = ? AND seq = ?",
+                           [(lock, eid(ns, key), seq) for lock, ns, key, seq in held])
             db.executemany(
                 "INSERT INTO sequences VALUES (?, ?, ?, ?) ON CONFLICT (ns, entity, fragment) "
                 "DO UPDATE SET high = max(high, excluded.high)",
@@ -370,26 +419,21 @@ class Journal:
     # -- reading -----------------------------------------------------------------------
 
     async def load(self) -> list[Namespace]:
-        """Rebuild every namespace kept in the database (call before serving)."""
-        rows = await self._run(self._read)
-        return _rebuild(self, *rows)
+        """Rebuild every namespace kept in the database (call before serving): its
+        entities, rules, sessions and sequence numbers now, its messages in the
+        background (:class:`~._recovery.Recovery`: an operation on an entity waits until
+        the messages of that entity, and of every entity it may pass messages to, are
+        loaded)."""
+        if open_namespace is None:  # pragma: no cover - aiosb.emulator sets it on import
+            raise RuntimeError("import aiosb.emulator before loading a journal")
+        self.recovery = recovery = Recovery(self, open_namespace)
+        return await recovery.start()
 
-    def _read(self) -> tuple[list[Any], ...]:
+    async def read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``fn(connection)`` on the journal's thread (between its writes)."""
         db = self._db
         assert db is not None
-        return (
-            db.execute("SELECT name, tier FROM namespaces").fetchall(),
-            db.execute(
-                "SELECT ns, key, kind, path, nfrag, created, props FROM entities"
-            ).fetchall(),
-            db.execute(
-                "SELECT ns, entity, seq, store, data, lock FROM messages ORDER BY seq"
-            ).fetchall(),
-            db.execute("SELECT ns, entity, fragment, high FROM sequences").fetchall(),
-            db.execute("SELECT ns, entity, sid, state, state_set FROM sessions").fetchall(),
-            db.execute("SELECT ns, entity, data FROM rules").fetchall(),
-        )
-
+        return await self._run(fn, db)
 
 class _WriteFailed(TransientError):
     """A group write failed; ``upto`` is the change count it would have made durable."""
@@ -409,94 +453,3 @@ def _lock_of(rec: _Record) -> bytes:
     """What :meth:`Journal.locked` keeps of a locked record: its state, delivery count,
     lock token and lock's end."""
     return dumps([rec.state, rec.delivery_count, rec.lock_token, rec.locked_until])
-
-
-def _rebuild(
-    journal: Journal,
-    namespaces: list[Any],
-    entities: list[Any],
-    messages: list[Any],
-    sequences: list[Any],
-    sessions: list[Any],
-    rules: list[Any],
-) -> list[Namespace]:
-    if open_namespace is None:  # pragma: no cover - aiosb.emulator sets it on import
-        raise RuntimeError("import aiosb.emulator before loading a journal")
-    built: dict[str, Namespace] = {}
-    for name, tier in namespaces:
-        built[name] = open_namespace(name, tier)
-    now = next(iter(built.values())).clock.now() if built else 0.0
-    for row in sorted(entities, key=lambda r: _KIND_ORDER[r[2]]):
-        ns_name, key, kind, path, nfrag, created, props = row
-        ns = built[ns_name]
-        entity = _Entity(ns, kind, path, decode_props(kind, props), now, nfrag)
-        entity.created = created
-        if kind == "subscription":
-            topic = ns._entities[key.split("/subscriptions/")[0]]
-            entity.topic = topic
-            topic.subscriptions[entity.key] = entity
-        ns._entities[key] = entity
-    highs: dict[tuple[str, str, int], int] = {}
-    for ns_name, key, fragment, high in sequences:
-        highs[(ns_name, key, fragment)] = high
-    slots = FIELDS
-    locked_at: dict[tuple[int, float], list[Any]] = {}
-    orphans = 0
-    for ns_name, key, seq, where, data, lock in messages:
-        owner = built[ns_name]._entities.get(key)
-        if owner is None:
-            orphans += 1
-            continue
-        rec = _Record.blank()
-        fields = decode_record(data)
-        for name in slots:  # a field added since the row was written reads as None
-            setattr(rec, name, fields.get(name))
-        if lock is not None:  # locked since the row was written (Journal.locked)
-            rec.state, rec.delivery_count, rec.lock_token, rec.locked_until = loads(lock)
-        frag = fragment_of(seq, owner.nfrag)
-        hk = (ns_name, key, frag)
-        highs[hk] = max(highs.get(hk, 0), seq)
-        if where.startswith("s:"):
-            store = owner.session(where[2:]).store
-        else:
-            store = (owner.dlqs if where == "d" else owner.fragments)[frag]
-        state = rec.state
-        if state == SCHEDULED:
-            store.add_scheduled(rec)
-            continue
-        if state == AVAILABLE:
-            store.add(rec, now)
-            continue
-        if state not in (LOCKED, DEFERRED):
-            raise ValueError(f"unknown message state {state} in {journal.path}")
-        until = rec.locked_until
-        if state == LOCKED and (rec.lock_token is None or until is None):
-            raise ValueError(f"a locked message without its lock in {journal.path}")
-        store.add_held(rec)
-        if state == LOCKED and until is not None:
-            locked_at.setdefault((id(store), until), [store]).append(rec)
-    for (_, until), (store, *recs) in locked_at.items():
-        store.lock_until(until, recs)  # a lock that ended while down ends at once
-    for ns_name, key, data in rules:  # a subscription kept before rules were: $Default
-        owner = built[ns_name]._entities.get(key)
-        if owner is not None and owner.rules is not None:
-            owner.rules.restore(decode_rules(data))
-    for ns_name, key, sid, state, state_set in sessions:
-        owner = built[ns_name]._entities.get(key)
-        if owner is not None:
-            session = owner.session(sid)
-            session.state, session.state_set = state, state_set
-    for (ns_name, key, fragment), high in highs.items():
-        owner = built[ns_name]._entities.get(key)
-        if owner is not None and fragment < owner.nfrag:
-            owner.seqs[fragment] = itertools.count(high + 1)
-            for held in owner.stores():
-                if held.fragment == fragment:
-                    held.seqs = owner.seqs[fragment]
-    for ns in built.values():
-        ns.journal = journal  # what was loaded is on disk already
-    if orphans:
-        log.warning(
-            "%s: %d messages of entities that no longer exist were skipped", journal.path, orphans
-        )
-    return list(built.values())

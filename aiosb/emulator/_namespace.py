@@ -16,7 +16,15 @@ from .._clock import LoopClock
 from ._entity import EntityHost, EntityJournal, _Entity
 from ._faults import Fault, Faults
 
-__all__ = ["Namespace"]
+__all__ = ["Loading", "Namespace"]
+
+
+class Loading(Protocol):
+    """A durable namespace's messages loading after a restart (:mod:`._recovery`)."""
+
+    async def wait(self, ns: Namespace, path: str | None) -> None:
+        """Return once what an operation on ``path`` touches is loaded (``None``:
+        everything)."""
 
 
 class Namespace(EntityHost, Protocol):
@@ -24,6 +32,9 @@ class Namespace(EntityHost, Protocol):
 
     journal: EntityJournal | None
     """The durable journal, if the namespace is kept on disk (the registry sets it)."""
+
+    recovery: Loading | None
+    """Durable mode, after a restart: the messages still loading (``None`` once all are)."""
 
     @property
     def max_message_size(self) -> int:

@@ -128,7 +128,26 @@ EXTRA = _OPT.index("amqp_extra")
 #: shared by every namespace of the process, so ids stay unique.
 _raw = os.urandom(10).hex()
 _AUTO_ID = f"{_raw[:8]}-{_raw[8:12]}-{_raw[12:16]}-{_raw[16:20]}-%012x"
-auto_ids = itertools.count(1).__next__
+_auto = itertools.count(1)
+auto_ids = _auto.__next__
+
+
+def auto_id_prefix() -> str:
+    """What every broker-assigned MessageId of this process starts with."""
+    return _AUTO_ID[: -len("%012x")]
+
+
+def adopt_auto_ids(prefix: str, high: int) -> bool:
+    """Spell broker-assigned MessageIds with ``prefix`` from now on, numbering them above
+    ``high``, if this process has handed out none yet (the durable journal, whose rows
+    keep such ids as their numbers under ``prefix``: #39); whether it did."""
+    global _AUTO_ID
+    if next(_auto) != 1:  # some were handed out, spelled with the prefix they had
+        return False
+    _AUTO_ID = prefix + "%012x"
+    for _ in itertools.islice(_auto, max(0, high - 1)):
+        pass
+    return True
 
 #: Time-to-live timedeltas by their seconds, so that a record keeps a float and a
 #: receive does not build a timedelta per message (bounded: cleared when full).

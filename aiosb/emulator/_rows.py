@@ -29,8 +29,8 @@ from ..rules import (
     TrueRuleFilter,
 )
 from ..wire.aiosb_json import decode_value, encode_value
-from ..wire.json_values import dumps
-from ._record import FIELDS
+from ..wire.json_values import dumps, loads
+from ._record import _NO_OPT, _OPT, FIELDS, INF, _Record
 
 __all__ = [
     "FORMAT",
@@ -40,6 +40,8 @@ __all__ = [
     "encode_props",
     "encode_record",
     "encode_rules",
+    "message_row",
+    "record_of_row",
 ]
 
 #: What every row starts with: the format's name and version.
@@ -85,6 +87,93 @@ def encode_record(rec: Any) -> bytes:
         else:
             out[name] = encode_value(value)
     return FORMAT + dumps(out)
+
+
+#: The columns of a message row of the compact table (``msgs``, #39) that
+#: :func:`message_row` gives, in order, after the entity's id, the sequence number and
+#: the store.
+ROW_COLUMNS = "state, mid, enqueued, expires, ttl, size, count, body, extra"
+_NEW = object.__new__
+
+
+def message_row(rec: Any, prefix_ok: bool) -> tuple[Any, ...]:
+    """A record as the compact table's columns (:data:`ROW_COLUMNS`): the fields every
+    message has in columns of their own (the body raw, a broker-assigned MessageId as
+    its number when ``prefix_ok``, the time to live ``NULL`` for never), the rest, those
+    set, in ``extra`` (format :data:`FORMAT`, as :func:`encode_record` writes them)."""
+    extra: dict[str, Any] = {}
+    opt = rec._opt
+    if opt is not _NO_OPT:
+        for name, value in zip(_OPT, opt, strict=True):
+            if value is not None:
+                extra[name] = value if type(value) in _PLAIN else encode_value(value)
+    if rec.props:
+        extra["props"] = {"props": {k: encode_value(v) for k, v in rec.props.items()}}
+    if rec.key is not None:
+        extra["key"] = rec.key
+    if rec.deferred:
+        extra["deferred"] = True
+    if rec.lock_token is not None:
+        extra["lock_token"] = rec.lock_token
+    if rec.locked_until is not None:
+        extra["locked_until"] = rec.locked_until
+    if rec.frag:
+        extra["frag"] = rec.frag
+    mid = rec._mid
+    if mid.__class__ is not str and not prefix_ok:
+        mid = rec.message_id
+    ttl = rec.ttl
+    return (rec.state, mid, rec.enqueued, rec.expires, None if ttl == INF else ttl, rec.size,
+            rec.delivery_count, rec.body, FORMAT + dumps(extra) if extra else None)
+
+
+def record_of_row(seq: int, state: int, mid: str | int, enqueued: float,
+                  expires: float | None, ttl: float | None, size: int, count: int,
+                  body: bytes, extra: bytes | None, prefix: str | None) -> _Record:
+    """The record of a compact row (:func:`message_row`); a MessageId kept as a number
+    is spelled out with ``prefix`` unless that is ``None`` (this process spells ids so:
+    the number is kept, as a message sent now keeps it)."""
+    rec: _Record = _NEW(_Record)
+    rec.body = body
+    rec._mid = mid if prefix is None or mid.__class__ is str else f"{prefix}{mid:012x}"
+    rec.ttl = INF if ttl is None else ttl
+    rec.seq = seq
+    rec.enqueued = enqueued
+    rec.expires = expires
+    rec.size = size
+    rec.delivery_count = count
+    rec.state = state
+    rec._opt = _NO_OPT
+    rec.props = rec.key = rec.lock_token = rec.locked_until = None
+    rec.deferred = False
+    rec.frag = 0
+    if extra is not None:
+        fields = loads(_checked(extra))
+        if fields.keys() - _EXTRA_NAMES:
+            raise InvalidArgument(
+                f"a message row of the durable store has fields {sorted(fields)} that "
+                "this aiosb does not know; use the aiosb that wrote it."
+            )
+        for name, value in fields.items():
+            if name == "props":
+                rec.props = {k: decode_value(k, v) for k, v in value["props"].items()}
+            else:
+                setattr(rec, name, decode_value(name, value))
+    return rec
+
+
+_EXTRA_NAMES = frozenset(_OPT) | {"props", "key", "deferred", "lock_token", "locked_until",
+                                  "frag"}
+
+
+def _checked(data: bytes) -> bytes:
+    if not data.startswith(FORMAT):
+        head = bytes(data[:24]).split(b"\n", 1)[0]
+        raise InvalidArgument(
+            f"the durable store holds a row in format {head!r}, which this aiosb does not "
+            f"read (it reads {FORMAT.strip()!r}); use the aiosb that wrote it."
+        )
+    return data[len(FORMAT):]
 
 
 def decode_record(data: bytes) -> dict[str, Any]:

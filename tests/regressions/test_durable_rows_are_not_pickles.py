@@ -19,6 +19,11 @@ from aiosb.entities import QueueProperties
 
 pytestmark = pytest.mark.looptime
 
+#: The message table of every aiosb before #39's compact one (``msgs``).
+OLD_MESSAGES = (
+    "CREATE TABLE messages (ns TEXT NOT NULL, entity TEXT NOT NULL, seq INTEGER NOT NULL, "
+    "store TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (ns, entity, seq))")
+
 EVERY_KIND = {
     "s": "text ü", "i": 2**70, "f": 1.5, "nan": float("inf"), "b": b"\x00\xff", "t": True,
     "n": None, "d": datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC),
@@ -55,6 +60,7 @@ async def _make_legacy_store(path, crafted: bytes | None = None) -> None:
                   enqueued=1_700_000_000.0, delivery_count=0, state=0, deferred=False,
                   ttl=float("inf"), frag=0, key=None)
     data = crafted or pickle.dumps(fields, pickle.HIGHEST_PROTOCOL)
+    db.execute(OLD_MESSAGES)  # the table of message rows as it was until #39
     db.execute("INSERT INTO messages (ns, entity, seq, store, data) "
                "VALUES ('old', 'q', 1, 'm', ?)", (data,))
     db.execute("INSERT OR REPLACE INTO sequences VALUES ('old', 'q', 0, 1)")

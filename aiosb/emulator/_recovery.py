@@ -1,0 +1,391 @@
+"""A durable server's restart (#39): what :meth:`~._durable.Journal.load` rebuilds at
+once, what it loads in the background, and how an operation waits for what it needs.
+
+:meth:`Recovery.start` reads the small tables (namespaces, entities, rules, sessions,
+sequence numbers) and rebuilds them before the server listens; the messages follow, an
+entity at a time, in sequence order, a chunk of rows per read (so a deep store neither
+delays listening nor is held twice in memory while it loads). Until an entity's messages
+are all in, every operation on it waits (:meth:`Recovery.wait`, which the namespace
+calls first): a receive, peek, count or settlement on a half-loaded store would answer
+wrongly. An entity that someone waits for is loaded next. An entity is loaded after the
+entities it passes messages to (a topic's subscriptions, ``forward_to``, forwarded dead
+letters), so that nothing the broker does by itself (an activation, an expiry, a lock's
+end) puts a message into an entity whose rows are still on their way.
+
+Rows are loaded with the namespace's journal detached (they are on disk already); what
+happens to them afterwards is journaled as usual. :func:`migrate` moves the rows of an
+older database (table ``messages``, one JSON document a row) into the compact table.
+
+Imports: :mod:`._record`, :mod:`._partitions`, :mod:`._entity`, :mod:`._namespace`,
+:mod:`._rows`, :mod:`._store` (never the journal or the broker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import sqlite3
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ..errors import ServiceBusError
+from ..wire.json_values import loads
+from ._entity import _Entity
+from ._namespace import Namespace
+from ._partitions import FRAGMENT_SHIFT, fragment_of
+from ._record import AVAILABLE, DEFERRED, FIELDS, LOCKED, SCHEDULED, _Record, auto_id_prefix
+from ._rows import (
+    ROW_COLUMNS,
+    decode_props,
+    decode_record,
+    decode_rules,
+    message_row,
+    record_of_row,
+)
+
+__all__ = ["Recovery", "migrate"]
+
+log = logging.getLogger("aiosb.emulator")
+
+#: Rows read at a time while an entity loads.
+CHUNK = 20_000
+_KIND_ORDER = {"queue": 0, "topic": 0, "subscription": 1}  # topics before subscriptions
+
+
+class _Journal(Protocol):
+    """What recovery needs of the journal (:class:`~._durable.Journal`)."""
+
+    path: Any
+    prefix: str
+
+    async def read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any: ...
+
+
+class Recovery:
+    """The restart of one journal: its namespaces rebuilt, their messages loading.
+
+    Args:
+        journal: The journal to load from (opened).
+        open_namespace: Finds or makes the namespace of a name, with a tier.
+    """
+
+    def __init__(self, journal: _Journal, open_namespace: Callable[[str, str], Namespace]) -> None:
+        self.journal = journal
+        self._open_namespace = open_namespace
+        #: Entities whose messages are not all loaded, with the event set when they are.
+        self.pending: dict[_Entity, asyncio.Event] = {}
+        self._eids: dict[_Entity, int] = {}
+        self._homes: dict[_Entity, Namespace] = {}
+        #: The order entities load in: those waited for first, then the plan.
+        self._wanted: list[_Entity] = []
+        self._plan: list[_Entity] = []
+        self._task: asyncio.Task[None] | None = None
+        self._namespaces: list[Namespace] = []
+        self.loaded = 0
+        #: What stopped the load (a row it cannot read): every operation that waits
+        #: for what was not loaded raises it, rather than answer from part of a store.
+        self.error: BaseException | None = None
+
+    # -- at once -------------------------------------------------------------------
+
+    async def start(self) -> list[Namespace]:
+        """Rebuild the namespaces, entities, rules, sessions and sequence numbers, and
+        start loading the messages; return the namespaces."""
+        namespaces, entities, sequences, sessions, rules, eids, maxima = await self.journal.read(
+            _read_small
+        )
+        built: dict[str, Namespace] = {}
+        for name, tier in namespaces:
+            built[name] = self._open_namespace(name, tier)
+        now = next(iter(built.values())).clock.now() if built else 0.0
+        for row in sorted(entities, key=lambda r: _KIND_ORDER[r[2]]):
+            ns_name, key, kind, path, nfrag, created, props = row
+            ns = built[ns_name]
+            entity = _Entity(ns, kind, path, decode_props(kind, props), now, nfrag)
+            entity.created = created
+            if kind == "subscription":
+                topic = ns._entities[key.split("/subscriptions/")[0]]
+                entity.topic = topic
+                topic.subscriptions[entity.key] = entity
+            ns._entities[key] = entity
+        highs: dict[tuple[str, str, int], int] = {}
+        for ns_name, key, fragment, high in [*sequences, *maxima]:
+            hk = (ns_name, key, fragment)
+            highs[hk] = max(highs.get(hk, 0), high)
+        for ns_name, key, data in rules:  # a subscription kept before rules were: $Default
+            owner = built[ns_name]._entities.get(key)
+            if owner is not None and owner.rules is not None:
+                owner.rules.restore(decode_rules(data))
+        for ns_name, key, sid, state, state_set in sessions:
+            owner = built[ns_name]._entities.get(key)
+            if owner is not None:
+                session = owner.session(sid)
+                session.state, session.state_set = state, state_set
+        for (ns_name, key, fragment), high in highs.items():
+            owner = built[ns_name]._entities.get(key)
+            if owner is not None and fragment < owner.nfrag:
+                owner.seqs[fragment] = itertools.count(high + 1)
+                for store in owner.stores():
+                    if store.fragment == fragment:
+                        store.seqs = owner.seqs[fragment]
+        for ns_name, key, eid in eids:
+            home = built.get(ns_name)
+            owner = home._entities.get(key) if home is not None else None
+            if home is not None and owner is not None:
+                self._eids[owner] = eid
+                self._homes[owner] = home
+                self.pending[owner] = asyncio.Event()
+        seen: set[_Entity] = set()
+        for entity in self.pending:
+            self._plan += _downstream_first(entity, seen)
+        self._namespaces = list(built.values())
+        for ns in self._namespaces:
+            ns.journal = self.journal  # type: ignore[assignment]  # what was loaded is on disk
+            ns.recovery = self
+        self._task = asyncio.create_task(self._run())
+        return list(self._namespaces)
+
+    # -- waiting -------------------------------------------------------------------
+
+    async def wait(self, ns: Namespace, path: str | None) -> None:
+        """Return once the messages of the entity ``path`` names, and of every entity
+        it may pass messages to, are loaded (``None``: once everything is)."""
+        if path is None:
+            await self.wait_all()
+            return
+        try:
+            entity, _ = ns._resolve(path)
+        except ServiceBusError:  # the operation answers for itself
+            return
+        if entity not in self.pending:
+            return
+        need = [e for e in _downstream_first(entity, set()) if e in self.pending]
+        self._wanted[:0] = need
+        for e in need:
+            event = self.pending.get(e)
+            if event is not None:
+                await event.wait()
+            if e in self.pending and self.error is not None:
+                raise self.error
+
+    async def wait_all(self) -> None:
+        """Return once every message is loaded."""
+        while self.pending:
+            await next(iter(self.pending.values())).wait()
+            if self.error is not None:
+                raise self.error
+
+    async def aclose(self) -> None:
+        """Stop loading (the server stops)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._finish()
+
+    def _finish(self) -> None:
+        for ns in self._namespaces:
+            if ns.recovery is self:
+                ns.recovery = None
+
+    # -- in the background ---------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while self.pending:
+                entity = self._next()
+                if entity is None:
+                    break
+                await self._load(entity)
+        except Exception as exc:  # a row it cannot read
+            log.exception("%s: loading the messages failed", self.journal.path)
+            self.error = exc
+        finally:
+            for event in self.pending.values():  # nothing waits for ever
+                event.set()
+        if self.error is None:
+            self._finish()
+
+    def _next(self) -> _Entity | None:
+        for queue in (self._wanted, self._plan):
+            while queue:
+                entity = queue.pop(0)
+                if entity in self.pending:
+                    return entity
+        return next(iter(self.pending), None)
+
+    async def _load(self, entity: _Entity) -> None:
+        eid = self._eids[entity]
+        prefix: str | None = self.journal.prefix
+        after = -1
+        locked_at: dict[tuple[int, float], list[Any]] = {}
+        while True:
+            if prefix == auto_id_prefix():
+                prefix = None  # numbers stay numbers: this process spells them so
+            rows = await self.journal.read(_chunk(eid, after))
+            ns = self._homes[entity]
+            if entity.deleted or ns._entities.get(entity.key) is not entity:
+                break  # deleted meanwhile: its rows went with it
+            if not rows:
+                break
+            after = rows[-1][0]
+            journal, ns.journal = ns.journal, None  # these rows are on disk already
+            try:
+                _put(entity, rows, prefix, locked_at, ns.clock.now())
+            finally:
+                ns.journal = journal
+            self.loaded += len(rows)
+        for (_, until), (store, *recs) in locked_at.items():
+            store.lock_until(until, recs)  # a lock that ended while down ends at once
+        event = self.pending.pop(entity, None)
+        if event is not None:
+            event.set()
+
+
+def _chunk(eid: int, after: int) -> Callable[[sqlite3.Connection], list[Any]]:
+    """A read of the next rows of entity ``eid``, numbered above ``after``."""
+    def read(db: sqlite3.Connection) -> list[Any]:
+        return db.execute(
+            f"SELECT seq, store, {ROW_COLUMNS}, lock FROM msgs WHERE eid = ? AND seq > ? "
+            "ORDER BY seq LIMIT ?", (eid, after, CHUNK)).fetchall()
+    return read
+
+
+def _put(entity: _Entity, rows: list[Any], prefix: str | None,
+         locked_at: dict[tuple[int, float], list[Any]], now: float) -> None:
+    """Hold the records of ``rows`` (of ``entity``, in sequence order) in its stores."""
+    nfrag = entity.nfrag
+    fragments, dlqs = entity.fragments, entity.dlqs
+    last_enqueued = last_expires = None
+    for seq, where, state, mid, enqueued, expires, ttl, size, count, body, extra, lock in rows:
+        # Equal instants are shared, as a batch's are when it is sent (#39: memory).
+        if enqueued == last_enqueued:
+            enqueued = last_enqueued
+        last_enqueued = enqueued
+        if expires is not None:
+            if expires == last_expires:
+                expires = last_expires
+            last_expires = expires
+        rec = record_of_row(seq, state, mid, enqueued, expires, ttl, size, count, body, extra,
+                            prefix)
+        if lock is not None:  # locked since the row was written (Journal.locked)
+            rec.state, rec.delivery_count, rec.lock_token, rec.locked_until = loads(lock)
+        frag = fragment_of(seq, nfrag) if nfrag > 1 else 0
+        if where is None:
+            store = fragments[frag]
+        elif where == "d":
+            store = dlqs[frag]
+        else:
+            store = entity.session(where[2:]).store
+        state = rec.state
+        if state == AVAILABLE:
+            store.add(rec, now)
+            continue
+        if state == SCHEDULED:
+            store.add_scheduled(rec)
+            continue
+        if state not in (LOCKED, DEFERRED):
+            raise ValueError(f"unknown message state {state} in the durable store")
+        until = rec.locked_until
+        if state == LOCKED and (rec.lock_token is None or until is None):
+            raise ValueError("a locked message without its lock in the durable store")
+        store.add_held(rec)
+        if state == LOCKED and until is not None:
+            locked_at.setdefault((id(store), until), [store]).append(rec)
+
+
+def _downstream_first(entity: _Entity, seen: set[_Entity]) -> list[_Entity]:
+    """``entity`` and every entity it may pass messages to, not in ``seen``, those it
+    passes them to first (added to ``seen``)."""
+    out: list[_Entity] = []
+    stack: list[tuple[_Entity, bool]] = [(entity, False)]
+    while stack:
+        current, done = stack.pop()
+        if done:
+            out.append(current)
+            continue
+        if current in seen:
+            continue
+        seen.add(current)
+        stack.append((current, True))
+        for target in _targets(current):
+            if target not in seen:
+                stack.append((target, False))
+    return out
+
+
+def _targets(entity: _Entity) -> list[_Entity]:
+    """The entities ``entity`` may pass messages to."""
+    out = list(entity.subscriptions.values())
+    for name in ("forward_to", "forward_dead_lettered_messages_to"):
+        path = getattr(entity.props, name, None)
+        if path:
+            target = entity.ns._entities.get(path.lower())
+            if target is not None:
+                out.append(target)
+    return out
+
+
+def _read_small(db: sqlite3.Connection) -> tuple[list[Any], ...]:
+    """The small tables, and the highest sequence number of each fragment's rows."""
+    entities = db.execute(
+        "SELECT ns, key, kind, path, nfrag, created, props FROM entities").fetchall()
+    eids = db.execute("SELECT ns, key, id FROM entity_ids").fetchall()
+    frags = {(ns, key): nfrag for ns, key, _, _, nfrag, _, _ in entities}
+    maxima = []
+    for ns, key, eid in eids:
+        for fragment in range(frags.get((ns, key), 0)):
+            low = fragment << FRAGMENT_SHIFT
+            (high,) = db.execute(
+                "SELECT max(seq) FROM msgs WHERE eid = ? AND seq >= ? AND seq < ?",
+                (eid, low, low + (1 << FRAGMENT_SHIFT))).fetchone()
+            if high is not None:
+                maxima.append((ns, key, fragment, high))
+    return (
+        db.execute("SELECT name, tier FROM namespaces").fetchall(),
+        entities,
+        db.execute("SELECT ns, entity, fragment, high FROM sequences").fetchall(),
+        db.execute("SELECT ns, entity, sid, state, state_set FROM sessions").fetchall(),
+        db.execute("SELECT ns, entity, data FROM rules").fetchall(),
+        eids,
+        maxima,
+    )
+
+
+def migrate(db: sqlite3.Connection, eid: Callable[[str, str], int]) -> None:
+    """Move the rows of an older database's ``messages`` table (one JSON document, or
+    a pickle, a row; keyed by namespace and entity names) into ``msgs``, in one
+    transaction, then give the space back (VACUUM)."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(messages)")}
+    lock = "lock" if "lock" in have else "NULL"
+    moved = 0
+    db.execute("BEGIN")
+    try:
+        rows = db.execute(f"SELECT ns, entity, seq, store, data, {lock} FROM messages")
+        while batch := rows.fetchmany(CHUNK):
+            out = []
+            for ns, key, seq, where, data, held in batch:
+                rec = _Record.blank()
+                fields = decode_record(data)
+                for name in FIELDS:  # a field added since the row was written reads as None
+                    setattr(rec, name, fields.get(name))
+                if rec.delivery_count is None:
+                    rec.delivery_count = 0
+                if held is not None:
+                    rec.state, rec.delivery_count, rec.lock_token, rec.locked_until = loads(held)
+                out.append((eid(ns, key), seq, None if where == "m" else where,
+                            *message_row(rec, False)))
+            db.executemany(
+                f"INSERT OR REPLACE INTO msgs (eid, seq, store, {ROW_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", out)
+            moved += len(out)
+        db.execute("DROP TABLE messages")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("VACUUM")
+    log.info("moved %d message rows to the compact table", moved)
