@@ -11,8 +11,10 @@ import pytest
 import aiosb
 from aiosb import Message, errors
 from aiosb.bridge import Bridge
+from aiosb.spark._link import Link
 from aiosb.spark._options import read_options, stream_read_options, write_options
-from aiosb.spark._read import Holder, StreamSource, shares
+from aiosb.spark._read import shares
+from aiosb.spark._stream import Holder, StreamSource
 from aiosb.spark._write import send_partition
 
 
@@ -24,12 +26,12 @@ async def test_held_messages_keep_their_locks_until_committed():
         async with ns.sender("q") as sender:
             await sender.send([Message(str(i)) for i in range(5)])
         async with ns.receiver("q") as receiver:
-            holder = Holder(receiver, renew_margin=10)
-            rows = await holder.admit(1, 5, max_wait=0)
-            assert [index for index, _ in rows] == [1, 2, 3, 4, 5]
+            holder = Holder(Link(receiver))
+            assert await holder.admit(1, 5, room=100, max_wait=0) == 5
+            assert [c.first for c in holder.held] == [1]
             await asyncio.sleep(300)  # ten lock durations between admission and commit
             assert await holder.complete(3) == 3
-            assert holder.lost == 0 and holder.renewed > 0
+            assert holder.locks.lost == 0 and holder.locks.renewed > 0
             await holder.release()  # the two uncommitted go back at once
             again = await receiver.receive(max_messages=10, max_wait=0)
         assert sorted(m.body for m in again) == [b"3", b"4"]
@@ -61,9 +63,10 @@ def test_stream_source_offsets_rows_commit_and_stop(bridge):
     source = StreamSource(options)
     try:
         assert source.latest(0, 10) == 10
-        slices = source.rows(0, 10)
-        assert [len(s) for s in slices] == [4, 4, 2]
-        assert [r[0] for s in slices for r in s] == [str(i).encode() for i in range(10)]
+        parts = source.batches(0, 10)
+        assert [sum(b.num_rows for b in p) for p in parts] == [4, 4, 2]
+        bodies = [body for p in parts for b in p for body in b.column("body").to_pylist()]
+        assert bodies == [str(i).encode() for i in range(10)]
         assert source.latest(10, 10) == 20
         assert source.latest(20, None) == 25  # ReadAllAvailable: what is there
         assert source.latest(25, 10) == 25  # nothing new: no batch
@@ -79,10 +82,10 @@ def test_a_restarted_source_replays_an_unknown_range_empty_and_numbers_on(bridge
     options = stream_read_options({"namespace": "memory://src", "entity": "q"})
     source = StreamSource(options)
     try:
-        assert source.rows(40, 50) == []  # admitted by a driver that is gone
+        assert source.batches(40, 50) == []  # admitted by a driver that is gone
         assert source.commit(50) == 0
         assert source.latest(50, 10) == 55
-        assert sum(len(s) for s in source.rows(50, 55)) == 5
+        assert sum(b.num_rows for p in source.batches(50, 55) for b in p) == 5
     finally:
         source.stop()
 
@@ -165,14 +168,14 @@ async def test_one_lost_lock_does_not_cost_the_others_theirs():
         await ns.create_queue("q", lock_duration=timedelta(seconds=5))
         await ns.sender("q").send([Message(str(i)) for i in range(4)])
         async with ns.receiver("q") as receiver:
-            holder = Holder(receiver, renew_margin=5 / 3)
-            await holder.admit(1, 4, max_wait=0)
-            await receiver.complete(holder.held[1])  # its lock is gone now
+            holder = Holder(Link(receiver))
+            await holder.admit(1, 4, room=100, max_wait=0)
+            await holder.link.settle("complete", holder.held[0].tokens[1:2])  # lock gone
             await asyncio.sleep(60)  # twelve lock durations
             async with ns.receiver("q") as other:
                 assert await other.receive(max_messages=10, max_wait=0) == []
             assert await holder.complete(4) == 3
-            assert holder.lost == 1
+            assert holder.locks.lost == 1
             await holder.release()
         assert (await ns.runtime_properties("q")).active_message_count == 0
 

@@ -28,7 +28,8 @@ those columns (properties as strings), then ``sequence_number``, ``enqueued_time
 Delivery: writes are at least once; a retried task sends its rows again with the same
 MessageIds (derived from the write, the partition and the row's position when the row
 has none; from the query id and micro-batch id when streaming), so an entity with
-``requires_duplicate_detection`` keeps one copy. Reads: see :mod:`aiosb.spark._read`.
+``requires_duplicate_detection`` keeps one copy. Reads: see :mod:`aiosb.spark._read`
+and :mod:`aiosb.spark._stream`; rows read reach Spark as Arrow record batches.
 Options are checked on the driver; a bad one fails with one sentence naming it.
 """
 
@@ -58,7 +59,8 @@ from ._options import (
     stream_read_options,
     write_options,
 )
-from ._read import StreamSource, read_partition, shares
+from ._read import read_partition, shares
+from ._stream import StreamSource
 from ._write import (
     WriteResult,
     check_write_schema,
@@ -208,7 +210,7 @@ class _Reader(DataSourceReader):
         parts = 1 if self.options.mode == "peek" else self.options.partitions
         return [InputPartition(share) for share in shares(self.options.max_messages, parts)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_partition(self.options, partition.value)
 
 
@@ -247,11 +249,11 @@ class _StreamReader(DataSourceStreamReader):
         return {"admitted": self.source.latest(begin, rows)}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        slices = self.source.rows(int(start["admitted"]), int(end["admitted"]))
-        return [InputPartition(rows) for rows in slices]
+        parts = self.source.batches(int(start["admitted"]), int(end["admitted"]))
+        return [InputPartition(batches) for batches in parts]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        return iter(partition.value)
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return iter(partition.value)  # Arrow record batches, as Spark takes them
 
     def commit(self, end: dict[str, int]) -> None:
         done = self.source.commit(int(end["admitted"]))

@@ -17,7 +17,7 @@ import pytest
 from aiosb import Message
 from aiosb.bridge import Bridge
 from aiosb.spark._options import stream_read_options
-from aiosb.spark._read import StreamSource
+from aiosb.spark._stream import StreamSource
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(60)]
 

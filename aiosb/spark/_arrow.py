@@ -1,0 +1,106 @@
+"""Received messages as Arrow record batches of :data:`~aiosb.spark.READ_SCHEMA` (#39).
+
+A read hands Spark ``pyarrow.RecordBatch`` objects rather than a Python tuple per row:
+Spark takes a batch as it is, where it converts each tuple's cells one by one (a
+converter call per cell), and a batch is built here from the columns a receive gives
+(:meth:`aiosb.protocol.ColumnTransport.receive_columns`: by field name a list with each
+message's value, or one value all share) a column at a time, with no object per message.
+The cells are those :func:`aiosb.spark._columns.to_row` gives (a unit test holds the two
+to the same rows).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..message import MESSAGE_FIELDS, RECEIVED_FIELDS, ReceivedMessage
+from ._columns import READ_COLUMNS, _text
+
+__all__ = ["arrow_schema", "message_columns", "to_batch"]
+
+#: Each field's kind (``bytes``, ``text``, ``seconds``, ...).
+_KINDS = {**MESSAGE_FIELDS, **RECEIVED_FIELDS}
+#: A field a batch's columns leave out has its default.
+_DEFAULTS: dict[str, Any] = {
+    f.name: None if f.default is dataclasses.MISSING else f.default
+    for f in dataclasses.fields(ReceivedMessage)
+}
+
+
+@functools.cache
+def arrow_schema() -> pa.Schema:
+    """:data:`READ_SCHEMA` as Spark's own Arrow schema (which it checks batches against)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import (
+        BinaryType,
+        DataType,
+        DoubleType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    types: dict[str, DataType] = {
+        "binary": BinaryType(),
+        "string": StringType(),
+        "double": DoubleType(),
+        "bigint": LongType(),
+        "timestamp": TimestampType(),
+        "map<string,string>": MapType(StringType(), StringType()),
+    }
+    struct = StructType([StructField(name, types[ddl]) for name, ddl, _, _ in READ_COLUMNS])
+    return to_arrow_schema(struct, timezone="UTC")
+
+
+def message_columns(
+    messages: list[ReceivedMessage],
+) -> tuple[list[bytes], dict[str, list[Any]]]:
+    """Messages as the bodies and the columns of their fields (what a transport without
+    ``receive_columns`` gives, and what a peek gives)."""
+    return [m.body for m in messages], {
+        field: [getattr(m, field) for m in messages] for field in _KINDS if field != "body"
+    }
+
+
+def to_batch(bodies: list[bytes], columns: Mapping[str, Any]) -> pa.RecordBatch:
+    """One record batch of :data:`READ_SCHEMA` with a row per body."""
+    schema = arrow_schema()
+    n = len(bodies)
+    arrays = []
+    for i, (_, _, field, _) in enumerate(READ_COLUMNS):
+        values = bodies if field == "body" else columns.get(field, _DEFAULTS.get(field))
+        arrays.append(_array(_KINDS[field], values, n, schema.field(i).type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _array(kind: str, values: Any, n: int, type_: pa.DataType) -> pa.Array:
+    if type(values) is not list:  # one value every message has
+        if values is None and kind != "properties":
+            return pa.nulls(n, type_)
+        values = [values] * n
+    if kind == "properties":  # never null: a message without properties has an empty map
+        if not any(values):
+            offsets = pa.array([0] * (n + 1), pa.int32())
+            empty = pa.array([], pa.string())
+            return pa.MapArray.from_arrays(offsets, empty, empty, type=type_)
+        return pa.array(
+            [[(k, _text(v)) for k, v in props.items()] if props else [] for props in values],
+            type_,
+        )
+    if values.count(None) == n:
+        return pa.nulls(n, type_)
+    if kind == "duration":
+        return pa.array([None if v is None else v.total_seconds() for v in values], type_)
+    if kind == "seconds":  # UTC epoch seconds, to the microsecond as datetime rounds them
+        micros = pc.round(pc.multiply(pa.array(values, pa.float64()), 1e6))
+        return pc.cast(pc.cast(micros, pa.int64()), type_)
+    return pa.array(values, type_)

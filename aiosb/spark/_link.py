@@ -1,0 +1,224 @@
+"""What both reads hold: locked messages in chunks, as Arrow batches and lock tokens,
+renewed before their locks end and settled by token (#39).
+
+A chunk is what one receive brought: a record batch for Spark and, row for row, the
+lock tokens the broker gave. Nothing is kept per message but its token: the batch is
+built from the receive's columns (:mod:`aiosb.spark._arrow`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from .._clock import CLOCK
+from ..errors import MessageLockLost, ServiceBusError
+from ..message import PING_CONTENT_TYPE
+from ..protocol import ColumnTransport, SettleAction, Settlement
+from ._arrow import message_columns, to_batch
+
+if TYPE_CHECKING:
+    from .._receive import Receiver
+
+log = logging.getLogger("aiosb.spark")
+
+#: Locks are settled and renewed this many a request, and this many requests at once.
+SETTLE_CHUNK = 500
+SETTLE_IN_FLIGHT = 4
+
+
+class Chunk:
+    """Rows received together: ``batch`` for Spark, ``tokens`` row for row (``None``
+    where the lock was lost after the rows were admitted), the earliest lock end
+    ``until`` (UTC seconds), and ``first``, the offset of its first row once a
+    streaming read admits it (0 before)."""
+
+    __slots__ = ("batch", "first", "tokens", "until")
+
+    def __init__(
+        self, batch: pa.RecordBatch, tokens: list[str | None], until: float, first: int = 0
+    ) -> None:
+        self.batch = batch
+        self.tokens = tokens
+        self.until = until
+        self.first = first
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def locked(self) -> list[str]:
+        """The tokens still ours to settle."""
+        return [t for t in self.tokens if t is not None]
+
+    def split(self, count: int) -> tuple[Chunk, Chunk]:
+        """The first ``count`` rows and the rest, as two chunks."""
+        head = Chunk(self.batch.slice(0, count), self.tokens[:count], self.until, self.first)
+        rest = Chunk(self.batch.slice(count), self.tokens[count:], self.until,
+                     self.first + count if self.first else 0)
+        return head, rest
+
+
+class Link:
+    """A peek-lock :class:`~aiosb.Receiver`'s batches as chunks, settled by token."""
+
+    def __init__(self, receiver: Receiver) -> None:
+        self.receiver = receiver
+        transport = receiver.namespace.transport
+        self.columns = isinstance(transport, ColumnTransport)
+
+    async def receive(self, count: int, max_wait: float) -> Chunk | None:
+        """Up to ``count`` messages, waiting up to ``max_wait`` for the first; ``None``
+        when none came."""
+        r = self.receiver
+        r._check()
+        if self.columns:
+            ns = r.namespace
+            request = r._request(max_messages=count, max_wait=max_wait)
+            bodies, columns = await ns.execute(
+                ns.transport.receive_columns,  # type: ignore[attr-defined]
+                r._entity_path, request, wait=max_wait, link=r._inflight,
+            )
+            if bodies:
+                bodies, columns = await self._drop_pings(bodies, columns)
+        else:
+            bodies, columns = message_columns(await r.receive(count, max_wait))
+        if not bodies:
+            return None
+        n = len(bodies)
+        tokens = _listed(columns.get("lock_token"), n)
+        until = _listed(columns.get("locked_until_timestamp"), n)
+        return Chunk(to_batch(bodies, columns), tokens, min(until))
+
+    async def _drop_pings(
+        self, bodies: list[bytes], columns: dict[str, Any]
+    ) -> tuple[list[bytes], dict[str, Any]]:
+        """A paired writer's pings are no one's data (PN-14): complete them, keep the rest."""
+        kinds = columns.get("content_type")
+        if type(kinds) is not list or PING_CONTENT_TYPE not in kinds:
+            if kinds != PING_CONTENT_TYPE:
+                return bodies, columns
+            kinds = [kinds] * len(bodies)
+        tokens = _listed(columns.get("lock_token"), len(bodies))
+        await self.settle("complete", [t for t, k in zip(tokens, kinds, strict=True)
+                                       if k == PING_CONTENT_TYPE])
+        keep = [i for i, k in enumerate(kinds) if k != PING_CONTENT_TYPE]
+        kept = {name: [col[i] for i in keep] if type(col) is list else col
+                for name, col in columns.items()}
+        return [bodies[i] for i in keep], kept
+
+    async def settle(self, action: SettleAction, tokens: list[str]) -> list[float] | None:
+        r = self.receiver
+        r._check()
+        ns = r.namespace
+        settlement = Settlement(action, tokens, r.sub_queue)
+        return await ns.execute(ns.transport.settle, r._entity_path, settlement)
+
+    async def settle_all(self, action: SettleAction, tokens: list[str]) -> dict[str, float]:
+        """Settle ``tokens``, :data:`SETTLE_CHUNK` a request, up to
+        :data:`SETTLE_IN_FLIGHT` requests at once; return the tokens whose locks were
+        lost. A broker settles a request all or nothing: a failed one is settled again
+        token by token, and only the lost ones are given up. For ``renew``, the settled
+        tokens' new lock ends are returned too, as ``{token: until}`` (lost: ``-1``)."""
+        results: dict[str, float] = {}
+        gate = asyncio.Semaphore(SETTLE_IN_FLIGHT)
+
+        async def one(part: list[str]) -> None:
+            async with gate:
+                try:
+                    until = await self.settle(action, part)
+                except MessageLockLost:
+                    for token in part:
+                        try:
+                            got = await self.settle(action, [token])
+                        except MessageLockLost:
+                            results[token] = -1.0
+                        else:
+                            if got:
+                                results[token] = got[0]
+                    return
+                if until:
+                    results.update(zip(part, until, strict=True))
+
+        await asyncio.gather(*(one(tokens[i : i + SETTLE_CHUNK])
+                               for i in range(0, len(tokens), SETTLE_CHUNK)))
+        return results
+
+
+def _listed(column: Any, n: int) -> list[Any]:
+    return column if type(column) is list else [column] * n
+
+
+def lost_tokens(results: dict[str, float]) -> set[str]:
+    return {t for t, until in results.items() if until < 0}
+
+
+class Locks:
+    """Chunks held locked, renewed on the loop before their locks end (a third of the
+    lock duration before), until settled or dropped."""
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+        self.margin: float | None = None
+        self.renewer: asyncio.Task[None] | None = None
+        self.renewed = 0
+        self.lost = 0
+
+    def start(self, chunk: Chunk, held: Callable[[], Iterable[Chunk]]) -> None:
+        """Begin renewing what ``held()`` gives (every chunk held), if not yet: the
+        lock duration is judged from ``chunk``, the first."""
+        if self.renewer is None:
+            self.margin = max((chunk.until - CLOCK.now()) / 3, 0.05)
+            self._held = held
+            self.renewer = asyncio.get_running_loop().create_task(self._renew_forever())
+
+    async def _renew_forever(self) -> None:
+        assert self.margin is not None
+        while True:
+            await asyncio.sleep(self.margin / 2)
+            now = CLOCK.now()
+            due = [c for c in list(self._held()) if c.until - now < self.margin]
+            tokens = [t for c in due for t in c.locked()]
+            if not tokens:
+                continue
+            try:
+                results = await self.link.settle_all("renew", tokens)
+            except ServiceBusError as exc:
+                log.warning("renewing %d locks failed (%s); will try again", len(tokens), exc)
+                continue
+            for c in due:
+                ends = [results.get(t, -1.0) for t in c.locked()]
+                alive = [u for u in ends if u >= 0]
+                self.renewed += len(alive)
+                if alive:
+                    c.until = min(alive)
+                if len(alive) < len(ends):
+                    self.dropped(c, {t for t in c.locked() if results.get(t, -1.0) < 0})
+
+    def dropped(self, chunk: Chunk, lost: set[str]) -> None:
+        """Lost locks: the broker delivers those messages again, so they are not ours to
+        settle; a chunk not yet admitted leaves their rows out too (an admitted one
+        keeps its rows, its offsets fixed: at least once)."""
+        self.lost += len(lost)
+        if chunk.first:
+            chunk.tokens = [None if t in lost else t for t in chunk.tokens]
+        else:
+            keep = [t not in lost for t in chunk.tokens]
+            chunk.tokens = [t for t in chunk.tokens if t not in lost]
+            chunk.batch = chunk.batch.filter(pa.array(keep))
+
+    async def stop(self) -> None:
+        if self.renewer is not None:
+            self.renewer.cancel()
+            await asyncio.gather(self.renewer, return_exceptions=True)
+            self.renewer = None
+
+    async def abandon(self, tokens: list[str]) -> None:
+        """Give ``tokens`` back (delivered again at once); lost ones are back already."""
+        try:
+            await self.link.settle_all("abandon", tokens)
+        except ServiceBusError as exc:  # their locks run out instead
+            log.warning("abandoning %d messages failed (%s)", len(tokens), exc)

@@ -1,0 +1,247 @@
+"""Streaming reads (``spark.readStream``): the driver's side.
+
+**At least once, and honest about it.** The driver receives messages (peek-lock) and
+keeps them locked, renewing each lock before it runs out, and completes them only in
+``commit``, after Spark has committed the micro-batch that holds them.
+
+**A receive ahead (#39).** While Spark runs one micro-batch the driver already receives
+the next one's messages in the background, so that the next ``latestOffset`` finds them
+waiting. Those are held like the rest: locked and renewed, numbered (given offsets) only
+when ``latestOffset`` admits them into a micro-batch, so a message is in at most one
+micro-batch, and never completed before Spark commits that one. A message whose lock is
+lost before it is admitted is left out (the broker delivers it again).
+
+**Stopping** abandons everything held, admitted or received ahead, so it is delivered
+again at once; a receive on its way is let finish and what it brings abandoned too. A
+query restarted from its checkpoint replays an uncommitted micro-batch empty: its
+messages were never completed and come back when their locks end (or at once, when the
+stopped query abandoned them).
+
+The rows travel as Arrow record batches (:mod:`aiosb.spark._arrow`), built once on the
+driver as each receive comes in; the executors hand them to Spark as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import signal
+import threading
+from typing import Any
+
+import pyarrow as pa
+
+from ..bridge import BlockingReceiver, Bridge
+from ._arrow import arrow_schema
+from ._link import Chunk, Link, Locks, lost_tokens
+from ._options import StreamReadOptions
+from ._read import RECEIVE, _receiver
+
+log = logging.getLogger("aiosb.spark")
+
+
+class Holder:
+    """The streaming source's locked messages, on the bridge's loop: received ahead,
+    admitted in order, renewed before their locks run out, completed on commit,
+    abandoned on stop."""
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+        self.locks = Locks(link)
+        self.ready: list[Chunk] = []  # received ahead, not admitted yet
+        self.held: list[Chunk] = []  # admitted (numbered), in order
+        self.released = False
+        self.fetching: asyncio.Task[None] | None = None
+
+    def _all(self) -> list[Chunk]:
+        return [*self.held, *self.ready]
+
+    def count(self) -> int:
+        return sum(map(len, self.held)) + sum(map(len, self.ready))
+
+    async def _fetch(self, want: int, max_wait: float) -> None:
+        """Receive until ``want`` messages are ready (or none are there now)."""
+        wait = max_wait
+        while not self.released and (ready := sum(map(len, self.ready))) < want:
+            chunk = await self.link.receive(min(want - ready, RECEIVE), wait)
+            if chunk is None:
+                return
+            if self.released:  # stopped meanwhile: give it straight back
+                await self.locks.abandon(chunk.locked())
+                return
+            self.ready.append(chunk)
+            self.locks.start(chunk, self._all)
+            wait = 0
+
+    def _receive_ahead(self, want: int, max_wait: float) -> None:
+        self.fetching = asyncio.get_running_loop().create_task(self._fetch(want, max_wait))
+
+    async def _received(self) -> None:
+        """Wait for the receive on its way, if any (its error, if any, is raised here)."""
+        fetching = self.fetching
+        if fetching is not None:
+            await asyncio.wait([fetching])
+            if self.fetching is fetching:
+                self.fetching = None
+            fetching.result()
+
+    async def admit(self, first: int, count: int, room: int, max_wait: float) -> int:
+        """Admit up to ``count`` messages, numbered from ``first``; return how many. Then
+        start receiving ahead, up to ``count`` more while fewer than ``room`` are held.
+
+        Released meanwhile (the query stopped while a receive was on its way), it
+        abandons what it received, so that comes back at once, and admits nothing."""
+        if self.released:
+            return 0
+        await self._received()
+        if not self.released and sum(map(len, self.ready)) < count:
+            self._receive_ahead(count, 0 if self.ready else max_wait)
+            await self._received()
+        if self.released:
+            return 0
+        admitted = 0
+        while self.ready and admitted < count:
+            chunk = self.ready.pop(0)
+            if admitted + len(chunk) > count:
+                chunk, rest = chunk.split(count - admitted)
+                self.ready.insert(0, rest)
+            chunk.first = first + admitted
+            admitted += len(chunk)
+            self.held.append(chunk)
+        ahead = min(count, room - self.count())
+        if ahead > 0:
+            self._receive_ahead(ahead, 0)
+        return admitted
+
+    def batches(self, start: int, end: int) -> list[pa.RecordBatch]:
+        """The rows of offsets (start, end] this source admitted, in order."""
+        out = []
+        for chunk in self.held:
+            lo = max(start + 1, chunk.first)
+            hi = min(end, chunk.first + len(chunk.batch) - 1)
+            if lo <= hi:
+                out.append(chunk.batch.slice(lo - chunk.first, hi - lo + 1))
+        return out
+
+    async def complete(self, upto: int) -> int:
+        """Complete every admitted message numbered ``upto`` or lower; return how many."""
+        done: list[Chunk] = []
+        while self.held and self.held[0].first <= upto:
+            chunk = self.held.pop(0)
+            if chunk.first + len(chunk) - 1 > upto:
+                chunk, rest = chunk.split(upto - chunk.first + 1)
+                self.held.insert(0, rest)
+            done.append(chunk)
+        tokens = [t for c in done for t in c.locked()]
+        lost = len(lost_tokens(await self.link.settle_all("complete", tokens)))
+        if lost:
+            self.locks.lost += lost
+            log.warning(
+                "%d committed messages had lost their locks before completion; they will "
+                "be delivered again (at least once).",
+                lost,
+            )
+        return len(tokens) - lost
+
+    async def release(self) -> None:
+        """Abandon everything held (it is delivered again at once), stop renewing.
+
+        A receive on its way is let finish, not cancelled (its answer would be lost with
+        its messages locked for nobody): ``_fetch`` sees the release and abandons it."""
+        self.released = True
+        fetching = self.fetching
+        if fetching is not None and fetching is not asyncio.current_task():
+            await asyncio.wait([fetching])
+        await self.locks.stop()
+        chunks, self.held, self.ready = self._all(), [], []
+        await self.locks.abandon([t for c in chunks for t in c.locked()])
+
+
+class StreamSource:
+    """The driver side of a streaming read (see the module docstring)."""
+
+    def __init__(self, options: StreamReadOptions) -> None:
+        self.options = options
+        self._bridge: Bridge | None = None
+        self._receiver: BlockingReceiver | None = None
+        self._holder: Holder | None = None
+        self._next = 1  # the number the next admitted message gets
+
+    def _open(self) -> Holder:
+        if self._holder is None:
+            self._stop_on_sigterm()
+            bridge = self._bridge = Bridge.shared()
+            self._receiver = _receiver(self.options.connection, self.options.sub_queue, bridge)
+            self._holder = Holder(Link(self._receiver._target))
+        return self._holder
+
+    def _stop_on_sigterm(self) -> None:
+        """Spark ends the driver-side reader's process with SIGTERM when a query stops,
+        without calling ``stop()``: abandon what is held first, then exit as asked."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        stopping = False
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            # Spark may signal more than once: ours stays installed until we are done,
+            # so a second SIGTERM cannot cut the abandon short.
+            nonlocal stopping
+            if stopping:
+                return
+            stopping = True
+            try:
+                self.stop()
+            finally:
+                raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+    def latest(self, start: int, limit: int | None) -> int:
+        """Admit up to ``limit`` new messages (``None``: as many as the buffer allows)
+        after offset ``start``; return the new latest offset."""
+        holder = self._open()
+        assert self._bridge is not None
+        self._next = max(self._next, start + 1)
+        admitted = sum(map(len, holder.held))
+        room = self.options.max_buffered_messages
+        count = room - admitted if limit is None else min(limit, room - admitted)
+        if count <= 0:
+            return self._next - 1
+        got = self._bridge.run(holder.admit(self._next, count, room, self.options.max_wait))
+        self._next += got
+        return self._next - 1
+
+    def batches(self, start: int, end: int) -> list[list[pa.RecordBatch]]:
+        """The rows of offsets (start, end], in ``partitions`` parts of one record batch
+        each (none for a range this driver never admitted: a replay after restart)."""
+        holder = self._holder
+        picked = [] if holder is None else holder.batches(start, end)
+        rows = sum(b.num_rows for b in picked)
+        if not rows:
+            return []
+        table = pa.Table.from_batches(picked, schema=arrow_schema())
+        size = math.ceil(rows / self.options.partitions)
+        # One copy per part: a slice would carry its whole chunk's buffers when pickled.
+        return [
+            table.slice(i, size).combine_chunks().to_batches()
+            for i in range(0, rows, size)
+        ]
+
+    def commit(self, end: int) -> int:
+        """Complete every message up to ``end``; Spark has committed them."""
+        holder = self._open()
+        assert self._bridge is not None
+        return self._bridge.run(holder.complete(end))
+
+    def stop(self) -> None:
+        """Abandon what is held, close the receiver."""
+        if self._holder is None or self._bridge is None:
+            return
+        bridge, holder, receiver = self._bridge, self._holder, self._receiver
+        self._holder = None
+        if bridge.closed:
+            return
+        bridge.run(holder.release())
+        if receiver is not None:
+            receiver.close()
