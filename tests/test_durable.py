@@ -24,9 +24,9 @@ from aiosb._clock import CLOCK
 from aiosb.emulator._durable import Journal
 from aiosb.emulator._record import _Record
 from aiosb.emulator._rows import encode_record
-from aiosb.wire.json_values import dumps
 from aiosb.emulator.server import serve
 from aiosb.protocol import ManagementRequest
+from aiosb.wire.json_values import dumps
 
 LOCK = 30
 

@@ -159,8 +159,6 @@ class Recovery:
             entity, _ = ns._resolve(path)
         except ServiceBusError:  # the operation answers for itself
             return
-        if entity not in self.pending:
-            return
         need = [e for e in _downstream_first(entity, set()) if e in self.pending]
         self._wanted[:0] = need
         for e in need:
