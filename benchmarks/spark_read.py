@@ -119,12 +119,14 @@ def main(argv: list[str]) -> None:
             def __init__(self) -> None:
                 self.lock = threading.Lock()
                 self.batches: dict[int, int] = {}
+                self.phases: dict[str, list[int]] = {}  # Spark's durationMs, by phase
                 self.reached = threading.Event()
                 self.target = 0
 
             def reset(self, target: int) -> None:
                 with self.lock:
                     self.batches = {}
+                    self.phases = {}
                     self.target = target
                     self.reached.clear()
 
@@ -135,6 +137,9 @@ def main(argv: list[str]) -> None:
                 progress = event.progress
                 with self.lock:
                     self.batches[progress.batchId] = progress.numInputRows
+                    if progress.numInputRows:
+                        for phase, ms in progress.durationMs.items():
+                            self.phases.setdefault(phase, []).append(ms)
                     if sum(self.batches.values()) >= self.target:
                         self.reached.set()
 
@@ -213,6 +218,10 @@ def main(argv: list[str]) -> None:
             if remaining != last["rows"]:
                 raise SystemExit(f"S-8 reads stream: {remaining} messages left after the stop; "
                                  f"the last micro-batch held {last['rows']}")
+            with listener.lock:
+                phases = {k: statistics.median(v) for k, v in listener.phases.items()}
+            print("    median ms a micro-batch: " + ", ".join(
+                f"{k} {v:.0f}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1])))
             print(f"    {last['batches']} micro-batches; the last ({last['rows']:,} rows) was "
                   "abandoned at the stop, all the others completed", flush=True)
 
@@ -248,7 +257,9 @@ def main(argv: list[str]) -> None:
     def ratio(name: str) -> list[float]:
         return [r / c for r, c in zip(results[name], results["one aiosb client"], strict=True)]
 
-    checks = []
+    checks = []  # judged on three runs or more (the harness's rule)
+    if args.runs < 3:
+        results = {name: [] for name in results}
     if results.get("batch read, partitions=2"):
         checks += [
             check("#39", "batch read (partitions=2) / one aiosb client, run by run",

@@ -4,7 +4,9 @@ streaming source's bookkeeping, on the embedded emulator (issue 12)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -216,3 +218,165 @@ def test_rows_become_messages_with_derived_ids_and_checked_ttls():
         with pytest.raises(errors.InvalidArgument, match="row 0 of this partition: "
                                                          "time_to_live_seconds is"):
             list(_row_messages([rows], "w-0-"))
+
+
+def test_arrow_batches_hold_the_rows_to_row_gives():
+    """#39: reads hand Spark Arrow batches built a column at a time; each row is the
+    tuple the per-message conversion gives (every kind of field, set and unset), and a
+    column given as one value for all is the same as that value in each row."""
+    import datetime as dt
+
+    from aiosb.message import ReceivedMessage
+    from aiosb.spark._arrow import arrow_schema, message_columns, to_batch
+    from aiosb.spark._columns import READ_COLUMNS, to_row
+
+    zone = dt.timezone(dt.timedelta(hours=2))
+    messages = [
+        ReceivedMessage(
+            str(i).encode(), message_id=f"m{i}", sequence_number=i + 1, delivery_count=1,
+            enqueued_timestamp=1_800_000_000.4001129 + i, lock_token=f"t{i}",  # rounds up
+            expires_timestamp=None if i % 2 else 1_900_000_000.5,
+            application_properties={"k": i, "b": b"\x01", "t": True} if i % 2 else {},
+            time_to_live=dt.timedelta(seconds=90.25) if i == 1 else None,
+            scheduled_enqueue_time=dt.datetime(2031, 5, 6, 7, 8, 9, tzinfo=zone)
+            if i == 2 else None,
+            subject="s" if i == 3 else None, entity_path="q",
+        )
+        for i in range(5)
+    ]
+    names = [name for name, _, _, _ in READ_COLUMNS]
+    batch = to_batch(*message_columns(messages))
+    assert batch.schema == arrow_schema()
+    for message, got in zip(messages, batch.to_pylist(), strict=True):
+        got["properties"] = dict(got["properties"])
+        assert got == dict(zip(names, to_row(message), strict=True))
+    bodies, listed = message_columns(messages[:2])
+    shared = {**listed, "entity_path": "q", "state": "active", "subject": None}
+    assert to_batch(bodies, shared).equals(to_batch(bodies, listed))
+
+
+async def _held(ns, count: int, lock: float = 30):
+    await ns.create_queue("q", lock_duration=timedelta(seconds=lock))
+    async with ns.sender("q") as sender:
+        await sender.send([Message(str(i)) for i in range(count)])
+
+
+@pytest.mark.looptime
+async def test_messages_received_ahead_are_renewed_admitted_once_and_abandoned_on_stop():
+    """#39: the streaming source receives the next micro-batch's messages while Spark
+    runs the current one. Received ahead, they keep their locks however long the
+    micro-batch takes, are numbered only when admitted (each in one micro-batch), and a
+    stop gives them back at once, uncompleted."""
+    async with aiosb.connect("memory://ahead") as ns:
+        await _held(ns, 12)
+        async with ns.receiver("q") as receiver:
+            holder = Holder(Link(receiver))
+            assert await holder.admit(1, 5, room=100, max_wait=0) == 5
+            await asyncio.sleep(0)  # the receive ahead runs while "Spark" works
+            await asyncio.sleep(300)  # ten lock durations in one micro-batch
+            assert sum(map(len, holder.ready)) == 5  # ahead, not numbered yet
+            assert holder.locks.lost == 0 and holder.locks.renewed >= 10
+            assert await holder.admit(6, 5, room=100, max_wait=0) == 5
+            first = [b for c in holder.held for b in c.batch.column("body").to_pylist()]
+            assert first == [str(i).encode() for i in range(10)]  # in order, each once
+            assert await holder.complete(5) == 5
+            await asyncio.sleep(0)
+            await holder.release()  # 5 admitted, 2 ahead: all back, none completed
+            again = await receiver.receive(max_messages=20, max_wait=0)
+        assert sorted(int(m.body) for m in again) == list(range(5, 12))
+        assert all(m.delivery_count == 2 for m in again)
+
+
+@pytest.mark.looptime
+async def test_a_message_ahead_whose_lock_is_lost_is_left_out_of_the_micro_batch():
+    """Delivered again by the broker, it must not be in a micro-batch twice."""
+    async with aiosb.connect("memory://aheadlost") as ns:
+        await _held(ns, 6, lock=5)
+        async with ns.receiver("q") as receiver:
+            holder = Holder(Link(receiver))
+            assert await holder.admit(1, 3, room=100, max_wait=0) == 3
+            await asyncio.sleep(0)
+            await holder.link.settle("complete", holder.ready[0].tokens[1:2])  # 4 is gone
+            await asyncio.sleep(30)
+            assert await holder.admit(4, 3, room=100, max_wait=0) == 2
+            bodies = [b for c in holder.held for b in c.batch.column("body").to_pylist()]
+            assert bodies == [b"0", b"1", b"2", b"3", b"5"]
+            assert holder.locks.lost == 1
+            await holder.release()
+
+
+def _read_options(url: str, count: int) -> Any:
+    return read_options({"namespace": url, "entity": "q", "max_messages": str(count),
+                         "max_wait_seconds": "0"})
+
+
+@pytest.mark.timeout(60)
+def test_a_batch_task_holding_its_share_past_the_lock_duration_keeps_the_locks():
+    """#39: a batch-read task completes its messages once Spark has all its rows, which
+    may take longer than the lock: it renews them meanwhile, so none is lost (delivered
+    again) and every one is completed."""
+    from aiosb.spark._read import read_partition
+
+    bridge = Bridge.shared()  # read_partition's own: a memory namespace serves one loop
+    url = "memory://batchlocks"
+    with bridge.connect(url) as ns:
+        ns.create_queue("q", lock_duration=timedelta(seconds=5))
+        ns.sender("q").send([Message(str(i)) for i in range(30)])
+    batches = read_partition(_read_options(url, 30), 30)
+    first = next(batches)
+    time.sleep(8)  # Spark is slow to take the rows: the locks would have ended twice
+    rest = list(batches)
+    assert sum(b.num_rows for b in [first, *rest]) == 30
+    with bridge.connect(url) as ns:
+        props = ns.runtime_properties("q")
+        assert props.active_message_count == 0 and props.total_message_count == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_batch_task_that_fails_gives_its_messages_back_at_once():
+    """A task that fails before Spark has every row completes nothing and abandons what
+    it holds: delivered again at once, not when the locks end."""
+    from aiosb.spark._read import read_partition
+
+    bridge = Bridge.shared()
+    url = "memory://batchfails"
+    with bridge.connect(url) as ns:
+        ns.create_queue("q", lock_duration=timedelta(minutes=5))
+        ns.sender("q").send([Message(str(i)) for i in range(3)])
+    batches = read_partition(_read_options(url, 10), 10)
+    assert next(batches).column("body").to_pylist() == [b"0", b"1", b"2"]
+    with pytest.raises(RuntimeError):
+        batches.throw(RuntimeError("the task fails"))
+    with bridge.connect(url) as ns, ns.receiver("q") as receiver:
+        back = receiver.receive(max_messages=10, max_wait=0)
+        assert sorted(m.body for m in back) == [b"0", b"1", b"2"]
+        assert all(m.delivery_count == 2 for m in back)
+        receiver.complete(back)
+
+
+async def test_a_paired_writers_pings_are_completed_never_rows():
+    """A broker that delivers a paired writer's pings (the emulator does not, PN-14):
+    the reads complete them and keep them out of the rows, as Receiver.receive does."""
+    from aiosb.message import PING_CONTENT_TYPE
+
+    settled: list[tuple[str, list[str]]] = []
+
+    class Recording(Link):
+        def __init__(self) -> None:
+            pass
+
+        async def settle(self, action: Any, tokens: list[str]) -> None:
+            settled.append((action, tokens))
+
+    bodies = [b"a", b"", b"c"]
+    columns = {"lock_token": ["t1", "t2", "t3"], "entity_path": "q",
+               "content_type": [None, PING_CONTENT_TYPE, "text/plain"]}
+    kept, left = await Recording()._drop_pings(bodies, columns)
+    assert kept == [b"a", b"c"] and settled == [("complete", ["t2"])]
+    assert left == {"lock_token": ["t1", "t3"], "entity_path": "q",
+                    "content_type": [None, "text/plain"]}
+    settled.clear()
+    assert await Recording()._drop_pings(bodies, {"content_type": PING_CONTENT_TYPE,
+                                                  "lock_token": ["t1", "t2", "t3"]}) == ([], {
+        "content_type": PING_CONTENT_TYPE, "lock_token": []})
+    assert settled == [("complete", ["t1", "t2", "t3"])]
