@@ -4,19 +4,34 @@ receive-and-complete, a peek of 10 from the middle, and the runtime properties; 
 1, 100 and 1,000 receivers long-polling one queue, a send and its delivery. The curve
 should be flat: each operation within 2x from the smallest case to the largest. Each
 cost is the least of three runs (a machine's hiccup in one run is no curve).
+
+Durable mode at depth (issue 39): a durable ``aiosb
+serve`` holding 10^4 and 10^5 stored messages (10^6 with --deep) of 100-byte bodies,
+restarted three times each: how soon it listens, how soon it serves the first message
+(in order) and has loaded them all, its resident memory per stored message, and its
+bytes on disk per message, judged on the worst run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import time
+import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import aiosb
 from aiosb import Message, emulator
 
-from ._harness import report, run
+from ._harness import check, report, run
 
 BATCH = 1000
 OPERATIONS = 200
@@ -91,6 +106,186 @@ async def with_waiters(waiters: int) -> float:
         return elapsed / OPERATIONS * 1e6
 
 
+BODY = 100  # bytes: the issue's messages
+#: Targets of #39: listening within this many seconds of a restart; bytes on disk at
+#: most this many times the message's own size.
+LISTEN_S = 5.0
+DISK_RATIO = 2.0
+
+
+async def _durable_fill(data: Path, depth: int) -> int:
+    """``depth`` messages of ``BODY`` bytes into queue ``q`` of namespace ``depth`` of a
+    durable server kept in ``data`` (sent in process: the fill is not what is measured);
+    the size the broker counts for each."""
+    from aiosb.emulator.server import serve
+
+    async with serve(data_dir=data) as server:
+        async with aiosb.connect(server.namespace_url("depth")) as ns:
+            await ns.create_queue("q")
+        async with aiosb.connect("memory://depth") as ns:
+            async with ns.sender("q") as sender:
+                for start in range(0, depth, BATCH):
+                    await sender.send([Message(b"%0*d" % (BODY, i))
+                                       for i in range(start, min(depth, start + BATCH))])
+            size = (await ns.runtime_properties("q")).size_in_bytes
+    emulator.reset()
+    return size // depth
+
+
+def _rss(pid: int) -> int:
+    """Resident bytes of process ``pid``."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")  # pragma: no cover
+
+
+def _restart(data: Path, depth: int) -> dict[str, float]:
+    """Start ``aiosb serve --data-dir data`` (a process of its own) and measure: seconds
+    until it listens, until it serves the first message (checked to be the first), until
+    it has loaded every one (its count answers), and its resident bytes then."""
+    start = time.perf_counter()
+    proc, url = _spawn(data)
+    try:
+        listen = time.perf_counter() - start
+
+        async def serve_them() -> tuple[float, float]:
+            async with aiosb.connect(f"{url}/depth", operation_timeout=600) as ns:
+                async with ns.receiver("q") as receiver:
+                    (first,) = await receiver.peek(1)
+                    served = time.perf_counter() - start
+                    assert first.body == b"%0*d" % (BODY, 0), "not served in order"
+                count = (await ns.runtime_properties("q")).active_message_count
+                assert count == depth, f"{count} of {depth} messages after the restart"
+                return served, time.perf_counter() - start
+
+        served, loaded = asyncio.run(serve_them())
+        return {"listen_s": listen, "first_s": served, "loaded_s": loaded,
+                "rss": float(_rss(proc.pid))}
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+
+
+async def _in_memory_bytes(count: int, body: int) -> float:
+    """Traced bytes per message an in-memory queue holds for ``count`` messages of
+    ``body`` bytes (as :mod:`benchmarks.memory` measures its figure)."""
+    emulator.reset()
+    async with aiosb.connect("memory://bench-memory") as ns:
+        await ns.create_queue("q")
+        async with ns.sender("q") as sender:
+            await sender.send([Message(b"w")])
+            async with ns.receiver("q") as receiver:
+                await receiver.complete(await receiver.receive(max_messages=1, max_wait=0))
+            gc.collect()
+            tracemalloc.start()
+            try:
+                before = tracemalloc.get_traced_memory()[0]
+                for start in range(0, count, 100):
+                    await sender.send([Message(b"%0*d" % (body, i))
+                                       for i in range(start, start + 100)])
+                gc.collect()
+                after = tracemalloc.get_traced_memory()[0]
+            finally:
+                tracemalloc.stop()
+    emulator.reset()
+    return (after - before) / count
+
+
+def durable_at_depth(depths: list[int], runs: int) -> tuple[
+        list[dict[str, Any]], dict[str, float], list[dict[str, Any]]]:
+    """#39: a durable ``aiosb serve`` restarted ``runs`` times at each depth: rows (min /
+    median / max of each figure), a summary, and the checks (listening within
+    :data:`LISTEN_S`; resident bytes per stored message at most the in-memory figure
+    plus the body; bytes on disk per message at most :data:`DISK_RATIO` times its
+    size)."""
+    figure = run(lambda: _in_memory_bytes(100_000, 10))  # the in-memory figure (#16)
+    same = run(lambda: _in_memory_bytes(100_000, BODY))  # the same, these messages
+    rows: list[dict[str, Any]] = []
+    summary: dict[str, float] = {"in_memory_bytes_per_message_10_byte_body": figure,
+                                 f"in_memory_bytes_per_message_{BODY}_byte_body": same}
+    checks = []
+    root = Path(tempfile.mkdtemp(prefix="aiosb-depth-"))
+    try:
+        empty = root / "empty"
+        for depth in depths:
+            data = root / f"d{depth}"
+            size = run(lambda d=depth, p=data: _durable_fill(p, d))  # type: ignore[misc]
+            disk = sum(f.stat().st_size for f in data.iterdir()) / depth
+            measured = []
+            for _ in range(runs):
+                shutil.rmtree(empty, ignore_errors=True)
+                base = _empty_rss(empty)
+                got = _restart(data, depth)
+                got["rss_per_message"] = (got["rss"] - base) / depth
+                measured.append(got)
+            row: dict[str, Any] = {"operation": f"durable restart, {depth:,} stored"}
+            for key in ("listen_s", "first_s", "loaded_s", "rss_per_message"):
+                values = sorted(m[key] for m in measured)
+                row[key] = "{:.2f} / {:.2f} / {:.2f}".format(*_spread(values))
+                summary[f"durable_{depth}_{key}_max"] = values[-1]
+            row["disk_per_message"] = disk
+            row["message_size"] = size
+            summary[f"durable_{depth}_disk_per_message"] = disk
+            rows.append(row)
+            checks.append(check("#39", f"restart listens, {depth:,} stored (s)",
+                                [m["listen_s"] for m in measured], LISTEN_S, at_most=True,
+                                unit="s"))
+            checks.append(check(
+                "#39", f"resident bytes per stored message after a restart, {depth:,} "
+                f"stored (in-memory figure {figure:.0f} + body {BODY})",
+                [m["rss_per_message"] for m in measured], figure + BODY, at_most=True,
+                unit="bytes"))
+            checks.append(check("#39", f"bytes on disk per message, {depth:,} stored "
+                                f"(2 x its size, {size})", [disk] * runs, DISK_RATIO * size,
+                                at_most=True, unit="bytes"))
+            shutil.rmtree(data, ignore_errors=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    summary["load_average"] = os.getloadavg()[0]
+    return rows, summary, checks
+
+
+def _empty_rss(data: Path) -> float:
+    """Resident bytes of a durable ``aiosb serve`` holding nothing, once it has answered
+    what :func:`_restart` asks (so that what that costs once is not counted per message)."""
+    proc, url = _spawn(data)
+    try:
+
+        async def touch() -> None:  # what a restart's measure asks, of an empty queue
+            async with aiosb.connect(f"{url}/depth") as ns:
+                if not await ns.queue_exists("q"):
+                    await ns.create_queue("q")
+                async with ns.receiver("q") as receiver:
+                    await receiver.peek(1)
+                await ns.runtime_properties("q")
+
+        asyncio.run(touch())
+        return float(_rss(proc.pid))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+
+
+def _spawn(data: Path) -> tuple[subprocess.Popen[str], str]:
+    """``aiosb serve --data-dir data`` on a free port; returns once it listens."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aiosb.cli", "serve", "--port", "0", "--no-amqp", "--quiet",
+         "--no-explorer", "--data-dir", str(data)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    url = proc.stdout.readline().rsplit(" ", 1)[-1].strip()  # type: ignore[union-attr]
+    if not url.startswith("http"):
+        proc.kill()
+        raise RuntimeError(f"aiosb serve did not start: {url!r}")
+    return proc, url
+
+
+def _spread(values: list[float]) -> tuple[float, float, float]:
+    return values[0], values[len(values) // 2], values[-1]
+
+
 def _least(runs: list[dict[str, float]]) -> dict[str, float]:
     """Each operation's least cost over ``runs``."""
     return {operation: min(r[operation] for r in runs) for operation in runs[0]}
@@ -99,10 +294,18 @@ def _least(runs: list[dict[str, float]]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--deep", action="store_true", help="also 10^6 messages")
+    parser.add_argument("--durable-only", action="store_true",
+                        help="only the durable server's restarts (#39)")
     args = parser.parse_args(argv)
     depths = [1_000, 100_000] + ([1_000_000] if args.deep else [])
-    rows = []
+    rows: list[dict[str, Any]] = []
     summary: dict[str, float] = {}
+    durable_depths = [10_000, 100_000] + ([1_000_000] if args.deep else [])
+    durable_rows, durable_summary, checks = durable_at_depth(durable_depths, RUNS)
+    if args.durable_only:
+        report("scaling-durable", "Durable mode at depth: restart, memory, disk (aiosb serve)",
+               durable_rows, durable_summary, checks)
+        return durable_summary
     by_depth = {depth: _least([run(lambda d=depth: at_depth(d)) for _ in range(RUNS)])
                 for depth in depths}
     for operation in by_depth[depths[0]]:
@@ -124,7 +327,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     row["flat"] = "PASS" if growth <= 2 else "MISS"
     summary["waiters_growth"] = growth
     rows.append(row)
-    report("scaling", "Scaling: cost per operation as the work grows (embedded)", rows, summary)
+    rows += durable_rows
+    summary.update(durable_summary)
+    report("scaling", "Scaling: cost per operation as the work grows (embedded), and durable "
+           "mode at depth (aiosb serve)", rows, summary, checks)
     return summary
 
 

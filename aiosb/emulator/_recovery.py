@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import logging
 import sqlite3
@@ -44,13 +45,17 @@ from ._rows import (
     message_row,
     record_of_row,
 )
+from ._store import _Store
 
 __all__ = ["Recovery", "migrate"]
 
 log = logging.getLogger("aiosb.emulator")
 
 #: Rows read at a time while an entity loads.
-CHUNK = 20_000
+CHUNK = 2_000
+#: From this many messages loaded on, what the process holds once they are is moved out
+#: of the garbage collector's sight (:func:`gc.freeze`): a server holding them for good.
+FREEZE_AT = 100_000
 _KIND_ORDER = {"queue": 0, "topic": 0, "subscription": 1}  # topics before subscriptions
 
 
@@ -192,6 +197,10 @@ class Recovery:
     # -- in the background ---------------------------------------------------------
 
     async def _run(self) -> None:
+        # The collector would walk the growing heap again and again while it grows by a
+        # million records (a quarter of the load's time, #39): it waits for the end.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             while self.pending:
                 entity = self._next()
@@ -202,6 +211,12 @@ class Recovery:
             log.exception("%s: loading the messages failed", self.journal.path)
             self.error = exc
         finally:
+            if collecting:
+                if self.loaded >= FREEZE_AT:
+                    # What was loaded lives long: out of the collector's sight, or its
+                    # first passes after the load walk every record (a second at 10^6).
+                    gc.freeze()
+                gc.enable()
             for event in self.pending.values():  # nothing waits for ever
                 event.set()
         if self.error is None:
@@ -220,16 +235,19 @@ class Recovery:
         prefix: str | None = self.journal.prefix
         after = -1
         locked_at: dict[tuple[int, float], list[Any]] = {}
+        reading = asyncio.ensure_future(self.journal.read(_chunk(eid, after)))
         while True:
             if prefix == auto_id_prefix():
                 prefix = None  # numbers stay numbers: this process spells them so
-            rows = await self.journal.read(_chunk(eid, after))
+            rows = await reading
             ns = self._homes[entity]
             if entity.deleted or ns._entities.get(entity.key) is not entity:
                 break  # deleted meanwhile: its rows went with it
             if not rows:
                 break
             after = rows[-1][0]
+            # The next rows are read (on the journal's thread) while these are put.
+            reading = asyncio.ensure_future(self.journal.read(_chunk(eid, after)))
             journal, ns.journal = ns.journal, None  # these rows are on disk already
             try:
                 _put(entity, rows, prefix, locked_at, ns.clock.now())
@@ -258,6 +276,10 @@ def _put(entity: _Entity, rows: list[Any], prefix: str | None,
     nfrag = entity.nfrag
     fragments, dlqs = entity.fragments, entity.dlqs
     last_enqueued = last_expires = None
+    # Available records come in runs for one store: each run is held at once, a page at
+    # a time, as a send's batch is (_Store.add_run).
+    run: list[_Record] = []
+    run_store: _Store | None = None
     for seq, where, state, mid, enqueued, expires, ttl, size, count, body, extra, lock in rows:
         # Equal instants are shared, as a batch's are when it is sent (#39: memory).
         if enqueued == last_enqueued:
@@ -280,8 +302,15 @@ def _put(entity: _Entity, rows: list[Any], prefix: str | None,
             store = entity.session(where[2:]).store
         state = rec.state
         if state == AVAILABLE:
-            store.add(rec, now)
+            if store is not run_store:
+                if run_store is not None:
+                    run_store.add_run(run, now)
+                run, run_store = [], store
+            run.append(rec)
             continue
+        if run_store is not None:
+            run_store.add_run(run, now)
+            run, run_store = [], None
         if state == SCHEDULED:
             store.add_scheduled(rec)
             continue
@@ -293,6 +322,8 @@ def _put(entity: _Entity, rows: list[Any], prefix: str | None,
         store.add_held(rec)
         if state == LOCKED and until is not None:
             locked_at.setdefault((id(store), until), [store]).append(rec)
+    if run_store is not None:
+        run_store.add_run(run, now)
 
 
 def _downstream_first(entity: _Entity, seen: set[_Entity]) -> list[_Entity]:
