@@ -16,6 +16,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 
+import aiohttp
 import pytest
 
 import aiosb
@@ -314,3 +315,41 @@ def test_a_kill_during_the_background_load_loses_nothing(tmp_path):
     assert [m.body for m in first] == [b"10", b"11", b"12"]
     assert [m.message_id for m in first] != ids  # ids of other messages: the ids below
     assert first[0].message_id[:-12] == ids[0][:-12]  # spelled as before the restarts
+
+
+async def test_the_explorer_waits_for_what_it_reads(tmp_path, hold):
+    """#39: the explorer, which reads some stores directly (a dead letter resubmitted by
+    its number), waits for the entity too: the dead letter is found, not missed."""
+    async def setup(ns):
+        await ns.create_queue("q")
+        await _send(ns, "q", 3)
+        async with ns.receiver("q") as receiver:
+            for msg in await receiver.receive(max_messages=3, max_wait=0):
+                await receiver.dead_letter(msg)
+        async with ns.receiver("q", sub_queue="deadletter") as receiver:
+            dead.extend(m.sequence_number for m in await receiver.peek(3))
+
+    dead: list[int] = []
+    await _fill(tmp_path, "explore", setup)
+    async with serve(data_dir=tmp_path, explorer=True) as server:
+        jar = aiohttp.CookieJar(unsafe=True)  # a cookie of 127.0.0.1
+        async with aiohttp.ClientSession(server.url, cookie_jar=jar) as http:
+            origin = {"Origin": server.url}
+            async with http.post("/explorer/api/signin", json={
+                    "key_name": server.key_name, "key": server.key},
+                    headers={**origin, "X-Aiosb-Explorer": "1"}) as answer:
+                assert answer.status == 200
+                csrf = (await answer.json())["csrf"]
+            resubmit = asyncio.ensure_future(http.post(
+                "/explorer/api/resubmit", json={"ns": "explore", "path": "q",
+                                                "sequence_numbers": dead[1:2]},
+                headers={**origin, "X-Aiosb-Csrf": csrf}))
+            await asyncio.sleep(1)
+            if resubmit.done():
+                async with await resubmit as answer:
+                    raise AssertionError((answer.status, await answer.text()))
+            hold.set()
+            async with await resubmit as answer:
+                assert (answer.status, await answer.json()) == (
+
+                    200, {"resubmitted": 1, "to": "q"})

@@ -226,6 +226,9 @@ class Explorer:
         if changes:
             said["target"] = f"{str(args.get('ns'))[:60]}/{str(args.get('path', ''))[:120]}"
         ns = await self._entity_namespace(args)
+        if ns.recovery is not None:  # a durable restart: what it reads is loaded first (#39)
+            path = args.get("path")
+            await ns.recovery.wait(ns, path if isinstance(path, str) and path else None)
         answer = await handler(ns, args)
         if changes and self._journal is not None:
             await self._journal.commit()
