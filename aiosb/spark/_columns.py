@@ -137,5 +137,7 @@ _ROW = tuple((field, convert) for _, _, field, convert in READ_COLUMNS)
 
 
 def to_row(m: ReceivedMessage) -> tuple[Any, ...]:
-    """A received message as a row of :data:`READ_SCHEMA` (plain, picklable data)."""
+    """A received message as a row of :data:`READ_SCHEMA` (plain, picklable data): what
+    each row of the reads' Arrow batches holds (:func:`aiosb.spark._arrow.to_batch`
+    builds them a column at a time; a unit test holds the two to the same rows)."""
     return tuple([convert(getattr(m, field)) for field, convert in _ROW])
