@@ -351,13 +351,13 @@ async def test_a_lock_is_kept_beside_the_row_not_by_writing_it_again(tmp_path):
             async with ns.sender("q") as sender:
                 await sender.send(Message(b"a"))
             db = sqlite3.connect(tmp_path / "aiosb.sqlite3")
-            [(*written, lock)] = db.execute("SELECT body, extra, count, lock FROM msgs").fetchall()
+            [(*written, lock)] = db.execute("SELECT body, head, lock FROM msgs").fetchall()
             assert lock is None
             async with ns.receiver("q") as receiver:
                 (a,) = await receiver.receive(max_wait=0)
                 await asyncio.sleep(LOCK / 2)
                 renewed = await receiver.renew_lock(a)
-            [(*data, lock)] = db.execute("SELECT body, extra, count, lock FROM msgs").fetchall()
+            [(*data, lock)] = db.execute("SELECT body, head, lock FROM msgs").fetchall()
             db.close()
             assert data == written and lock is not None
     await restart()

@@ -12,6 +12,7 @@ import asyncio
 import os
 import signal
 import sqlite3
+import struct
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -185,8 +186,9 @@ async def test_a_row_that_cannot_be_read_fails_the_operations_that_need_it(tmp_p
 
     await _fill(tmp_path, "broken", setup)
     db = sqlite3.connect(tmp_path / "aiosb.sqlite3")
-    db.execute("UPDATE msgs SET extra = x'61696f73622d6a736f6e2d390a7b7d' WHERE seq = 2 AND "
-               "eid = (SELECT id FROM entity_ids WHERE key = 'bad')")  # aiosb-json-9
+    head = struct.pack("<BBIIqd", 4, 0, 0, 3, 1, 0.0) + b"aiosb-json-9\n{}"  # a tail of v9
+    db.execute("UPDATE msgs SET head = ? WHERE seq = 2 AND "
+               "eid = (SELECT id FROM entity_ids WHERE key = 'bad')", (head,))
     db.commit()
     db.close()
     async with serve(data_dir=tmp_path) as server:
@@ -353,3 +355,43 @@ async def test_the_explorer_waits_for_what_it_reads(tmp_path, hold):
                 assert (answer.status, await answer.json()) == (
 
                     200, {"resubmitted": 1, "to": "q"})
+
+
+OTHER = "ffffffff-ffff-ffff-ffff-"  # another process's MessageId prefix
+
+
+@pytest.mark.parametrize("where", [None, "d", "s:cart \u00fc"])
+def test_a_row_of_the_compact_table_round_trips_every_field(where):
+    """#39: what :func:`message_row` keeps of a record, :func:`record_of_row` gives back,
+    every field (those a message seldom has in the row's tail) and its store; a
+    broker-assigned id stays a number where this process spells ids as the rows do."""
+    from aiosb.emulator._record import FIELDS, _Record
+    from aiosb.emulator._rows import message_row, record_of_row
+
+    every = {"s": "text \u00fc", "i": 2**70, "f": 1.5, "b": b"\x00\xff", "t": True,
+             "n": None, "d": datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC),
+             "dt": timedelta(days=-3, microseconds=7)}
+    plain, rare = _Record.blank(), _Record.blank()
+    for rec in (plain, rare):
+        for name, value in {"body": b"\x00body", "seq": 7, "size": 5, "enqueued": 1.25,
+                            "state": 0, "delivery_count": 0, "deferred": False, "frag": 0,
+                            "ttl": float("inf"), "message_id": 42}.items():
+            setattr(rec, name, value)
+    for name, value in {
+        "session_id": "cart", "partition_key": "k", "content_type": "c", "correlation_id": "r",
+        "subject": "s", "reply_to": "rt", "reply_to_session_id": "rs", "to": "t",
+        "scheduled": datetime(2030, 1, 1, tzinfo=UTC), "amqp_extra": b"\x00amqp",
+        "dl_reason": "why", "dl_desc": "so", "dl_source": "q", "props": every, "key": "pk",
+        "deferred": True, "lock_token": "tok", "locked_until": 9.5, "frag": 3, "state": 2,
+        "delivery_count": 4, "ttl": 60.0, "expires": 61.25, "message_id": "m \u00fc",
+    }.items():
+        setattr(rare, name, value)
+    for rec in (plain, rare):
+        for prefix_ok in (True, False):
+            head = message_row(rec, prefix_ok, where)
+            # (not prefix_ok: the rows' numbers are spelled otherwise than this process's)
+            back, at = record_of_row(7, rec.body, head, None if prefix_ok else OTHER)
+            assert at == where
+            assert {n: getattr(back, n) for n in FIELDS} == {n: getattr(rec, n) for n in FIELDS}
+            assert type(back._mid) is (type(rec._mid) if prefix_ok else str)
+    assert len(message_row(plain, True, None)) == 26  # the head alone

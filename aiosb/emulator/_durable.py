@@ -31,14 +31,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import TransientError
+from ..errors import InvalidArgument, TransientError
 from ..wire.json_values import dumps
 from ._entity import _Entity, _Session
 from ._namespace import Namespace
 from ._partitions import FRAGMENT_SHIFT
 from ._record import GONE, LOCKED, _Record, adopt_auto_ids, auto_id_prefix
 from ._recovery import Recovery, migrate
-from ._rows import ROW_COLUMNS, encode_props, encode_rules, message_row
+from ._rows import ROW_FORMAT, encode_props, encode_rules, message_row
 from ._store import _Store
 
 __all__ = ["Journal"]
@@ -60,10 +60,8 @@ CREATE TABLE IF NOT EXISTS entities (
 CREATE TABLE IF NOT EXISTS entity_ids (
     id INTEGER PRIMARY KEY, ns TEXT NOT NULL, key TEXT NOT NULL, UNIQUE (ns, key));
 CREATE TABLE IF NOT EXISTS msgs (
-    eid INTEGER NOT NULL, seq INTEGER NOT NULL, store TEXT, state INTEGER NOT NULL,
-    mid NOT NULL, enqueued REAL NOT NULL, expires REAL, ttl REAL, size INTEGER NOT NULL,
-    count INTEGER NOT NULL, body BLOB NOT NULL, extra BLOB, lock BLOB,
-    PRIMARY KEY (eid, seq)) WITHOUT ROWID;
+    eid INTEGER NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL, head BLOB NOT NULL,
+    lock BLOB, PRIMARY KEY (eid, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sequences (
     ns TEXT NOT NULL, entity TEXT NOT NULL, fragment INTEGER NOT NULL, high INTEGER NOT NULL,
     PRIMARY KEY (ns, entity, fragment));
@@ -77,9 +75,8 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value NOT NULL);
 #: Columns added to a table since its first release: a database written before one was
 #: added gets it, with its default, when it is opened.
 _ADDED_COLUMNS = [("sessions", "state_set", "REAL NOT NULL DEFAULT 0")]
-#: A message row's columns as :meth:`Journal._write` puts them.
-_PUT = (f"INSERT OR REPLACE INTO msgs (eid, seq, store, {ROW_COLUMNS}, lock) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)")
+#: A message row as :meth:`Journal._write` puts it.
+_PUT = "INSERT OR REPLACE INTO msgs (eid, seq, body, head, lock) VALUES (?, ?, ?, ?, NULL)"
 
 
 class Journal:
@@ -140,6 +137,13 @@ class Journal:
         self._eids = dict(((ns, key), eid) for eid, ns, key in
                           db.execute("SELECT id, ns, key FROM entity_ids"))
         meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
+        if meta.setdefault("row_format", ROW_FORMAT) != ROW_FORMAT:
+            db.close()
+            raise InvalidArgument(
+                f"{self.path} keeps its messages in rows of format {meta['row_format']!r}, "
+                f"which this aiosb does not read (it reads {ROW_FORMAT!r}); use the aiosb "
+                "that wrote it.")
+        db.execute("INSERT OR IGNORE INTO meta VALUES ('row_format', ?)", (ROW_FORMAT,))
         if "auto_prefix" not in meta:
             meta["auto_prefix"] = auto_id_prefix()
             db.execute("INSERT INTO meta VALUES ('auto_prefix', ?)", (meta["auto_prefix"],))
@@ -348,10 +352,10 @@ class Journal:
                     deletes.append(row)
                     continue
                 where, rec = item
-                columns = message_row(rec, prefix_ok)
-                if prefix_ok and columns[1].__class__ is int and columns[1] > high_id:
-                    high_id = columns[1]
-                puts.append((ns, entity, seq, where, columns))
+                mid = rec._mid
+                if prefix_ok and mid.__class__ is int and mid > high_id:
+                    high_id = mid
+                puts.append((ns, entity, seq, rec.body, message_row(rec, prefix_ok, where)))
             if high_id:
                 ops.append(("INSERT INTO meta VALUES ('auto_high', ?) ON CONFLICT (name) "
                             "DO UPDATE SET value = max(value, excluded.value)", (high_id,)))
@@ -389,7 +393,7 @@ class Journal:
         self,
         ops: list[tuple[str, tuple[Any, ...]]],
         deletes: list[tuple[str, str, int]],
-        puts: list[tuple[str, str, int, str | None, tuple[Any, ...]]],
+        puts: list[tuple[str, str, int, bytes, bytes]],
         highs: list[tuple[tuple[str, str, int], int]],
         held: list[tuple[bytes, str, str, int]],
     ) -> None:
@@ -402,8 +406,8 @@ class Journal:
                 db.execute(sql, args)
             db.executemany("DELETE FROM msgs WHERE eid = ? AND seq = ?",
                            [(eid(ns, key), seq) for ns, key, seq in deletes])
-            db.executemany(_PUT, [(eid(ns, key), seq, where, *columns)
-                                  for ns, key, seq, where, columns in puts])
+            db.executemany(_PUT, [(eid(ns, key), seq, body, head)
+                                  for ns, key, seq, body, head in puts])
             db.executemany("UPDATE msgs SET lock = ? WHERE eid = ? AND seq = ?",
                            [(lock, eid(ns, key), seq) for lock, ns, key, seq in held])
             db.executemany(

@@ -38,7 +38,6 @@ from ._namespace import Namespace
 from ._partitions import FRAGMENT_SHIFT, fragment_of
 from ._record import AVAILABLE, DEFERRED, FIELDS, LOCKED, SCHEDULED, _Record, auto_id_prefix
 from ._rows import (
-    ROW_COLUMNS,
     decode_props,
     decode_record,
     decode_rules,
@@ -265,7 +264,7 @@ def _chunk(eid: int, after: int) -> Callable[[sqlite3.Connection], list[Any]]:
     """A read of the next rows of entity ``eid``, numbered above ``after``."""
     def read(db: sqlite3.Connection) -> list[Any]:
         return db.execute(
-            f"SELECT seq, store, {ROW_COLUMNS}, lock FROM msgs WHERE eid = ? AND seq > ? "
+            "SELECT seq, body, head, lock FROM msgs WHERE eid = ? AND seq > ? "
             "ORDER BY seq LIMIT ?", (eid, after, CHUNK)).fetchall()
     return read
 
@@ -280,17 +279,16 @@ def _put(entity: _Entity, rows: list[Any], prefix: str | None,
     # a time, as a send's batch is (_Store.add_run).
     run: list[_Record] = []
     run_store: _Store | None = None
-    for seq, where, state, mid, enqueued, expires, ttl, size, count, body, extra, lock in rows:
+    for seq, body, head, lock in rows:
+        rec, where = record_of_row(seq, body, head, prefix)
         # Equal instants are shared, as a batch's are when it is sent (#39: memory).
-        if enqueued == last_enqueued:
-            enqueued = last_enqueued
-        last_enqueued = enqueued
-        if expires is not None:
-            if expires == last_expires:
-                expires = last_expires
-            last_expires = expires
-        rec = record_of_row(seq, state, mid, enqueued, expires, ttl, size, count, body, extra,
-                            prefix)
+        if rec.enqueued == last_enqueued:
+            rec.enqueued = last_enqueued
+        last_enqueued = rec.enqueued
+        if rec.expires is not None:
+            if rec.expires == last_expires:
+                rec.expires = last_expires
+            last_expires = rec.expires
         if lock is not None:  # locked since the row was written (Journal.locked)
             rec.state, rec.delivery_count, rec.lock_token, rec.locked_until = loads(lock)
         frag = fragment_of(seq, nfrag) if nfrag > 1 else 0
@@ -405,11 +403,10 @@ def migrate(db: sqlite3.Connection, eid: Callable[[str, str], int]) -> None:
                     rec.delivery_count = 0
                 if held is not None:
                     rec.state, rec.delivery_count, rec.lock_token, rec.locked_until = loads(held)
-                out.append((eid(ns, key), seq, None if where == "m" else where,
-                            *message_row(rec, False)))
+                out.append((eid(ns, key), seq, rec.body,
+                            message_row(rec, False, None if where == "m" else where)))
             db.executemany(
-                f"INSERT OR REPLACE INTO msgs (eid, seq, store, {ROW_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", out)
+                "INSERT OR REPLACE INTO msgs (eid, seq, body, head) VALUES (?, ?, ?, ?)", out)
             moved += len(out)
         db.execute("DROP TABLE messages")
         db.execute("COMMIT")

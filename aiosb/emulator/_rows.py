@@ -16,6 +16,7 @@ import io
 import json
 import operator
 import pickle
+import struct
 from typing import Any
 
 from ..entities import QueueProperties, SubscriptionProperties, TopicProperties
@@ -40,6 +41,7 @@ __all__ = [
     "encode_props",
     "encode_record",
     "encode_rules",
+    "ROW_FORMAT",
     "message_row",
     "record_of_row",
 ]
@@ -89,91 +91,130 @@ def encode_record(rec: Any) -> bytes:
     return FORMAT + dumps(out)
 
 
-#: The columns of a message row of the compact table (``msgs``, #39) that
-#: :func:`message_row` gives, in order, after the entity's id, the sequence number and
-#: the store.
-ROW_COLUMNS = "state, mid, enqueued, expires, ttl, size, count, body, extra"
+#: The layout of a message row of the compact table (``msgs``, #39), which a database
+#: names in its ``meta`` table; another is refused with a sentence.
+ROW_FORMAT = "aiosb-row-1"
+#: A row's head: flags, state, delivery count, size, the broker-assigned MessageId's
+#: number (0: the id is text, in the tail), enqueued instant; then, as the flags say,
+#: the expiry instant and the time to live (doubles), and a tail (:data:`FORMAT` and a
+#: JSON object) of the fields a message seldom has.
+_HEAD = struct.Struct("<BBIIqd")
+_DOUBLE = struct.Struct("<d")
+_EXPIRES, _TTL, _TAIL, _DLQ = 1, 2, 4, 8
+_TAIL_NAMES = frozenset(_OPT) | {"props", "key", "deferred", "lock_token", "locked_until",
+                                 "frag", "mid", "session"}
 _NEW = object.__new__
 
 
-def message_row(rec: Any, prefix_ok: bool) -> tuple[Any, ...]:
-    """A record as the compact table's columns (:data:`ROW_COLUMNS`): the fields every
-    message has in columns of their own (the body raw, a broker-assigned MessageId as
-    its number when ``prefix_ok``, the time to live ``NULL`` for never), the rest, those
-    set, in ``extra`` (format :data:`FORMAT`, as :func:`encode_record` writes them)."""
-    extra: dict[str, Any] = {}
+def message_row(rec: Any, prefix_ok: bool, where: str | None) -> bytes:
+    """A record's row (the head, :data:`_HEAD`; its body goes in a column of its own):
+    a broker-assigned MessageId kept as its number when ``prefix_ok``, ``where`` (the
+    store: ``None`` the main one, ``"d"`` the dead-letter queue, ``"s:ID"`` a session's)
+    as a flag or in the tail, as the fields a message seldom has (those set)."""
+    tail: dict[str, Any] = {}
     opt = rec._opt
     if opt is not _NO_OPT:
         for name, value in zip(_OPT, opt, strict=True):
             if value is not None:
-                extra[name] = value if type(value) in _PLAIN else encode_value(value)
+                tail[name] = value if type(value) in _PLAIN else encode_value(value)
     if rec.props:
-        extra["props"] = {"props": {k: encode_value(v) for k, v in rec.props.items()}}
+        tail["props"] = {k: encode_value(v) for k, v in rec.props.items()}
     if rec.key is not None:
-        extra["key"] = rec.key
+        tail["key"] = rec.key
     if rec.deferred:
-        extra["deferred"] = True
+        tail["deferred"] = True
     if rec.lock_token is not None:
-        extra["lock_token"] = rec.lock_token
+        tail["lock_token"] = rec.lock_token
     if rec.locked_until is not None:
-        extra["locked_until"] = rec.locked_until
+        tail["locked_until"] = rec.locked_until
     if rec.frag:
-        extra["frag"] = rec.frag
+        tail["frag"] = rec.frag
+    flags = 0
+    if where is not None:
+        if where == "d":
+            flags = _DLQ
+        else:
+            tail["session"] = where[2:]
     mid = rec._mid
-    if mid.__class__ is not str and not prefix_ok:
-        mid = rec.message_id
-    ttl = rec.ttl
-    return (rec.state, mid, rec.enqueued, rec.expires, None if ttl == INF else ttl, rec.size,
-            rec.delivery_count, rec.body, FORMAT + dumps(extra) if extra else None)
+    if mid.__class__ is not int or not prefix_ok or not 0 < mid < 2**63:
+        tail["mid"] = rec.message_id
+        mid = 0
+    extra = b""
+    expires, ttl = rec.expires, rec.ttl
+    if expires is not None:
+        flags |= _EXPIRES
+        extra = _DOUBLE.pack(expires)
+    if ttl != INF:
+        flags |= _TTL
+        extra += _DOUBLE.pack(ttl)
+    if tail:
+        flags |= _TAIL
+        extra += FORMAT + dumps(tail)
+    return _HEAD.pack(flags, rec.state, rec.delivery_count, rec.size, mid, rec.enqueued) + extra
 
 
-def record_of_row(seq: int, state: int, mid: str | int, enqueued: float,
-                  expires: float | None, ttl: float | None, size: int, count: int,
-                  body: bytes, extra: bytes | None, prefix: str | None) -> _Record:
-    """The record of a compact row (:func:`message_row`); a MessageId kept as a number
-    is spelled out with ``prefix`` unless that is ``None`` (this process spells ids so:
-    the number is kept, as a message sent now keeps it)."""
+def record_of_row(seq: int, body: bytes, row: bytes, prefix: str | None
+                  ) -> tuple[_Record, str | None]:
+    """The record of a row :func:`message_row` wrote, and its store; a MessageId kept as
+    a number is spelled out with ``prefix`` unless that is ``None`` (this process spells
+    ids so: the number is kept, as a message sent now keeps it)."""
+    try:
+        flags, state, count, size, mid, enqueued = _HEAD.unpack_from(row)
+    except struct.error:
+        raise InvalidArgument(
+            f"message {seq} of the durable store is damaged ({len(row)} bytes of head)."
+        ) from None
     rec: _Record = _NEW(_Record)
     rec.body = body
-    rec._mid = mid if prefix is None or mid.__class__ is str else f"{prefix}{mid:012x}"
-    rec.ttl = INF if ttl is None else ttl
+    rec._mid = mid if prefix is None else f"{prefix}{mid:012x}"
     rec.seq = seq
     rec.enqueued = enqueued
-    rec.expires = expires
     rec.size = size
     rec.delivery_count = count
     rec.state = state
     rec._opt = _NO_OPT
-    rec.props = rec.key = rec.lock_token = rec.locked_until = None
+    rec.props = rec.key = rec.lock_token = rec.locked_until = rec.expires = None
     rec.deferred = False
     rec.frag = 0
-    if extra is not None:
-        fields = loads(_checked(extra))
-        if fields.keys() - _EXTRA_NAMES:
-            raise InvalidArgument(
-                f"a message row of the durable store has fields {sorted(fields)} that "
-                "this aiosb does not know; use the aiosb that wrote it."
-            )
-        for name, value in fields.items():
-            if name == "props":
-                rec.props = {k: decode_value(k, v) for k, v in value["props"].items()}
-            else:
-                setattr(rec, name, decode_value(name, value))
-    return rec
+    rec.ttl = INF
+    where = "d" if flags & _DLQ else None
+    if flags:
+        at = _HEAD.size
+        if flags & _EXPIRES:
+            (rec.expires,) = _DOUBLE.unpack_from(row, at)
+            at += 8
+        if flags & _TTL:
+            (rec.ttl,) = _DOUBLE.unpack_from(row, at)
+            at += 8
+        if flags & _TAIL:
+            where = _tail(rec, row[at:], where)
+    return rec, where
 
 
-_EXTRA_NAMES = frozenset(_OPT) | {"props", "key", "deferred", "lock_token", "locked_until",
-                                  "frag"}
-
-
-def _checked(data: bytes) -> bytes:
+def _tail(rec: _Record, data: bytes, where: str | None) -> str | None:
+    """Set the fields of a row's tail on ``rec``; the store, if the tail names one."""
     if not data.startswith(FORMAT):
         head = bytes(data[:24]).split(b"\n", 1)[0]
         raise InvalidArgument(
             f"the durable store holds a row in format {head!r}, which this aiosb does not "
             f"read (it reads {FORMAT.strip()!r}); use the aiosb that wrote it."
         )
-    return data[len(FORMAT):]
+    fields = loads(data[len(FORMAT):])
+    if not isinstance(fields, dict) or fields.keys() - _TAIL_NAMES:
+        raise InvalidArgument(
+            f"message {rec.seq} of the durable store has fields this aiosb does not know; "
+            "use the aiosb that wrote it."
+        )
+    for name, value in fields.items():
+        if name == "props":
+            rec.props = {k: decode_value(k, v) for k, v in value.items()}
+        elif name == "mid":
+            rec._mid = value
+        elif name == "session":
+            where = "s:" + value
+        else:
+            setattr(rec, name, decode_value(name, value))
+    return where
 
 
 def decode_record(data: bytes) -> dict[str, Any]:
