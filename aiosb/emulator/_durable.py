@@ -9,16 +9,28 @@ write, in one SQLite transaction on a thread of its own, carries the changes of 
 request that arrived meanwhile, so concurrency does not cost a disk flush per message.
 
 SQLite runs in WAL mode with ``synchronous=FULL``: a committed transaction survives a
-SIGKILL of the server and a crash of the machine. At start-up :meth:`Journal.load`
-rebuilds every namespace as it was: messages keep their sequence numbers, states,
-delivery counts and lock tokens; a lock that ended while the server was down ends at
-once (the message comes back); sequence numbers go on from where they were. Session
-locks, duplicate-detection history and faults are not kept: they belong to the
-connections and the test that made them.
+SIGKILL of the server and a crash of the machine. Messages live in a compact table
+(``msgs``, #39): keyed by an entity's number (``entity_ids``) and the sequence number,
+without a rowid, each row its body and a packed head (:func:`._rows.message_row`); a
+lock taken since the row was written goes to the row's ``lock`` column. A broker-assigned
+MessageId is kept as its number, with the prefix its process spelled it with in
+``meta``; a fresh process takes that prefix on (:func:`._record.adopt_auto_ids`), so
+that such ids stay numbers in memory after a restart. A database of an older aiosb
+(table ``messages``) is moved to the compact table when it is opened
+(:func:`._recovery.migrate`).
+
+At start-up :meth:`Journal.load` rebuilds every namespace as it was
+(:class:`~._recovery.Recovery`): entities, rules, sessions and sequence numbers before
+the server listens, the messages in the background, an operation waiting for what it
+touches. Messages keep their sequence numbers, states, delivery counts and lock tokens;
+a lock that ended while the server was down ends at once (the message comes back);
+sequence numbers go on from where they were. Session locks, duplicate-detection history
+and faults are not kept: they belong to the connections and the test that made them.
 
 Imports: :mod:`._record`, :mod:`._partitions`, :mod:`._store`, :mod:`._entity`,
-:mod:`._namespace`, :mod:`._rows`; never the broker (it sees a namespace through
-:class:`~._namespace.Namespace`, and makes one through :data:`open_namespace`).
+:mod:`._namespace`, :mod:`._rows`, :mod:`._recovery`; never the broker (it sees a
+namespace through :class:`~._namespace.Namespace`, and makes one through
+:data:`open_namespace`).
 """
 
 from __future__ import annotations

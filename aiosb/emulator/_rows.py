@@ -1,11 +1,18 @@
 """How the durable journal writes messages and entity properties: explicit, versioned.
 
-A row is ``FORMAT`` followed by JSON: plain JSON values where JSON has the type, tagged
-ones otherwise (bytes, instants, durations, UUIDs, non-finite floats, as the HTTP batch
-format tags them). A row in another format is refused with a sentence, never guessed at.
+A message row of the compact table (#39) is the body, raw, and a head
+(:func:`message_row`): flags, state, delivery count, size, a broker-assigned MessageId's
+number and the enqueued instant packed (:data:`ROW_FORMAT`, which the database names),
+the expiry instant and time to live when set, and a tail holding the fields a message
+seldom has: ``FORMAT`` followed by JSON, plain JSON values where JSON has the type,
+tagged ones otherwise (bytes, instants, durations, UUIDs, non-finite floats, as the HTTP
+batch format tags them). Entity properties and rules are ``FORMAT`` and JSON too. A row
+in another format is refused with a sentence, never guessed at.
 
-Rows written before this format (pickles, aiosb 0.1) are still read, through an unpickler
-that admits only the classes such rows hold, so a crafted file cannot run code.
+Rows of older databases (one JSON document a message, :func:`decode_record`; pickles,
+aiosb 0.1) are still read, to be moved to the compact table; pickles through an
+unpickler that admits only the classes such rows hold, so a crafted file cannot run
+code.
 """
 
 from __future__ import annotations
