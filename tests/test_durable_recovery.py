@@ -395,3 +395,19 @@ def test_a_row_of_the_compact_table_round_trips_every_field(where):
             assert {n: getattr(back, n) for n in FIELDS} == {n: getattr(rec, n) for n in FIELDS}
             assert type(back._mid) is (type(rec._mid) if prefix_ok else str)
     assert len(message_row(plain, True, None)) == 26  # the head alone
+
+
+async def test_a_database_whose_rows_are_of_another_layout_is_refused(tmp_path):
+    """#39: the database names its rows' layout; another one than this aiosb writes is
+    refused with a sentence before anything is served."""
+    async def setup(ns):
+        await ns.create_queue("q")
+
+    await _fill(tmp_path, "layout", setup)
+    db = sqlite3.connect(tmp_path / "aiosb.sqlite3")
+    db.execute("UPDATE meta SET value = 'aiosb-row-9' WHERE name = 'row_format'")
+    db.commit()
+    db.close()
+    with pytest.raises(errors.InvalidArgument, match="rows of format 'aiosb-row-9'"):
+        async with serve(data_dir=tmp_path):
+            pass
