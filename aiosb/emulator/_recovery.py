@@ -23,6 +23,7 @@ Imports: :mod:`._record`, :mod:`._partitions`, :mod:`._entity`, :mod:`._namespac
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import gc
 import itertools
@@ -64,8 +65,6 @@ class _Journal(Protocol):
     path: Any
     prefix: str
 
-    async def read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any: ...
-
 
 class Recovery:
     """The restart of one journal: its namespaces rebuilt, their messages loading.
@@ -86,6 +85,8 @@ class Recovery:
         self._wanted: list[_Entity] = []
         self._plan: list[_Entity] = []
         self._task: asyncio.Task[None] | None = None
+        self._reader: sqlite3.Connection | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._namespaces: list[Namespace] = []
         self.loaded = 0
         #: What stopped the load (a row it cannot read): every operation that waits
@@ -97,7 +98,7 @@ class Recovery:
     async def start(self) -> list[Namespace]:
         """Rebuild the namespaces, entities, rules, sessions and sequence numbers, and
         start loading the messages; return the namespaces."""
-        namespaces, entities, sequences, sessions, rules, eids, maxima = await self.journal.read(
+        namespaces, entities, sequences, sessions, rules, eids, maxima = await self._read(
             _read_small
         )
         built: dict[str, Namespace] = {}
@@ -187,6 +188,28 @@ class Recovery:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._finish()
+        await self._close_reader()
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``fn(connection)`` on the loader's own thread and connection (read only,
+        with a small page cache: what it reads is read once; the journal's thread stays
+        free for commits meanwhile)."""
+        if self._reader is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, "aiosb-recovery")
+            self._reader = await self._in_thread(_connect, self.journal.path)
+        return await self._in_thread(fn, self._reader)
+
+    async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        assert self._executor is not None
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def _close_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        executor, self._executor = self._executor, None
+        if reader is not None and executor is not None:
+            await asyncio.get_running_loop().run_in_executor(executor, reader.close)
+        if executor is not None:
+            executor.shutdown(wait=False)
 
     def _finish(self) -> None:
         for ns in self._namespaces:
@@ -220,6 +243,7 @@ class Recovery:
                 event.set()
         if self.error is None:
             self._finish()
+        await self._close_reader()
 
     def _next(self) -> _Entity | None:
         for queue in (self._wanted, self._plan):
@@ -234,7 +258,7 @@ class Recovery:
         prefix: str | None = self.journal.prefix
         after = -1
         locked_at: dict[tuple[int, float], list[Any]] = {}
-        reading = asyncio.ensure_future(self.journal.read(_chunk(eid, after)))
+        reading = asyncio.ensure_future(self._read(_chunk(eid, after)))
         while True:
             if prefix == auto_id_prefix():
                 prefix = None  # numbers stay numbers: this process spells them so
@@ -246,7 +270,7 @@ class Recovery:
                 break
             after = rows[-1][0]
             # The next rows are read (on the journal's thread) while these are put.
-            reading = asyncio.ensure_future(self.journal.read(_chunk(eid, after)))
+            reading = asyncio.ensure_future(self._read(_chunk(eid, after)))
             journal, ns.journal = ns.journal, None  # these rows are on disk already
             try:
                 _put(entity, rows, prefix, locked_at, ns.clock.now())
@@ -258,6 +282,13 @@ class Recovery:
         event = self.pending.pop(entity, None)
         if event is not None:
             event.set()
+
+
+def _connect(path: Any) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA query_only=1")
+    db.execute("PRAGMA cache_size=-256")  # KiB
+    return db
 
 
 def _chunk(eid: int, after: int) -> Callable[[sqlite3.Connection], list[Any]]:
