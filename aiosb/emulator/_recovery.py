@@ -32,7 +32,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..errors import ServiceBusError
+from ..errors import ServiceBusError, TransientError
 from ..wire.json_values import loads
 from ._entity import _Entity
 from ._namespace import Namespace
@@ -81,8 +81,9 @@ class Recovery:
         self.pending: dict[_Entity, asyncio.Event] = {}
         self._eids: dict[_Entity, int] = {}
         self._homes: dict[_Entity, Namespace] = {}
-        #: The order entities load in: those waited for first, then the plan.
-        self._wanted: list[_Entity] = []
+        #: The order entities load in: those waited for first (the latest asked for
+        #: first, each once), then the plan.
+        self._wanted: dict[_Entity, None] = {}
         self._plan: list[_Entity] = []
         self._task: asyncio.Task[None] | None = None
         self._reader: sqlite3.Connection | None = None
@@ -145,6 +146,7 @@ class Recovery:
         seen: set[_Entity] = set()
         for entity in self.pending:
             self._plan += _downstream_first(entity, seen)
+        self._plan.reverse()  # taken from the end
         self._namespaces = list(built.values())
         for ns in self._namespaces:
             ns.journal = self.journal  # type: ignore[assignment]  # what was loaded is on disk
@@ -165,7 +167,11 @@ class Recovery:
         except ServiceBusError:  # the operation answers for itself
             return
         need = [e for e in _downstream_first(entity, set()) if e in self.pending]
-        self._wanted[:0] = need
+        if not need:
+            return
+        wanted = dict.fromkeys(need)  # those asked for now, first, in their order
+        wanted.update((e, None) for e in self._wanted if e not in wanted)
+        self._wanted = wanted
         for e in need:
             event = self.pending.get(e)
             if event is not None:
@@ -181,9 +187,13 @@ class Recovery:
                 raise self.error
 
     async def aclose(self) -> None:
-        """Stop loading (the server stops)."""
+        """Stop loading (the server stops): what still waits raises rather than answer
+        from part of a store."""
         task, self._task = self._task, None
         if task is not None:
+            if self.pending and self.error is None:
+                self.error = TransientError("the server stopped before it had loaded the "
+                                            "messages of this entity.")
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -246,11 +256,17 @@ class Recovery:
         await self._close_reader()
 
     def _next(self) -> _Entity | None:
-        for queue in (self._wanted, self._plan):
-            while queue:
-                entity = queue.pop(0)
-                if entity in self.pending:
-                    return entity
+        wanted = self._wanted
+        while wanted:
+            entity = next(iter(wanted))
+            del wanted[entity]
+            if entity in self.pending:
+                return entity
+        plan = self._plan
+        while plan:
+            entity = plan.pop()
+            if entity in self.pending:
+                return entity
         return next(iter(self.pending), None)
 
     async def _load(self, entity: _Entity) -> None:
