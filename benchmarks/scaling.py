@@ -11,7 +11,9 @@ process: the fill is not measured), restarted three times each as a process of i
 how soon it listens (target: 5 s), how soon it serves the first message (checked to be
 the first) and has loaded them all, its resident memory per stored message (its resident
 set less an empty server's, over the messages; target: the in-memory figure of
-``benchmarks.memory``, measured in the same run, plus the 100-byte body), and its bytes
+``benchmarks.memory``, measured in the same run, plus the 100-byte body; beside it, what
+an in-memory queue holding the same messages adds to its process's resident set), and
+its bytes
 on disk per message after a clean stop (target: twice the message's size as the broker
 counts it), judged on the worst run. ``--durable-only`` runs just these (results in
 ``scaling-durable.json``).
@@ -210,6 +212,8 @@ def durable_at_depth(depths: list[int], runs: int) -> tuple[
     rows: list[dict[str, Any]] = []
     summary: dict[str, float] = {"in_memory_bytes_per_message_10_byte_body": figure,
                                  f"in_memory_bytes_per_message_{BODY}_byte_body": same}
+    for depth in depths:  # what an in-memory queue holding the same costs, as resident
+        summary[f"in_memory_{depth}_rss_per_message"] = _resident_in_memory_elsewhere(depth)
     checks = []
     root = Path(tempfile.mkdtemp(prefix="aiosb-depth-"))
     try:
@@ -230,6 +234,7 @@ def durable_at_depth(depths: list[int], runs: int) -> tuple[
                 values = sorted(m[key] for m in measured)
                 row[key] = "{:.2f} / {:.2f} / {:.2f}".format(*_spread(values))
                 summary[f"durable_{depth}_{key}_max"] = values[-1]
+            row["in_memory_rss_per_message"] = summary[f"in_memory_{depth}_rss_per_message"]
             row["disk_per_message"] = disk
             row["message_size"] = size
             summary[f"durable_{depth}_disk_per_message"] = disk
@@ -250,6 +255,30 @@ def durable_at_depth(depths: list[int], runs: int) -> tuple[
         shutil.rmtree(root, ignore_errors=True)
     summary["load_average"] = os.getloadavg()[0]
     return rows, summary, checks
+
+
+async def _resident_in_memory(count: int) -> float:
+    """Resident bytes per message this process gains holding ``count`` messages of
+    ``BODY`` bytes in an in-memory queue (for comparison with a restarted durable server
+    holding the same: measured the same way, in a process of its own)."""
+    async with aiosb.connect("memory://resident") as ns:
+        await ns.create_queue("q")
+        async with ns.sender("q") as sender:
+            await sender.send([Message(b"w")])
+            gc.collect()
+            before = _rss(os.getpid())
+            for start in range(0, count, BATCH):
+                await sender.send([Message(b"%0*d" % (BODY, i))
+                                   for i in range(start, min(count, start + BATCH))])
+        gc.collect()
+        return (_rss(os.getpid()) - before) / count
+
+
+def _resident_in_memory_elsewhere(count: int) -> float:
+    """:func:`_resident_in_memory` in a fresh process."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.scaling", "--resident-in-memory",
+                           str(count)], capture_output=True, text=True, check=True)
+    return float(done.stdout.split()[-1])
 
 
 def _empty_rss(data: Path) -> float:
@@ -301,7 +330,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--deep", action="store_true", help="also 10^6 messages")
     parser.add_argument("--durable-only", action="store_true",
                         help="only the durable server's restarts (#39)")
+    parser.add_argument("--resident-in-memory", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.resident_in_memory:  # one figure, for a run in another process
+        print(run(lambda: _resident_in_memory(args.resident_in_memory)))
+        return {}
     depths = [1_000, 100_000] + ([1_000_000] if args.deep else [])
     rows: list[dict[str, Any]] = []
     summary: dict[str, float] = {}
