@@ -52,6 +52,7 @@ from aiosb.emulator.process import ServerProcess
 
 from ._harness import check, report
 from .amqp import aiosb_receives
+from .http import _cpu_seconds
 from .spark import local_spark
 
 BATCH = 100
@@ -155,14 +156,23 @@ def main(argv: list[str]) -> None:
         listener = Committed()
         spark.streams.addListener(listener)
 
+        busy: dict[str, list[float]] = {}  # the server's CPU seconds per second, by contender
+
         def timed(name: str, read: Any, settled: Any) -> float:
             bridge.run(fill(url, n))
+            cpu = _cpu_seconds(server.pid)
             started = time.perf_counter()
             read()
             seconds = time.perf_counter() - started
+            after = _cpu_seconds(server.pid)
             settled()
             rate = n / seconds
-            print(f"  {name}: {n:,} messages in {seconds:.1f} s = {rate:,.0f} msg/s", flush=True)
+            share = ""
+            if cpu is not None and after is not None:
+                busy.setdefault(name, []).append((after - cpu) / seconds)
+                share = f" (server CPU {100 * (after - cpu) / seconds:.0f}% of a core)"
+            print(f"  {name}: {n:,} messages in {seconds:.1f} s = {rate:,.0f} msg/s{share}",
+                  flush=True)
             return rate
 
         def empty(name: str) -> Any:
@@ -246,6 +256,7 @@ def main(argv: list[str]) -> None:
         timed("warm-up streaming read", stream, stream_settled)
         n = saved
         all_phases.clear()
+        busy.clear()
         results: dict[str, list[float]] = {name: [] for name in contenders}
         for run in range(args.runs):
             print(f"run {run + 1} of {args.runs}", flush=True)
@@ -285,6 +296,9 @@ def main(argv: list[str]) -> None:
         if name in spread:
             summary[f"{key}_over_client_median"] = spread[name]["median"] / client_median
     summary["max_messages_per_trigger"] = args.per_trigger
+    for key, name in (("client", "one aiosb client"), ("stream", "streaming read")):
+        if busy.get(name):  # how busy the server was: near one core, it is the limit
+            summary[f"server_cpu_share_{key}"] = statistics.median(busy[name])
     for phase in ("triggerExecution", "latestOffset", "addBatch", "walCommit", "commitOffsets"):
         if all_phases.get(phase):  # where a micro-batch's time goes (ms, median)
             summary[f"stream_ms_{phase}"] = statistics.median(all_phases[phase])
