@@ -72,7 +72,7 @@ async def _send(ns: aiosb.Namespace, path: str, count: int, **kwargs) -> None:
 async def test_a_restart_listens_first_and_an_operation_waits_for_its_entity(tmp_path, hold):
     """#39, R-3: the server listens with no message loaded yet; a receive waits for its
     entity's messages, which are loaded before the others, and then gets them all, in
-    order; the counts are right at once."""
+    order; the counts are right at once; what needs no message does not wait."""
     async def setup(ns):
         for path in ("a", "b", "c"):
             await ns.create_queue(path)
@@ -88,6 +88,13 @@ async def test_a_restart_listens_first_and_an_operation_waits_for_its_entity(tmp
                 counts = asyncio.ensure_future(ns.runtime_properties("c"))
                 await asyncio.sleep(1)
                 assert not got.done() and not counts.done()  # never from an empty store
+                # What needs no message does not wait: descriptions, creations, listings
+                # (in process: a GET over HTTP gives the counts too, and waits).
+                async with aiosb.connect("memory://wait") as embedded:
+                    assert (await embedded.get_queue("c")).name == "c"
+                    await embedded.create_queue("new")
+                    assert len(await embedded.list_queues()) == 4
+                assert recovery.pending  # still loading
                 hold.set()
                 assert [m.body for m in await got] == [f"b-{i}".encode() for i in range(40)]
                 assert (await counts).active_message_count == 40

@@ -62,6 +62,8 @@ from ._surroundings import Due
 
 __all__ = ["EmulatorNamespace"]
 
+#: The management actions that wait, after a durable restart, for messages to load.
+_WAITING = frozenset({"runtime", "sessions", "update"})
 NAMESPACE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,49}")
 
 
@@ -189,8 +191,11 @@ class EmulatorNamespace:
     async def manage(self, request: ManagementRequest) -> Any:
         """Create, get, update, delete or list entities, read their counts, or list the
         sessions of one."""
-        if self.recovery is not None:
-            everything = request.action in ("list", "update")  # updates may add a route
+        if self.recovery is not None and request.action in _WAITING:
+            # Counts need the messages; an update may add a route, which may pass a
+            # message to any entity: it waits for all. A description, a creation, a
+            # deletion or a listing needs no message.
+            everything = request.action == "update"
             await self.recovery.wait(self, None if everything else request.path)
         if request.action == "sessions":
             return await _sessions.listing(self, request.path, request.properties)
