@@ -217,11 +217,36 @@ def _data_sections(payload: bytes) -> list[bytes]:
 
 _NO_TEXTS: list[str | None] = [None] * 13
 _row_texts = operator.itemgetter(*_PROPERTY_COLUMNS)
+_tail_texts = operator.itemgetter(*list(_PROPERTY_COLUMNS)[1:])
+#: What follows a string message-id in a properties list (its bytes) as the columns'
+#: values, with the list's count: each SDK message has an id of its own, and the same
+#: rest (the SDKs send a uuid and twelve nulls). Bounded: emptied when full.
+_TAILS: dict[bytes, tuple[int, tuple[str | None, ...]]] = {}
+_TAILS_KEPT = 256
 
 
 def _message_row(buf: bytes) -> tuple[Any, ...] | None:
     """One message as a row (body, the property columns' values, its application
-    properties); ``None`` if it has more than the columns hold."""
+    properties); ``None`` if it has more than the columns hold.
+
+    The shape the official SDKs send most (a properties list of a string id and a rest
+    seen before, then one data section) is read in a few steps (#36); anything else
+    section by section (:func:`_sections_row`)."""
+    if buf[3] == 0xC0 and buf[6] == 0xA1 and buf[:3] == b"\x00Ss":
+        pos = 8 + buf[7]  # past the id
+        end = 5 + buf[4]  # past the list
+        tail = _TAILS.get(buf[pos:end])
+        if tail is not None and tail[0] == buf[5] and buf[end:end + 3] == b"\x00Su":
+            c = buf[end + 3]
+            if c == 0xA0 and end + 5 + buf[end + 4] == len(buf):
+                return (buf[end + 5:], buf[8:pos].decode(), *tail[1], None)
+            if c == 0xB0 and end + 8 + _u32(buf[end + 4:end + 8]) == len(buf):
+                return (buf[end + 8:], buf[8:pos].decode(), *tail[1], None)
+    return _sections_row(buf)
+
+
+def _sections_row(buf: bytes) -> tuple[Any, ...] | None:
+    """:func:`_message_row`, section by section."""
     pos, end = 0, len(buf)
     body: bytes | None = None
     texts: list[str | None] = _NO_TEXTS
@@ -259,8 +284,9 @@ def _message_row(buf: bytes) -> tuple[Any, ...] | None:
             if count > 13 or items_end > end:
                 return None
             texts = [None] * 13
+            first = buf[pos] == 0xA1 and c == 0xC0
             for i in range(count):
-                if buf.count(0x40, pos, items_end) == items_end - pos:
+                if items_end - pos == count - i == buf.count(0x40, pos, items_end):
                     pos = items_end  # the rest are nulls
                     break
                 c = buf[pos]
@@ -276,8 +302,14 @@ def _message_row(buf: bytes) -> tuple[Any, ...] | None:
                 if pos > items_end:
                     return None
                 texts[i] = buf[start:pos].decode()
+                if first and i == 0:
+                    id_end = pos
             if pos != items_end:
                 return None
+            if first:  # the rest of such a list, for the next message (_message_row)
+                if len(_TAILS) >= _TAILS_KEPT:
+                    _TAILS.clear()
+                _TAILS[buf[id_end:items_end]] = (count, _tail_texts(texts))
         elif code == APP_PROPERTIES:
             value, pos = decode(buf, pos)
             if not isinstance(value, dict):
