@@ -461,25 +461,32 @@ class Connection(ReceiverLinks):
         if fields[9]:  # aborted (whatever "more" says): nothing of it is kept (2.7.5)
             link.partial = None
             return
-        if link.partial is None:
-            link.partial = bytearray()
-            link.partial_id = fields[1]
-            link.partial_format = int(fields[3] or 0)
-            link.partial_settled = bool(fields[4])
-            link.partial_over = False
-        elif fields[1] is not None and fields[1] != link.partial_id:
-            raise ProtocolViolation("amqp:invalid-field", f"delivery {fields[1]} began "
-                                    f"before delivery {link.partial_id} ended.")
-        if not link.partial_over:
-            link.partial += memoryview(body)[end:]
-            if len(link.partial) > 2 * self.ns.max_message_size + 65536:
-                link.partial_over = True  # keep reading its frames, then refuse it
+        if link.partial is None and not fields[5]:  # a delivery in one frame, the most
+            payload, delivery_id = body[end:], fields[1]
+            fmt, settled = int(fields[3] or 0), bool(fields[4])
+            over = len(payload) > 2 * self.ns.max_message_size + 65536
+            if over:  # refused, as one over several frames is
+                payload = b""
+        else:
+            if link.partial is None:
                 link.partial = bytearray()
-        if fields[5]:  # more frames follow
-            return
-        payload, delivery_id = bytes(link.partial), link.partial_id
-        fmt, settled, over = link.partial_format, link.partial_settled, link.partial_over
-        link.partial = None
+                link.partial_id = fields[1]
+                link.partial_format = int(fields[3] or 0)
+                link.partial_settled = bool(fields[4])
+                link.partial_over = False
+            elif fields[1] is not None and fields[1] != link.partial_id:
+                raise ProtocolViolation("amqp:invalid-field", f"delivery {fields[1]} began "
+                                        f"before delivery {link.partial_id} ended.")
+            if not link.partial_over:
+                link.partial += memoryview(body)[end:]
+                if len(link.partial) > 2 * self.ns.max_message_size + 65536:
+                    link.partial_over = True  # keep reading its frames, then refuse it
+                    link.partial = bytearray()
+            if fields[5]:  # more frames follow
+                return
+            payload, delivery_id = bytes(link.partial), link.partial_id
+            fmt, settled, over = link.partial_format, link.partial_settled, link.partial_over
+            link.partial = None
         link.delivery_count = after(link.delivery_count)
         link.credit -= 1
         if link.credit < 0:  # what it was not given room for would queue without end

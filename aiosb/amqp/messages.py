@@ -198,7 +198,7 @@ def _data_sections(payload: bytes) -> list[bytes]:
     append = out.append
     pos, end = 0, len(payload)
     while pos < end:
-        if payload[pos] == 0 and payload[pos + 1] == 0x53 and payload[pos + 2] == DATA:
+        if payload[pos:pos + 3] == b"\x00Su":  # a data section
             c = payload[pos + 3]
             if c == 0xA0:
                 n, start = payload[pos + 4], pos + 5
