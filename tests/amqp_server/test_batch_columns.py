@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aiosb.amqp.codec import Described, Symbol, ULong, encode
+from aiosb.amqp.codec import DecodeError, Described, Symbol, ULong, encode
 from aiosb.amqp.messages import columns_of, messages_of
 from aiosb.amqp.performatives import BATCH_FORMAT
 from aiosb.message import Message
@@ -46,7 +46,9 @@ def batch(inner: list[bytes]) -> bytes:
 
 
 def as_messages(bodies: list[bytes], columns: dict) -> list[Message]:
-    return [Message(body, **{name: values[i] for name, values in columns.items()})
+    """A column is a list of each message's value, or one value every message has."""
+    return [Message(body, **{name: values[i] if isinstance(values, list) else values
+                             for name, values in columns.items()})
             for i, body in enumerate(bodies)]
 
 
@@ -151,3 +153,17 @@ def test_look_alike_messages_read_quickly_give_what_message_by_message_gives(inn
             assert any(m.amqp_extra for m in messages_of(payload, BATCH_FORMAT))
             continue
         assert [fields(m) for m in as_messages(*got)] == expected
+
+
+def test_an_id_longer_than_its_list_is_not_read_quickly():
+    """#36: the quick reading trusts no length the field-by-field one would refuse."""
+    only_id = encode(Described(ULong(PROPERTIES), ["abc"])) + encode(Described(ULong(DATA), b"x"))
+    assert columns_of(batch([only_id, only_id]), BATCH_FORMAT) is not None  # the rest seen
+    # A list of 3 bytes (its count, the id's code and length) whose id says 3 bytes: the
+    # data section, where the list ends, would be read as the id too.
+    crafted = b"\x00Ss\xc0\x03\x01\xa1\x03" + b"\x00Su\xa0\x01x"
+    with pytest.raises(DecodeError):
+        messages_of(batch([crafted]), BATCH_FORMAT)
+    assert columns_of(batch([crafted]), BATCH_FORMAT) is None
+    assert columns_of(batch([only_id, crafted]), BATCH_FORMAT) is None
+    assert columns_of(crafted, 0) is None
