@@ -9,6 +9,7 @@ covers the entity, valid now, signed with a key holding the right the link needs
 
 from __future__ import annotations
 
+import functools
 import urllib.parse
 from typing import Any
 
@@ -18,8 +19,10 @@ from ..errors import Unauthorized
 __all__ = ["Tokens", "audience_path", "entity_of", "put_token_reply"]
 
 
+@functools.lru_cache(maxsize=4096)
 def audience_path(audience: str) -> str:
-    """The entity path (``/q1``, lower case) an audience or link address names."""
+    """The entity path (``/q1``, lower case) an audience or link address names (kept for
+    the addresses seen last: a link's is read on every transfer)."""
     if "://" in audience:
         audience = urllib.parse.urlsplit(audience).path
     return "/" + audience.strip("/").lower()
