@@ -384,7 +384,7 @@ async def test_a_database_of_the_schema_before_39_is_moved_to_the_compact_table(
     ``messages``, keyed by namespace and entity names, one JSON document each, with or
     without the ``lock`` column) opens with its rows moved to ``msgs``: every message
     as it was (ids, properties, a held lock, the dead-letter queue, a session), in order,
-    and the old table gone."""
+    and the old table gone; ids spelled as the broker spells its own are numbers again."""
     async with serve(data_dir=tmp_path) as server:
         async with aiosb.connect(server.namespace_url("old")) as ns:
             await ns.create_queue("q", lock_duration=timedelta(seconds=LOCK))
@@ -394,11 +394,12 @@ async def test_a_database_of_the_schema_before_39_is_moved_to_the_compact_table(
         (1, b"first", {"message_id": "m1", "props": {"n": 1}}),
         (2, b"locked", {} if lock_column else {"state": 1, "delivery_count": 1}),
         (3, b"dead", {"dl_reason": "bad"}),
-        (4, b"third", {}),
+        (4, b"third", {"message_id": SPELLED}),
+        (5, b"fourth", {"message_id": "ffffffff-0123-4567-89ab-00000000002b"}),
     )]
     lock = dumps([1, 1, "tok-2", CLOCK.now() + LOCK])
     db = sqlite3.connect(tmp_path / "aiosb.sqlite3")
-    db.executescript("DROP TABLE msgs; DROP TABLE entity_ids;")
+    db.executescript("DROP TABLE msgs; DROP TABLE entity_ids; DROP TABLE meta;")
     db.execute(
         "CREATE TABLE messages (ns TEXT NOT NULL, entity TEXT NOT NULL, seq INTEGER NOT NULL,"
         " store TEXT NOT NULL, data BLOB NOT NULL" + (", lock TEXT" if lock_column else "")
@@ -415,11 +416,18 @@ async def test_a_database_of_the_schema_before_39_is_moved_to_the_compact_table(
     db.commit()
     db.close()
     async with serve(data_dir=tmp_path) as server:
+        db = sqlite3.connect(tmp_path / "aiosb.sqlite3")
+        heads = dict(db.execute("SELECT seq, length(head) FROM msgs WHERE seq IN (4, 5) AND "
+                                "eid = (SELECT id FROM entity_ids WHERE key = 'q')"))
+        db.close()
+        assert heads[4] == 26 < heads[5]  # a number in the head; the other id in its tail
         async with aiosb.connect(server.namespace_url("old")) as ns:
             async with ns.receiver("q") as receiver:
                 got = await receiver.receive(max_messages=10, max_wait=0)
-                assert [m.body for m in got] == [b"first", b"third"]  # the locked one held
+                assert [m.body for m in got] == [b"first", b"third", b"fourth"]  # one held
                 assert (got[0].message_id, got[0].application_properties) == ("m1", {"n": 1})
+                assert [m.message_id for m in got[1:]] == [  # ids spelled as they were
+                    SPELLED, "ffffffff-0123-4567-89ab-00000000002b"]
                 held = emulator.namespace("old")._entities["q"].fragments[0].records[2]
                 assert (held.lock_token, held.delivery_count) == ("tok-2", 1)
                 await receiver.complete(got)
@@ -434,8 +442,14 @@ async def test_a_database_of_the_schema_before_39_is_moved_to_the_compact_table(
                 assert in_session.body == b"in a session"
     db = sqlite3.connect(tmp_path / "aiosb.sqlite3")
     tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+    meta = dict(db.execute("SELECT name, value FROM meta"))
     db.close()
     assert "messages" not in tables and "msgs" in tables
+    # The first id spelled as the broker spells its own: a number under its prefix now.
+    assert (meta["auto_prefix"], meta["auto_high"]) == (SPELLED[:-12], 0x2A)
+
+
+SPELLED = "0123abcd-0123-4567-89ab-00000000002a"  # as aiosb spells an id it gave
 
 
 def _old_row(seq: int, body: bytes, **fields: object) -> tuple[int, bytes]:

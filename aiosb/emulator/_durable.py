@@ -156,6 +156,9 @@ class Journal:
                 f"which this aiosb does not read (it reads {ROW_FORMAT!r}); use the aiosb "
                 "that wrote it.")
         db.execute("INSERT OR IGNORE INTO meta VALUES ('row_format', ?)", (ROW_FORMAT,))
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages'").fetchone():
+            migrate(db, self._eid)  # a database of an older aiosb: its rows move to msgs
+            meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
         if "auto_prefix" not in meta:
             meta["auto_prefix"] = auto_id_prefix()
             db.execute("INSERT INTO meta VALUES ('auto_prefix', ?)", (meta["auto_prefix"],))
@@ -163,8 +166,6 @@ class Journal:
         # A fresh process spells its ids as the rows' numbers were spelled, so that they
         # stay numbers in memory (#39); numbered above every one kept.
         adopt_auto_ids(self.prefix, int(meta.get("auto_high", 0)))
-        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages'").fetchone():
-            migrate(db, self._eid)  # a database of an older aiosb: its rows move to msgs
 
     def _eid(self, ns: str, key: str) -> int:
         """The id of entity ``key`` of namespace ``ns`` in message rows (made on first

@@ -336,7 +336,7 @@ def _dumps(value: Any) -> bytes:
 def _open(data: bytes) -> Any:
     data = bytes(data)
     if data.startswith(FORMAT):
-        return json.loads(data[len(FORMAT) :])
+        return loads(data[len(FORMAT) :])  # orjson where it reads as json does
     if data[:1] == b"\x80":  # a pickle: aiosb 0.1 wrote them
         return _LegacyUnpickler(io.BytesIO(data)).load()
     head = bytes(data[:24]).split(b"\n", 1)[0]
