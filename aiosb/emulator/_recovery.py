@@ -4,10 +4,13 @@ once, what it loads in the background, and how an operation waits for what it ne
 :meth:`Recovery.start` reads the small tables (namespaces, entities, rules, sessions,
 sequence numbers) and rebuilds them before the server listens; the messages follow, an
 entity at a time, in sequence order, a chunk of rows per read (so a deep store neither
-delays listening nor is held twice in memory while it loads). Until an entity's messages
-are all in, every operation on it waits (:meth:`Recovery.wait`, which the namespace
-calls first): a receive, peek, count or settlement on a half-loaded store would answer
-wrongly. An entity that someone waits for is loaded next. An entity is loaded after the
+delays listening nor is held twice in memory while it loads), on a read-only connection
+and a thread of their own (the journal's stays free for commits). Until an entity's
+messages are all in, every operation on it waits (:meth:`Recovery.wait`, which the
+namespace calls first): a send, receive, peek, count, settlement or session operation on
+a half-loaded store would answer wrongly. (Reading, creating, deleting or listing
+entities needs no message and does not wait; an update waits for every entity.) An
+entity that someone waits for is loaded next. An entity is loaded after the
 entities it passes messages to (a topic's subscriptions, ``forward_to``, forwarded dead
 letters), so that nothing the broker does by itself (an activation, an expiry, a lock's
 end) puts a message into an entity whose rows are still on their way.
@@ -286,7 +289,7 @@ class Recovery:
             if not rows:
                 break
             after = rows[-1][0]
-            # The next rows are read (on the journal's thread) while these are put.
+            # The next rows are read (on the loader's thread) while these are put.
             reading = asyncio.ensure_future(self._read(_chunk(eid, after)))
             journal, ns.journal = ns.journal, None  # these rows are on disk already
             try:
