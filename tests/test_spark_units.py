@@ -379,3 +379,22 @@ async def test_a_paired_writers_pings_are_completed_never_rows():
                                                   "lock_token": ["t1", "t2", "t3"]}) == ([], {
         "content_type": PING_CONTENT_TYPE, "lock_token": []})
     assert settled == [("complete", ["t1", "t2", "t3"])]
+
+
+@pytest.mark.parametrize("columns", [True, False], ids=["receive_columns", "messages"])
+async def test_a_link_receives_the_same_chunk_with_or_without_column_receives(columns):
+    """A transport without ``receive_columns`` (AMQP) gives message objects: the link
+    makes the same batch and tokens of them."""
+    async with aiosb.connect(f"memory://link{columns}") as ns:
+        await _held(ns, 3)
+        async with ns.receiver("q") as receiver:
+            link = Link(receiver)
+            assert link.columns  # the memory transport has it
+            link.columns = columns
+            chunk = await link.receive(10, 0)
+            assert chunk is not None and len(chunk) == 3
+            assert chunk.batch.column("body").to_pylist() == [b"0", b"1", b"2"]
+            assert chunk.batch.column("delivery_count").to_pylist() == [1, 1, 1]
+            await link.settle_all("complete", chunk.locked())
+            assert await link.receive(10, 0) is None
+        assert (await ns.runtime_properties("q")).active_message_count == 0
