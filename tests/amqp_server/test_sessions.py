@@ -4,10 +4,8 @@ holds, and the lock given back when the receiver closes (#15)."""
 
 from __future__ import annotations
 
-import pytest
-from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage
+from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
-from azure.servicebus.exceptions import OperationTimeoutError, SessionCannotBeLockedError
 
 from aiosb import emulator
 
@@ -43,37 +41,3 @@ async def test_a_named_session_in_order_with_state_and_renewal(server):
             assert await again.session.get_state() == b"state!"
     [left] = await drain("sq", peek=True)
     assert (left.session_id, left.body) == ("b", b"x")
-
-
-async def test_next_available_session_and_one_that_is_locked(server):
-    async with ServiceBusClient.from_connection_string(server.connection_string()) as client:
-        await send(client, ("s1", b"one"))
-        async with client.get_queue_receiver(
-            "sq", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5
-        ) as receiver:
-            assert receiver.session.session_id == "s1"
-            [got] = await receiver.receive_messages(max_wait_time=5)
-            assert b"".join(got.body) == b"one"
-            await receiver.defer_message(got)
-            [back] = await receiver.receive_deferred_messages([got.sequence_number])
-            await receiver.dead_letter_message(back, reason="r")
-            # Service Bus refuses the link as AMQP says (2.6.3): an attach without a
-            # source, then a detach with the error, which the SDK raises from its open
-            # (its log says "Unable to attach new link: ValueError('Invalid link')", as
-            # against a real namespace, Azure/azure-sdk-for-python#30907)
-            other = client.get_queue_receiver("sq", session_id="s1")
-            with pytest.raises(SessionCannotBeLockedError):
-                await other.__aenter__()
-            await other.close()
-    [dead] = await drain("sq/$deadletterqueue", peek=True)
-    assert (dead.body, dead.dead_letter_reason) == (b"one", "r")
-
-
-async def test_no_session_available_times_out(server):
-    async with ServiceBusClient.from_connection_string(server.connection_string()) as client:
-        receiver = client.get_queue_receiver(
-            "sq", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1
-        )
-        with pytest.raises(OperationTimeoutError):
-            await receiver.__aenter__()  # the refusal arrives during the open
-        await receiver.close()
