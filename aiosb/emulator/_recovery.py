@@ -31,7 +31,6 @@ import contextlib
 import gc
 import itertools
 import logging
-import re
 import sqlite3
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -433,21 +432,16 @@ def _read_small(db: sqlite3.Connection) -> tuple[list[Any], ...]:
     )
 
 
-#: A MessageId as the broker spells one it gave: a prefix of its process and a number.
-_SPELLED = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
 def migrate(db: sqlite3.Connection, eid: Callable[[str, str], int]) -> None:
     """Move the rows of an older database's ``messages`` table (one JSON document, or
     a pickle, a row; keyed by namespace and entity names) into ``msgs``, in one
-    transaction, then give the space back (VACUUM). The ids of the first row's spelling
-    (a prefix and twelve hex digits) are kept as numbers under that prefix, which the
-    database names from then on: spelled the same, and held as numbers after a restart."""
+    transaction, then give the space back (VACUUM). Every MessageId stays the text it
+    was: an older aiosb gave each process a random prefix, so an id spelled as the
+    broker spells its own cannot be told from a client's (a GUID, the official SDKs'
+    default: #39, adopting its prefix and number made every start count to 10^14)."""
     have = {row[1] for row in db.execute("PRAGMA table_info(messages)")}
     lock = "lock" if "lock" in have else "NULL"
-    known = db.execute("SELECT value FROM meta WHERE name = 'auto_prefix'").fetchone()
-    prefix: str | None = known[0] if known else None
-    moved = high = 0
+    moved = 0
     db.execute("BEGIN")
     try:
         rows = db.execute(f"SELECT ns, entity, seq, store, data, {lock} FROM messages")
@@ -462,24 +456,11 @@ def migrate(db: sqlite3.Connection, eid: Callable[[str, str], int]) -> None:
                     rec.delivery_count = 0
                 if held is not None:
                     rec.state, rec.delivery_count, rec.lock_token, rec.locked_until = loads(held)
-                mid = rec._mid
-                if isinstance(mid, str) and _SPELLED.fullmatch(mid):
-                    if prefix is None:
-                        prefix = mid[:-12]
-                    number = int(mid[-12:], 16)
-                    if mid[:-12] == prefix and number:
-                        rec._mid = number  # spelled the same under prefix
-                        high = max(high, number)
                 out.append((eid(ns, key), seq, rec.body,
                             message_row(rec, True, None if where == "m" else where)))
             db.executemany(
                 "INSERT OR REPLACE INTO msgs (eid, seq, body, head) VALUES (?, ?, ?, ?)", out)
             moved += len(out)
-        if prefix is not None and not known:
-            db.execute("INSERT INTO meta VALUES ('auto_prefix', ?)", (prefix,))
-        if high:
-            db.execute("INSERT INTO meta VALUES ('auto_high', ?) ON CONFLICT (name) "
-                       "DO UPDATE SET value = max(value, excluded.value)", (high,))
         db.execute("DROP TABLE messages")
         db.execute("COMMIT")
     except BaseException:
