@@ -120,6 +120,10 @@ class Journal:
         self._eids: dict[tuple[str, str], int] = {}
         #: What the broker-assigned MessageIds kept as numbers start with (``meta``).
         self.prefix = ""
+        #: The highest broker-assigned id number of a message gone before its row was
+        #: written (taken at once by a receive-and-delete receiver): it counts too (#39:
+        #: the next process would hand it out again).
+        self._gone_id = 0
         #: The messages still being loaded after a restart (:mod:`._recovery`).
         self.recovery: Recovery | None = None
 
@@ -220,6 +224,9 @@ class Journal:
         self._locks.pop(row, None)  # the row is written whole, or goes
         if rec.state == GONE:
             self._dirty[row] = None
+            mid = rec._mid
+            if isinstance(mid, int) and mid > self._gone_id:
+                self._gone_id = mid
         else:
             where: str | None = None
             if store.session is not None:
@@ -354,7 +361,7 @@ class Journal:
             shift = FRAGMENT_SHIFT
             prefix_ok = self.prefix == auto_id_prefix()
             deletes, puts = [], []
-            high_id = 0
+            high_id, self._gone_id = self._gone_id, 0
             highs: dict[tuple[str, str, int], int] = {}
             for row, item in dirty.items():
                 ns, entity, seq = row
@@ -378,6 +385,7 @@ class Journal:
                 failed = True
                 # Nothing of this group is durable: keep it for the next attempt (later
                 # changes of the same rows win).
+                self._gone_id = max(self._gone_id, high_id)
                 self._ops[:0] = ops
                 for row, item in dirty.items():
                     self._dirty.setdefault(row, item)

@@ -8,7 +8,11 @@ is handed out again.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -52,3 +56,54 @@ def test_a_process_that_handed_out_ids_adopts_nothing(fresh_counter):
     assert not _record.adopt_auto_ids("00000000-0000-0000-0000-", 10**6)
     assert first < _record.auto_ids() < 10**6
     assert _record.auto_id_prefix() == prefix
+
+
+def _start(data):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aiosb.cli", "serve", "--port", "0", "--no-amqp",
+         "--quiet", "--data-dir", str(data)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = proc.stdout.readline().rsplit(" ", 1)[-1].strip()  # type: ignore[union-attr]
+    assert url.startswith("http://127.0.0.1:"), proc.stderr.read()  # type: ignore[union-attr]
+    return proc, f"{url}/ids"
+
+
+def _stop(proc):
+    proc.send_signal(signal.SIGINT)
+    proc.wait(10)
+
+
+@pytest.mark.timeout(60)
+def test_a_broker_assigned_id_taken_before_its_write_is_not_handed_out_again(tmp_path):
+    """#39, R-3: a message a waiting receive-and-delete receiver takes before the
+    journal writes its row left the highest id kept unraised, so the next process
+    handed the same MessageId out again."""
+    async def first(url):
+        async with aiosb.connect(url) as ns:
+            await ns.create_queue("q")
+            async with ns.receiver("q", mode="receive_and_delete") as receiver:
+                got = asyncio.ensure_future(receiver.receive(max_messages=1, max_wait=10))
+                await asyncio.sleep(0.5)  # waiting already
+                async with ns.sender("q") as sender:
+                    await sender.send(Message(b"one"))
+                return (await got)[0].message_id
+
+    async def second(url):
+        async with aiosb.connect(url) as ns:
+            async with ns.sender("q") as sender:
+                await sender.send(Message(b"two"))
+            async with ns.receiver("q") as receiver:
+                return (await receiver.peek(1))[0].message_id
+
+    proc, url = _start(tmp_path)
+    try:
+        a = asyncio.run(first(url))
+    finally:
+        _stop(proc)
+    proc, url = _start(tmp_path)
+    try:
+        b = asyncio.run(second(url))
+    finally:
+        _stop(proc)
+    assert a[:-12] == b[:-12]  # spelled under the database's prefix
+    assert int(b[-12:], 16) > int(a[-12:], 16)
