@@ -407,7 +407,13 @@ def _targets(entity: _Entity) -> list[_Entity]:
 
 
 def _read_small(db: sqlite3.Connection) -> tuple[list[Any], ...]:
-    """The small tables, and the highest sequence number of each fragment's rows."""
+    """The small tables, and the highest sequence number of each fragment's rows.
+
+    The read transaction begun here lasts the whole load (every chunk reads the same
+    snapshot, until the reader closes): a row the broker writes meanwhile (a message
+    that expired while down, dead-lettered as soon as its chunk is put, numbered above
+    every row kept) is in memory already and is not read a second time (#39, R-3)."""
+    db.execute("BEGIN")
     entities = db.execute(
         "SELECT ns, key, kind, path, nfrag, created, props FROM entities").fetchall()
     eids = db.execute("SELECT ns, key, id FROM entity_ids").fetchall()
