@@ -62,6 +62,42 @@ FREEZE_AT = 100_000
 _KIND_ORDER = {"queue": 0, "topic": 0, "subscription": 1}  # topics before subscriptions
 
 
+class _Collector:
+    """The garbage collector, kept off while any recovery of the process loads (the last
+    to finish turns it back on, if it was on: two servers may load at once), and what
+    they froze (given back to the collector when the server that froze it stops)."""
+
+    loading = 0
+    was_enabled = False
+
+    @classmethod
+    def hold(cls) -> None:
+        if not cls.loading:
+            cls.was_enabled = gc.isenabled()
+            gc.disable()
+        cls.loading += 1
+
+    @classmethod
+    def release(cls, freeze: bool) -> bool:
+        """One load ended (``freeze``: a large one); whether what it holds was frozen."""
+        cls.loading -= 1
+        if cls.loading or not cls.was_enabled:
+            return False
+        if freeze:
+            # What became garbage during the load (a request's cycles, the host's) is
+            # collected first: frozen, it would never be (#39).
+            gc.collect()
+            gc.freeze()
+        gc.enable()
+        return freeze
+
+    @staticmethod
+    def thaw() -> None:
+        """A server whose load froze stops: what it held may go (so may what another
+        froze: it is only walked again)."""
+        gc.unfreeze()
+
+
 class _Journal(Protocol):
     """What recovery needs of the journal (:class:`~._durable.Journal`)."""
 
@@ -93,6 +129,7 @@ class Recovery:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._namespaces: list[Namespace] = []
         self.loaded = 0
+        self._froze = False
         #: What stopped the load (a row it cannot read): every operation that waits
         #: for what was not loaded raises it, rather than answer from part of a store.
         self.error: BaseException | None = None
@@ -202,6 +239,9 @@ class Recovery:
                 await task
         self._finish()
         await self._close_reader()
+        if self._froze:
+            self._froze = False
+            _Collector.thaw()
 
     async def _read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """``fn(connection)`` on the loader's own thread and connection (read only,
@@ -234,8 +274,7 @@ class Recovery:
     async def _run(self) -> None:
         # The collector would walk the growing heap again and again while it grows by a
         # million records (a quarter of the load's time, #39): it waits for the end.
-        collecting = gc.isenabled()
-        gc.disable()
+        _Collector.hold()
         try:
             while self.pending:
                 entity = self._next()
@@ -246,12 +285,9 @@ class Recovery:
             log.exception("%s: loading the messages failed", self.journal.path)
             self.error = exc
         finally:
-            if collecting:
-                if self.loaded >= FREEZE_AT:
-                    # What was loaded lives long: out of the collector's sight, or its
-                    # first passes after the load walk every record (a second at 10^6).
-                    gc.freeze()
-                gc.enable()
+            # What was loaded lives long: out of the collector's sight, or its first
+            # passes after the load walk every record (a second at 10^6).
+            self._froze = _Collector.release(self.loaded >= FREEZE_AT)
             for event in self.pending.values():  # nothing waits for ever
                 event.set()
         if self.error is None:

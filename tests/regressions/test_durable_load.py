@@ -6,6 +6,8 @@ restart, and no operation answers from part of a store while it loads.
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from datetime import timedelta
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 import aiosb
 from aiosb import Message, emulator
 from aiosb.emulator import _recovery
+from aiosb.emulator._durable import Journal
 from aiosb.emulator.server import serve
 
 
@@ -66,3 +69,103 @@ async def test_a_row_written_while_its_entity_loads_is_not_loaded_again(tmp_path
         async with aiosb.connect(server.namespace_url("dup")) as ns:
             counts = await ns.runtime_properties("q")
     assert (counts.dead_letter_message_count, counts.active_message_count) == (0, 180)
+
+
+class _Node:
+    other: _Node
+
+
+async def _fill_deep(tmp_path, name: str, count: int) -> None:
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url(name)) as ns:
+            await ns.create_queue("q")
+            async with ns.sender("q") as sender:
+                for start in range(0, count, 2000):
+                    await sender.send([Message(b"%d" % i) for i in range(start, start + 2000)])
+    emulator.reset()
+
+
+@pytest.fixture
+def freezing(monkeypatch):
+    """A load of 4,000 messages is a large one (frozen after it)."""
+    monkeypatch.setattr(_recovery, "FREEZE_AT", 4000)
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
+@pytest.mark.timeout(30)
+async def test_garbage_made_during_a_large_load_is_still_collected(tmp_path, freezing):
+    """#39: the collector is off during the load, and what the process held after a
+    large one was frozen: reference cycles that became garbage meanwhile (a request's,
+    the host process's) were frozen with it and never freed."""
+    await _fill_deep(tmp_path, "gc", 6000)
+    refs = []
+    async with serve(data_dir=tmp_path) as server:
+        recovery = server.journal.recovery
+        assert recovery is not None
+        while recovery.pending:
+            a, b = _Node(), _Node()  # garbage at once, in a cycle
+            a.other, b.other = b, a
+            refs.append(weakref.ref(a))
+            del a, b
+            await asyncio.sleep(0)
+        await recovery.wait_all()
+        assert gc.isenabled()
+        gc.collect()
+        assert refs and not [r for r in refs if r() is not None]
+
+
+@pytest.mark.timeout(30)
+async def test_a_stopped_servers_store_is_freed_after_a_large_load(tmp_path, freezing):
+    """#39: the namespace, entity and store graph a large load froze (cyclic: a store
+    names its entity, the entity its stores) was never freed once the server stopped and
+    the emulator was reset (an in-process restart)."""
+    await _fill_deep(tmp_path, "gc2", 6000)
+    async with serve(data_dir=tmp_path) as server:
+        assert server.journal.recovery is not None
+        await server.journal.recovery.wait_all()
+        entity = weakref.ref(emulator.namespace("gc2")._entities["q"])
+    del server
+    emulator.reset()
+    gc.collect()
+    assert entity() is None
+
+
+@pytest.mark.timeout(30)
+async def test_two_loads_at_once_keep_the_collector_off_until_both_end(
+    tmp_path, slow_reads, monkeypatch
+):
+    """#39: a second recovery starting while another loads saw the collector off (the
+    first had turned it off) and left it to the first, which turned it back on while
+    the second still loaded; the last load to end turns it back on."""
+    first, second = tmp_path / "one", tmp_path / "two"
+    for path in (first, second):
+        await _fill_deep(path, path.name, 2000)
+    seen: list[bool] = []
+    put = _recovery._put
+
+    def watched(*args):
+        seen.append(gc.isenabled())
+        put(*args)
+
+    monkeypatch.setattr(_recovery, "_put", watched)
+
+    async def load(path) -> None:
+        journal = Journal(path)
+        await journal.open()
+        namespaces = await journal.load()
+        assert journal.recovery is not None
+        await journal.recovery.wait_all()
+        await journal.aclose()
+        for ns in namespaces:
+            ns.detach_all()
+
+    assert gc.isenabled()
+    one = asyncio.ensure_future(load(first))
+    await asyncio.sleep(0.1)  # the first loads
+    await asyncio.gather(load(second), one)
+    assert len(seen) == 400 and not any(seen)
+    assert gc.isenabled()
