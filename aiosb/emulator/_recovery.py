@@ -9,8 +9,11 @@ and a thread of their own (the journal's stays free for commits). Until an entit
 messages are all in, every operation on it waits (:meth:`Recovery.wait`, which the
 namespace calls first): a send, receive, peek, count, settlement or session operation on
 a half-loaded store would answer wrongly. (Reading, creating, deleting or listing
-entities needs no message and does not wait; an update waits for every entity.) An
-entity that someone waits for is loaded next. An entity is loaded after the
+entities needs no message and does not wait; an update waits for every entity.) It
+waits too for the entities that may pass messages to it (a topic, a queue forwarding to
+it: a scheduled message that came due while the server was down activates as its source
+loads), and for what those pass messages to. An entity that someone waits for is loaded
+next. An entity is loaded after the
 entities it passes messages to (a topic's subscriptions, ``forward_to``, forwarded dead
 letters), so that nothing the broker does by itself (an activation, an expiry, a lock's
 end) puts a message into an entity whose rows are still on their way.
@@ -197,8 +200,10 @@ class Recovery:
     # -- waiting -------------------------------------------------------------------
 
     async def wait(self, ns: Namespace, path: str | None) -> None:
-        """Return once the messages of the entity ``path`` names, and of every entity
-        it may pass messages to, are loaded (``None``: once everything is)."""
+        """Return once the messages of the entity ``path`` names, of every entity that
+        may pass messages to it (a due scheduled message on a topic or a forwarding
+        queue activates as its source loads: #39), and of every entity those may pass
+        messages to, are loaded (``None``: once everything is)."""
         if path is None:
             await self.wait_all()
             return
@@ -206,7 +211,10 @@ class Recovery:
             entity, _ = ns._resolve(path)
         except ServiceBusError:  # the operation answers for itself
             return
-        need = [e for e in _downstream_first(entity, set()) if e in self.pending]
+        seen: set[_Entity] = set()
+        need = []
+        for source in _upstream(entity):  # what loading a source may put in: first
+            need += [e for e in _downstream_first(source, seen) if e in self.pending]
         if not need:
             return
         wanted = dict.fromkeys(need)  # those asked for now, first, in their order
@@ -427,6 +435,21 @@ def _downstream_first(entity: _Entity, seen: set[_Entity]) -> list[_Entity]:
         for target in _targets(current):
             if target not in seen:
                 stack.append((target, False))
+    return out
+
+
+def _upstream(entity: _Entity) -> list[_Entity]:
+    """``entity`` and every entity that may pass messages to it, near or far."""
+    sources: dict[_Entity, list[_Entity]] = {}
+    for other in entity.ns._entities.values():
+        for target in _targets(other):
+            sources.setdefault(target, []).append(other)
+    out, seen = [entity], {entity}
+    for current in out:  # grows as it is walked
+        for source in sources.get(current, ()):
+            if source not in seen:
+                seen.add(source)
+                out.append(source)
     return out
 
 

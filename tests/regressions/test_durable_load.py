@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import weakref
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -169,3 +169,55 @@ async def test_two_loads_at_once_keep_the_collector_off_until_both_end(
     await asyncio.gather(load(second), one)
     assert len(seen) == 400 and not any(seen)
     assert gc.isenabled()
+
+
+@pytest.fixture
+def hold(monkeypatch):
+    """Hold the loader back until the event is set."""
+    gate = asyncio.Event()
+    run = _recovery.Recovery._run
+
+    async def held(self):
+        await gate.wait()
+        await run(self)
+
+    monkeypatch.setattr(_recovery.Recovery, "_run", held)
+    return gate
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("upstream", ["topic", "forwarding queue"])
+async def test_an_operation_waits_for_the_entities_that_pass_messages_to_its_own(
+    tmp_path, hold, upstream
+):
+    """#39, R-3: a message scheduled on a topic (or a queue forwarding to another) whose
+    time came while the server was down is activated as its source loads; a count on
+    the subscription (or the forward's target) waited only for that entity and what it
+    passes messages to, and answered 0 during the load, 1 afterwards."""
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("up")) as ns:
+            if upstream == "topic":
+                await ns.create_topic("src")
+                await ns.create_subscription("src", "s")
+                await ns.create_subscription("src", "sibling")
+                target = "src/subscriptions/s"
+            else:
+                await ns.create_queue("dst")
+                await ns.create_queue("src", forward_to="dst")
+                target = "dst"
+            async with ns.sender("src") as sender:
+                await sender.schedule(Message(b"due"), datetime.now(UTC) + timedelta(seconds=0.3))
+    emulator.reset()
+    await asyncio.sleep(0.5)  # its time comes while the server is down
+    async with serve(data_dir=tmp_path) as server:
+        recovery = server.journal.recovery
+        assert recovery is not None
+        async with aiosb.connect(server.namespace_url("up")) as ns:
+            counts = asyncio.ensure_future(ns.runtime_properties(target))
+            await asyncio.sleep(0.2)
+            assert not counts.done()  # it waits for the source too
+            hold.set()
+            before = (await counts).active_message_count
+            await recovery.wait_all()
+            after = (await ns.runtime_properties(target)).active_message_count
+    assert before == after == 1
