@@ -22,8 +22,8 @@ Rows are loaded with the namespace's journal detached (they are on disk already)
 happens to them afterwards is journaled as usual. :func:`migrate` moves the rows of an
 older database (table ``messages``, one JSON document a row) into the compact table.
 
-Imports: :mod:`._record`, :mod:`._partitions`, :mod:`._entity`, :mod:`._namespace`,
-:mod:`._rows`, :mod:`._store` (never the journal or the broker).
+Imports: :mod:`._collector`, :mod:`._record`, :mod:`._partitions`, :mod:`._entity`,
+:mod:`._namespace`, :mod:`._rows`, :mod:`._store` (never the journal or the broker).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import gc
 import itertools
 import logging
 import sqlite3
@@ -40,6 +39,7 @@ from typing import Any, Protocol
 
 from ..errors import ServiceBusError, TransientError
 from ..wire.json_values import loads
+from ._collector import Collector
 from ._entity import _Entity
 from ._namespace import Namespace
 from ._partitions import FRAGMENT_SHIFT, fragment_of
@@ -63,42 +63,6 @@ CHUNK = 2_000
 #: of the garbage collector's sight (:func:`gc.freeze`): a server holding them for good.
 FREEZE_AT = 100_000
 _KIND_ORDER = {"queue": 0, "topic": 0, "subscription": 1}  # topics before subscriptions
-
-
-class _Collector:
-    """The garbage collector, kept off while any recovery of the process loads (the last
-    to finish turns it back on, if it was on: two servers may load at once), and what
-    they froze (given back to the collector when the server that froze it stops)."""
-
-    loading = 0
-    was_enabled = False
-
-    @classmethod
-    def hold(cls) -> None:
-        if not cls.loading:
-            cls.was_enabled = gc.isenabled()
-            gc.disable()
-        cls.loading += 1
-
-    @classmethod
-    def release(cls, freeze: bool) -> bool:
-        """One load ended (``freeze``: a large one); whether what it holds was frozen."""
-        cls.loading -= 1
-        if cls.loading or not cls.was_enabled:
-            return False
-        if freeze:
-            # What became garbage during the load (a request's cycles, the host's) is
-            # collected first: frozen, it would never be (#39).
-            gc.collect()
-            gc.freeze()
-        gc.enable()
-        return freeze
-
-    @staticmethod
-    def thaw() -> None:
-        """A server whose load froze stops: what it held may go (so may what another
-        froze: it is only walked again)."""
-        gc.unfreeze()
 
 
 class _Journal(Protocol):
@@ -249,7 +213,7 @@ class Recovery:
         await self._close_reader()
         if self._froze:
             self._froze = False
-            _Collector.thaw()
+            Collector.thaw()
 
     async def _read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """``fn(connection)`` on the loader's own thread and connection (read only,
@@ -282,7 +246,7 @@ class Recovery:
     async def _run(self) -> None:
         # The collector would walk the growing heap again and again while it grows by a
         # million records (a quarter of the load's time, #39): it waits for the end.
-        _Collector.hold()
+        Collector.hold()
         try:
             while self.pending:
                 entity = self._next()
@@ -295,7 +259,7 @@ class Recovery:
         finally:
             # What was loaded lives long: out of the collector's sight, or its first
             # passes after the load walk every record (a second at 10^6).
-            self._froze = _Collector.release(self.loaded >= FREEZE_AT)
+            self._froze = Collector.release(self.loaded >= FREEZE_AT)
             for event in self.pending.values():  # nothing waits for ever
                 event.set()
         if self.error is None:
