@@ -16,7 +16,9 @@ loads), and for what those pass messages to. An entity that someone waits for is
 next. An entity is loaded after the
 entities it passes messages to (a topic's subscriptions, ``forward_to``, forwarded dead
 letters), so that nothing the broker does by itself (an activation, an expiry, a lock's
-end) puts a message into an entity whose rows are still on their way.
+end) puts a message into an entity whose rows are still on their way. A read that fails
+is tried again a few times; an entity whose rows cannot be read (a damaged row, a read
+that keeps failing) is refused, with a sentence naming it, and the others load on.
 
 Rows are loaded with the namespace's journal detached (they are on disk already); what
 happens to them afterwards is journaled as usual. :func:`migrate` moves the rows of an
@@ -37,7 +39,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..errors import ServiceBusError, TransientError
+from ..errors import EntityUnavailable, InvalidArgument, ServiceBusError, TransientError
 from ..wire.json_values import loads
 from ._collector import Collector
 from ._entity import _Entity
@@ -59,6 +61,10 @@ log = logging.getLogger("aiosb.emulator")
 
 #: Rows read at a time while an entity loads.
 CHUNK = 2_000
+#: How often a read that fails (an I/O error, a busy database) is tried before its
+#: entity is given up, and the pause after the first failure (doubled after each).
+READ_ATTEMPTS = 6
+READ_PAUSE = 0.05
 #: From this many messages loaded on, what the process holds once they are is moved out
 #: of the garbage collector's sight (:func:`gc.freeze`): a server holding them for good.
 FREEZE_AT = 100_000
@@ -97,9 +103,14 @@ class Recovery:
         self._namespaces: list[Namespace] = []
         self.loaded = 0
         self._froze = False
-        #: What stopped the load (a row it cannot read): every operation that waits
-        #: for what was not loaded raises it, rather than answer from part of a store.
+        #: What stopped the load (the server stopping): what waits for what was not
+        #: loaded is refused, rather than answered from part of a store.
         self.error: BaseException | None = None
+        #: Entities whose messages could not be loaded (a row it cannot read, a read
+        #: that kept failing), with why: an operation on one, or on an entity it may
+        #: pass messages to or take them from, is refused; the others load (#39).
+        self.failed: dict[_Entity, BaseException] = {}
+        self._closed = False  # the load is over: its reader is not opened again
 
     # -- at once -------------------------------------------------------------------
 
@@ -176,27 +187,33 @@ class Recovery:
         except ServiceBusError:  # the operation answers for itself
             return
         seen: set[_Entity] = set()
-        need = []
+        chain = []
         for source in _upstream(entity):  # what loading a source may put in: first
-            need += [e for e in _downstream_first(source, seen) if e in self.pending]
-        if not need:
-            return
-        wanted = dict.fromkeys(need)  # those asked for now, first, in their order
-        wanted.update((e, None) for e in self._wanted if e not in wanted)
-        self._wanted = wanted
+            chain += _downstream_first(source, seen)
+        need = [e for e in chain if e in self.pending]
+        if need:
+            wanted = dict.fromkeys(need)  # those asked for now, first, in their order
+            wanted.update((e, None) for e in self._wanted if e not in wanted)
+            self._wanted = wanted
         for e in need:
             event = self.pending.get(e)
             if event is not None:
                 await event.wait()
             if e in self.pending and self.error is not None:
-                raise self.error
+                raise _refusal(e, self.error)
+        for e in chain:
+            failed = self.failed.get(e)
+            if failed is not None:
+                raise _refusal(e, failed)
 
     async def wait_all(self) -> None:
-        """Return once every message is loaded."""
+        """Return once every message is loaded (or could not be: an operation on such
+        an entity is refused by :meth:`wait`)."""
         while self.pending:
-            await next(iter(self.pending.values())).wait()
-            if self.error is not None:
-                raise self.error
+            entity, event = next(iter(self.pending.items()))
+            await event.wait()
+            if self.error is not None and entity in self.pending:
+                raise _refusal(entity, self.error)
 
     async def aclose(self) -> None:
         """Stop loading (the server stops): what still waits raises rather than answer
@@ -220,6 +237,8 @@ class Recovery:
         with a small page cache: what it reads is read once; the journal's thread stays
         free for commits meanwhile)."""
         if self._reader is None:
+            if self._closed:  # a read ahead, after the load ended: nothing to reopen
+                raise TransientError("the durable store's load is over.")
             self._executor = concurrent.futures.ThreadPoolExecutor(1, "aiosb-recovery")
             self._reader = await self._in_thread(_connect, self.journal.path)
         return await self._in_thread(fn, self._reader)
@@ -229,6 +248,7 @@ class Recovery:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def _close_reader(self) -> None:
+        self._closed = True
         reader, self._reader = self._reader, None
         executor, self._executor = self._executor, None
         if reader is not None and executor is not None:
@@ -252,8 +272,16 @@ class Recovery:
                 entity = self._next()
                 if entity is None:
                     break
-                await self._load(entity)
-        except Exception as exc:  # a row it cannot read
+                try:
+                    await self._load(entity)
+                except Exception as exc:  # a row it cannot read, a read that kept failing
+                    log.error("%s: loading the messages of %s failed: %s",
+                              self.journal.path, entity.path, exc, exc_info=exc)
+                    self.failed[entity] = exc  # the others go on loading
+                    event = self.pending.pop(entity, None)
+                    if event is not None:
+                        event.set()
+        except Exception as exc:  # pragma: no cover - the loop itself failed
             log.exception("%s: loading the messages failed", self.journal.path)
             self.error = exc
         finally:
@@ -262,9 +290,28 @@ class Recovery:
             self._froze = Collector.release(self.loaded >= FREEZE_AT)
             for event in self.pending.values():  # nothing waits for ever
                 event.set()
-        if self.error is None:
+        if self.error is None and not self.failed:
             self._finish()
         await self._close_reader()
+
+    async def _rows(self, reading: asyncio.Future[Any], eid: int, after: int) -> Any:
+        """The rows ``reading`` reads, read again after a pause if it fails (an I/O
+        error, a busy database: #39, once was for good) while the load's snapshot holds."""
+        pause, attempt = READ_PAUSE, 1
+        while True:
+            try:
+                return await reading
+            except (sqlite3.Error, OSError) as exc:
+                reader = self._reader
+                if attempt >= READ_ATTEMPTS or reader is None or not reader.in_transaction:
+                    raise EntityUnavailable(
+                        f"the emulator could not read its data from {self.journal.path}: "
+                        f"{exc}; restart the server once it can.") from exc
+                log.warning("%s: a read failed (trying again in %.2f s): %s",
+                            self.journal.path, pause, exc)
+                await asyncio.sleep(pause)
+                pause, attempt = pause * 2, attempt + 1
+                reading = asyncio.ensure_future(self._read(_chunk(eid, after)))
 
     def _next(self) -> _Entity | None:
         wanted = self._wanted
@@ -286,24 +333,30 @@ class Recovery:
         after = -1
         locked_at: dict[tuple[int, float], list[Any]] = {}
         reading = asyncio.ensure_future(self._read(_chunk(eid, after)))
-        while True:
-            if prefix == auto_id_prefix():
-                prefix = None  # numbers stay numbers: this process spells them so
-            rows = await reading
-            ns = self._homes[entity]
-            if entity.deleted or ns._entities.get(entity.key) is not entity:
-                break  # deleted meanwhile: its rows went with it
-            if not rows:
-                break
-            after = rows[-1][0]
-            # The next rows are read (on the loader's thread) while these are put.
-            reading = asyncio.ensure_future(self._read(_chunk(eid, after)))
-            journal, ns.journal = ns.journal, None  # these rows are on disk already
-            try:
-                _put(entity, rows, prefix, locked_at, ns.clock.now())
-            finally:
-                ns.journal = journal
-            self.loaded += len(rows)
+        try:
+            while True:
+                if prefix == auto_id_prefix():
+                    prefix = None  # numbers stay numbers: this process spells them so
+                rows = await self._rows(reading, eid, after)
+                ns = self._homes[entity]
+                if entity.deleted or ns._entities.get(entity.key) is not entity:
+                    break  # deleted meanwhile: its rows went with it
+                if not rows:
+                    break
+                after = rows[-1][0]
+                # The next rows are read (on the loader's thread) while these are put.
+                reading = asyncio.ensure_future(self._read(_chunk(eid, after)))
+                journal, ns.journal = ns.journal, None  # these rows are on disk already
+                try:
+                    _put(entity, rows, prefix, locked_at, ns.clock.now())
+                finally:
+                    ns.journal = journal
+                self.loaded += len(rows)
+        finally:  # the read ahead of a load that failed: dropped (#39: it reopened a reader)
+            if not reading.done():
+                reading.cancel()
+            elif not reading.cancelled():
+                reading.exception()
         for (_, until), (store, *recs) in locked_at.items():
             store.lock_until(until, recs)  # a lock that ended while down ends at once
         event = self.pending.pop(entity, None)
@@ -337,49 +390,67 @@ def _put(entity: _Entity, rows: list[Any], prefix: str | None,
     # a time, as a send's batch is (_Store.add_run).
     run: list[_Record] = []
     run_store: _Store | None = None
-    for seq, body, head, lock in rows:
-        rec, where = record_of_row(seq, body, head, prefix)
-        # Equal instants are shared, as a batch's are when it is sent (#39: memory).
-        if rec.enqueued == last_enqueued:
-            rec.enqueued = last_enqueued
-        last_enqueued = rec.enqueued
-        if rec.expires is not None:
-            if rec.expires == last_expires:
-                rec.expires = last_expires
-            last_expires = rec.expires
-        if lock is not None:  # locked since the row was written (Journal.locked)
-            rec.state, rec.delivery_count, rec.lock_token, rec.locked_until = loads(lock)
-        frag = fragment_of(seq, nfrag) if nfrag > 1 else 0
-        if where is None:
-            store = fragments[frag]
-        elif where == "d":
-            store = dlqs[frag]
-        else:
-            store = entity.session(where[2:]).store
-        state = rec.state
-        if state == AVAILABLE:
-            if store is not run_store:
-                if run_store is not None:
-                    run_store.add_run(run, now)
-                run, run_store = [], store
-            run.append(rec)
-            continue
+    seq = -1
+    try:
+        for seq, body, head, lock in rows:
+            rec, where = record_of_row(seq, body, head, prefix)
+            # Equal instants are shared, as a batch's are when it is sent (#39: memory).
+            if rec.enqueued == last_enqueued:
+                rec.enqueued = last_enqueued
+            last_enqueued = rec.enqueued
+            if rec.expires is not None:
+                if rec.expires == last_expires:
+                    rec.expires = last_expires
+                last_expires = rec.expires
+            if lock is not None:  # locked since the row was written (Journal.locked)
+                rec.state, rec.delivery_count, rec.lock_token, rec.locked_until = loads(lock)
+            frag = fragment_of(seq, nfrag) if nfrag > 1 else 0
+            if where is None:
+                store = fragments[frag]
+            elif where == "d":
+                store = dlqs[frag]
+            else:
+                store = entity.session(where[2:]).store
+            state = rec.state
+            if state == AVAILABLE:
+                if store is not run_store:
+                    if run_store is not None:
+                        run_store.add_run(run, now)
+                    run, run_store = [], store
+                run.append(rec)
+                continue
+            if run_store is not None:
+                run_store.add_run(run, now)
+                run, run_store = [], None
+            if state == SCHEDULED:
+                store.add_scheduled(rec)
+                continue
+            if state not in (LOCKED, DEFERRED):
+                raise ValueError(f"unknown message state {state} in the durable store")
+            until = rec.locked_until
+            if state == LOCKED and (rec.lock_token is None or until is None):
+                raise ValueError("a locked message without its lock in the durable store")
+            store.add_held(rec)
+            if state == LOCKED and until is not None:
+                locked_at.setdefault((id(store), until), [store]).append(rec)
         if run_store is not None:
             run_store.add_run(run, now)
-            run, run_store = [], None
-        if state == SCHEDULED:
-            store.add_scheduled(rec)
-            continue
-        if state not in (LOCKED, DEFERRED):
-            raise ValueError(f"unknown message state {state} in the durable store")
-        until = rec.locked_until
-        if state == LOCKED and (rec.lock_token is None or until is None):
-            raise ValueError("a locked message without its lock in the durable store")
-        store.add_held(rec)
-        if state == LOCKED and until is not None:
-            locked_at.setdefault((id(store), until), [store]).append(rec)
-    if run_store is not None:
-        run_store.add_run(run, now)
+    except InvalidArgument:
+        raise
+    except Exception as exc:  # a damaged row (#39: it was an internal error, HTTP 500)
+        raise InvalidArgument(
+            f"message {seq} of {entity.path!r} in the durable store cannot be read "
+            f"({type(exc).__name__}: {exc}): its row is damaged.") from exc
+
+
+def _refusal(entity: _Entity, exc: BaseException) -> ServiceBusError:
+    """A fresh error each time (#39: one raised again and again grew its traceback) for
+    an operation on ``entity``, whose messages could not be loaded (``exc``)."""
+    kind = next((k for k in (InvalidArgument, TransientError) if isinstance(exc, k)),
+                EntityUnavailable)  # transient: the server stopped (another may load it)
+    error = kind(f"the messages of {entity.path!r} could not be loaded: {exc}")
+    error.__cause__ = exc
+    return error
 
 
 def _downstream_first(entity: _Entity, seen: set[_Entity]) -> list[_Entity]:

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sqlite3
+import struct
+import threading
 import weakref
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 import aiosb
-from aiosb import Message, emulator
+from aiosb import Message, emulator, errors
 from aiosb.emulator import _recovery
 from aiosb.emulator._durable import Journal
 from aiosb.emulator.server import serve
@@ -81,7 +84,8 @@ async def _fill_deep(tmp_path, name: str, count: int) -> None:
             await ns.create_queue("q")
             async with ns.sender("q") as sender:
                 for start in range(0, count, 2000):
-                    await sender.send([Message(b"%d" % i) for i in range(start, start + 2000)])
+                    await sender.send([Message(b"%d" % i)
+                                       for i in range(start, min(count, start + 2000))])
     emulator.reset()
 
 
@@ -143,7 +147,7 @@ async def test_two_loads_at_once_keep_the_collector_off_until_both_end(
     the second still loaded; the last load to end turns it back on."""
     first, second = tmp_path / "one", tmp_path / "two"
     for path in (first, second):
-        await _fill_deep(path, path.name, 2000)
+        await _fill_deep(path, path.name, 600)
     seen: list[bool] = []
     put = _recovery._put
 
@@ -167,7 +171,7 @@ async def test_two_loads_at_once_keep_the_collector_off_until_both_end(
     one = asyncio.ensure_future(load(first))
     await asyncio.sleep(0.1)  # the first loads
     await asyncio.gather(load(second), one)
-    assert len(seen) == 400 and not any(seen)
+    assert len(seen) == 120 and not any(seen)
     assert gc.isenabled()
 
 
@@ -221,3 +225,167 @@ async def test_an_operation_waits_for_the_entities_that_pass_messages_to_its_own
             await recovery.wait_all()
             after = (await ns.runtime_properties(target)).active_message_count
     assert before == after == 1
+
+
+HEAD = struct.Struct("<BBIIqd")  # a row's packed head: flags, state, count, size, id, enqueued
+#: A head whose tail is of a format no aiosb writes.
+OTHER_TAIL = HEAD.pack(4, 0, 0, 3, 1, 0.0) + b"aiosb-json-9\n{}"
+
+
+async def _two_queues(tmp_path, damage: bytes | None = None, seq: int = 2) -> None:
+    """Queues 'bad' and 'healthy' of namespace 'b', three messages each; ``damage`` as
+    the head of row ``seq`` of 'bad'."""
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("b")) as ns:
+            for path in ("bad", "healthy"):
+                await ns.create_queue(path)
+                async with ns.sender(path) as sender:
+                    await sender.send([Message(b"%d" % i) for i in range(3)])
+    emulator.reset()
+    if damage is not None:
+        db = sqlite3.connect(tmp_path / "aiosb.sqlite3")
+        db.execute("UPDATE msgs SET head = ? WHERE seq = ? AND "
+                   "eid = (SELECT id FROM entity_ids WHERE key = 'bad')", (damage, seq))
+        db.commit()
+        db.close()
+
+
+@pytest.mark.timeout(30)
+async def test_a_bad_row_of_one_entity_leaves_the_others_available(tmp_path):
+    """#39: one row the loader could not read stopped the whole load: every entity not
+    loaded yet, however healthy, refused every operation (and every update, which waits
+    for all) until the server restarted."""
+    await _two_queues(tmp_path, OTHER_TAIL)
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("b")) as ns:
+            with pytest.raises(errors.InvalidArgument, match="aiosb-json-9"):
+                await ns.runtime_properties("bad")  # loaded first: asked for first
+            assert (await ns.runtime_properties("healthy")).active_message_count == 3
+            await ns.update_queue("healthy", max_delivery_count=5)
+            async with ns.receiver("healthy") as receiver:
+                assert len(await receiver.receive(max_messages=5, max_wait=0)) == 3
+            with pytest.raises(errors.InvalidArgument):
+                await ns.runtime_properties("bad")  # still refused
+
+
+@pytest.mark.timeout(30)
+async def test_a_read_that_fails_once_is_tried_again(tmp_path, monkeypatch):
+    """#39: a transient read failure (an I/O error) failed the load for good: HTTP 500
+    for the entity until the server restarted."""
+    await _two_queues(tmp_path)
+    chunk = _recovery._chunk
+    failures = [sqlite3.OperationalError("disk I/O error")]
+
+    def flaky(eid, after):
+        read = chunk(eid, after)
+
+        def once(db):
+            if failures:
+                raise failures.pop()
+            return read(db)
+        return once
+
+    monkeypatch.setattr(_recovery, "_chunk", flaky)
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("b")) as ns:
+            for path in ("bad", "healthy"):
+                assert (await ns.runtime_properties(path)).active_message_count == 3
+    assert not failures
+
+
+@pytest.mark.timeout(30)
+async def test_a_read_that_keeps_failing_makes_its_entity_unavailable(tmp_path, monkeypatch):
+    """A read that fails every time: once tried a few times, its entity is refused as
+    unavailable (not transient: a client would retry it until its timeout), with the
+    cause; the other entity loads."""
+    await _two_queues(tmp_path)
+    monkeypatch.setattr(_recovery, "READ_PAUSE", 0.001)
+    chunk = _recovery._chunk
+    bad_eid = []
+
+    def failing(eid, after):
+        read = chunk(eid, after)
+
+        def attempt(db):
+            if not bad_eid:  # the first entity read: the one asked for
+                bad_eid.append(eid)
+            if eid == bad_eid[0]:
+                raise sqlite3.OperationalError("disk I/O error")
+            return read(db)
+        return attempt
+
+    monkeypatch.setattr(_recovery, "_chunk", failing)
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("b")) as ns:
+            with pytest.raises(errors.EntityUnavailable, match="disk I/O error"):
+                await ns.runtime_properties("bad")
+            assert (await ns.runtime_properties("healthy")).active_message_count == 3
+
+
+@pytest.mark.timeout(30)
+async def test_a_refusal_is_a_fresh_error_each_time(tmp_path):
+    """#39: every refused operation raised the one stored exception, whose traceback
+    grew by two frames with each raise (405 frames after 200 refusals)."""
+    await _two_queues(tmp_path, OTHER_TAIL)
+    async with serve(data_dir=tmp_path) as server:
+        ns = emulator.namespace("b")
+        recovery = server.journal.recovery
+        assert recovery is not None
+        caught = []
+        for _ in range(200):
+            with pytest.raises(errors.InvalidArgument) as refused:
+                await recovery.wait(ns, "bad")
+            caught.append(refused.value)
+        assert len({id(e) for e in caught}) == 200
+        (stored,) = recovery.failed.values()
+        assert all(e.__cause__ is stored for e in caught)
+        depth, tb = 0, stored.__traceback__
+        while tb is not None:
+            depth, tb = depth + 1, tb.tb_next
+        assert depth < 20
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("damage", [
+    HEAD.pack(1, 0, 0, 3, 1, 0.0),  # the flags promise an expiry; none follows
+    HEAD.pack(4, 0, 0, 3, 1, 0.0) + b"aiosb-json-1\n{not json",  # a tail cut short
+    HEAD.pack(0, 9, 0, 3, 1, 0.0),  # a state no aiosb writes
+], ids=["no-expiry", "tail-not-json", "unknown-state"])
+async def test_a_damaged_row_is_refused_with_a_sentence(tmp_path, damage):
+    """#39: only a head too short or a tail of another format was refused with a
+    sentence; other damage stopped the load with a bare struct.error, JSON or value
+    error, which every front end answered as an internal error (HTTP 500)."""
+    await _two_queues(tmp_path, damage)
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("b")) as ns:  # over HTTP
+            with pytest.raises(errors.InvalidArgument) as refused:
+                await ns.runtime_properties("bad")
+            assert "message 2 of 'bad'" in str(refused.value)
+            assert "internal error" not in str(refused.value)
+
+
+def _loaders() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("aiosb-recovery")]
+
+
+@pytest.mark.timeout(30)
+async def test_a_failed_load_leaves_no_reader_behind(tmp_path, monkeypatch):
+    """#39: when a chunk could not be put, the read of the next one, begun before the
+    put, opened a new reader (a thread and a connection) after the loader had closed
+    its own; nothing closed it, not even the server's stop."""
+    monkeypatch.setattr(_recovery, "CHUNK", 1)
+    await _two_queues(tmp_path, OTHER_TAIL, seq=2)
+    before = len(_loaders())
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("b")) as ns:
+            with pytest.raises(errors.InvalidArgument):
+                await ns.runtime_properties("bad")
+        recovery = server.journal.recovery
+        assert recovery is not None and recovery._task is not None
+        while not recovery._task.done():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+        assert recovery._reader is None
+        assert len(_loaders()) == before
+    await asyncio.sleep(0.2)
+    assert len(_loaders()) == before
