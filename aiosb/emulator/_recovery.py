@@ -186,10 +186,7 @@ class Recovery:
             entity, _ = ns._resolve(path)
         except ServiceBusError:  # the operation answers for itself
             return
-        seen: set[_Entity] = set()
-        chain = []
-        for source in _upstream(entity):  # what loading a source may put in: first
-            chain += _downstream_first(source, seen)
+        chain = _chain(entity)
         need = [e for e in chain if e in self.pending]
         if need:
             wanted = dict.fromkeys(need)  # those asked for now, first, in their order
@@ -205,6 +202,12 @@ class Recovery:
             failed = self.failed.get(e)
             if failed is not None:
                 raise _refusal(e, failed)
+
+    def ready(self, entity: _Entity) -> bool:
+        """Whether an operation on ``entity`` would not wait nor be refused (what reads
+        stores without waiting, ``/metrics`` and the explorer's live view, leaves out
+        an entity that is not: #39, it was reported empty while it loaded)."""
+        return not any(e in self.pending or e in self.failed for e in _chain(entity))
 
     async def wait_all(self) -> None:
         """Return once every message is loaded (or could not be: an operation on such
@@ -471,6 +474,16 @@ def _downstream_first(entity: _Entity, seen: set[_Entity]) -> list[_Entity]:
             if target not in seen:
                 stack.append((target, False))
     return out
+
+
+def _chain(entity: _Entity) -> list[_Entity]:
+    """What an operation on ``entity`` waits for: the entities that may pass messages
+    to it, near or far, and those they may pass messages to, each after its targets."""
+    seen: set[_Entity] = set()
+    chain = []
+    for source in _upstream(entity):  # what loading a source may put in: first
+        chain += _downstream_first(source, seen)
+    return chain
 
 
 def _upstream(entity: _Entity) -> list[_Entity]:

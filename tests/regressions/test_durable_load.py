@@ -13,6 +13,7 @@ import threading
 import weakref
 from datetime import UTC, datetime, timedelta
 
+import aiohttp
 import pytest
 
 import aiosb
@@ -389,3 +390,40 @@ async def test_a_failed_load_leaves_no_reader_behind(tmp_path, monkeypatch):
         assert len(_loaders()) == before
     await asyncio.sleep(0.2)
     assert len(_loaders()) == before
+
+
+def _active_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines()
+            if line.startswith("aiosb_entity_messages") and 'state="active"' in line]
+
+
+@pytest.mark.timeout(30)
+async def test_metrics_and_the_live_view_leave_out_an_entity_still_loading(tmp_path, hold):
+    """#39, R-3: GET /metrics and the explorer's live view read every entity's counts
+    straight from its stores: while an entity loaded they reported it empty."""
+    from aiosb.emulator.server._explorer_live import Sampler
+
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("m")) as ns:
+            await ns.create_queue("q")
+            async with ns.sender("q") as sender:
+                await sender.send([Message(b"%d" % i) for i in range(40)])
+    emulator.reset()
+
+    def live() -> list[dict]:
+        return [e for n in Sampler().snapshot()["namespaces"] for e in n["entities"]]
+
+    async with serve(data_dir=tmp_path, metrics=True, explorer=True) as server:
+        recovery = server.journal.recovery
+        assert recovery is not None and recovery.pending  # still loading
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{server.url}/metrics") as answer:
+                assert _active_lines(await answer.text()) == []
+            assert live() == []
+            hold.set()
+            await recovery.wait_all()
+            async with http.get(f"{server.url}/metrics") as answer:
+                (line,) = _active_lines(await answer.text())
+            assert line.endswith(" 40.0")
+            (q,) = live()
+            assert q["counts"]["active"] == 40
