@@ -21,8 +21,9 @@ is tried again a few times; an entity whose rows cannot be read (a damaged row, 
 that keeps failing) is refused, with a sentence naming it, and the others load on.
 
 Rows are loaded with the namespace's journal detached (they are on disk already); what
-happens to them afterwards is journaled as usual. :func:`migrate` moves the rows of an
-older database (table ``messages``, one JSON document a row) into the compact table.
+happens to them afterwards is journaled as usual. The rows of an older database (table
+``messages``) move to the compact table first, after the server listens (every entity
+waits for it: :mod:`._migrate`).
 
 Imports: :mod:`._collector`, :mod:`._record`, :mod:`._partitions`, :mod:`._entity`,
 :mod:`._namespace`, :mod:`._rows`, :mod:`._store` (never the journal or the broker).
@@ -45,17 +46,15 @@ from ._collector import Collector
 from ._entity import _Entity
 from ._namespace import Namespace
 from ._partitions import FRAGMENT_SHIFT, fragment_of
-from ._record import AVAILABLE, DEFERRED, FIELDS, LOCKED, SCHEDULED, _Record, auto_id_prefix
+from ._record import AVAILABLE, DEFERRED, LOCKED, SCHEDULED, _Record, auto_id_prefix
 from ._rows import (
     decode_props,
-    decode_record,
     decode_rules,
-    message_row,
     record_of_row,
 )
 from ._store import _Store
 
-__all__ = ["Recovery", "migrate"]
+__all__ = ["Recovery"]
 
 log = logging.getLogger("aiosb.emulator")
 
@@ -76,6 +75,11 @@ class _Journal(Protocol):
 
     path: Any
     prefix: str
+    #: An older database, whose rows are still to move to the compact table.
+    migrating: bool
+
+    async def migrate(self) -> bool:
+        """Move an older database's rows to the compact table; whether there were."""
 
 
 class Recovery:
@@ -134,10 +138,6 @@ class Recovery:
                 entity.topic = topic
                 topic.subscriptions[entity.key] = entity
             ns._entities[key] = entity
-        highs: dict[tuple[str, str, int], int] = {}
-        for ns_name, key, fragment, high in [*sequences, *maxima]:
-            hk = (ns_name, key, fragment)
-            highs[hk] = max(highs.get(hk, 0), high)
         for ns_name, key, data in rules:  # a subscription kept before rules were: $Default
             owner = built[ns_name]._entities.get(key)
             if owner is not None and owner.rules is not None:
@@ -147,13 +147,7 @@ class Recovery:
             if owner is not None:
                 session = owner.session(sid)
                 session.state, session.state_set = state, state_set
-        for (ns_name, key, fragment), high in highs.items():
-            owner = built[ns_name]._entities.get(key)
-            if owner is not None and fragment < owner.nfrag:
-                owner.seqs[fragment] = itertools.count(high + 1)
-                for store in owner.stores():
-                    if store.fragment == fragment:
-                        store.seqs = owner.seqs[fragment]
+        self._highs = _number_on(built, [*sequences, *maxima], {})
         for ns_name, key, eid in eids:
             home = built.get(ns_name)
             owner = home._entities.get(key) if home is not None else None
@@ -161,6 +155,11 @@ class Recovery:
                 self._eids[owner] = eid
                 self._homes[owner] = home
                 self.pending[owner] = asyncio.Event()
+        if self.journal.migrating:  # an older database: every entity may have rows
+            for home in built.values():
+                for owner in home._entities.values():
+                    self._homes[owner] = home
+                    self.pending.setdefault(owner, asyncio.Event())
         seen: set[_Entity] = set()
         for entity in self.pending:
             self._plan += _downstream_first(entity, seen)
@@ -271,6 +270,8 @@ class Recovery:
         # million records (a quarter of the load's time, #39): it waits for the end.
         Collector.hold()
         try:
+            if await self.journal.migrate():  # #39: in the background, not before listening
+                await self._moved()
             while self.pending:
                 entity = self._next()
                 if entity is None:
@@ -284,7 +285,7 @@ class Recovery:
                     event = self.pending.pop(entity, None)
                     if event is not None:
                         event.set()
-        except Exception as exc:  # pragma: no cover - the loop itself failed
+        except Exception as exc:  # an older database whose rows cannot be moved
             log.exception("%s: loading the messages failed", self.journal.path)
             self.error = exc
         finally:
@@ -297,7 +298,7 @@ class Recovery:
             self._finish()
         await self._close_reader()
 
-    async def _rows(self, reading: asyncio.Future[Any], eid: int, after: int) -> Any:
+    async def _rows(self, reading: asyncio.Future[Any], eid: int | None, after: int) -> Any:
         """The rows ``reading`` reads, read again after a pause if it fails (an I/O
         error, a busy database: #39, once was for good) while the load's snapshot holds."""
         pause, attempt = READ_PAUSE, 1
@@ -316,6 +317,18 @@ class Recovery:
                 pause, attempt = pause * 2, attempt + 1
                 reading = asyncio.ensure_future(self._read(_chunk(eid, after)))
 
+    async def _moved(self) -> None:
+        """An older database's rows moved to the compact table: the load's snapshot
+        begins again, with them, their entities' numbers and highest sequence numbers."""
+        built = {ns.name: ns for ns in self._namespaces}
+        frags = {(e.ns.name, e.key): e.nfrag for e in self.pending}
+        eids, maxima = await self._read(lambda db: _moved(db, frags, again=True))
+        for ns_name, key, eid in eids:
+            owner = built[ns_name]._entities.get(key) if ns_name in built else None
+            if owner is not None and owner in self.pending:
+                self._eids[owner] = eid
+        _number_on(built, maxima, self._highs)
+
     def _next(self) -> _Entity | None:
         wanted = self._wanted
         while wanted:
@@ -331,7 +344,7 @@ class Recovery:
         return next(iter(self.pending), None)
 
     async def _load(self, entity: _Entity) -> None:
-        eid = self._eids[entity]
+        eid = self._eids.get(entity)  # none: it holds no rows
         prefix: str | None = self.journal.prefix
         after = -1
         locked_at: dict[tuple[int, float], list[Any]] = {}
@@ -374,7 +387,7 @@ def _connect(path: Any) -> sqlite3.Connection:
     return db
 
 
-def _chunk(eid: int, after: int) -> Callable[[sqlite3.Connection], list[Any]]:
+def _chunk(eid: int | None, after: int) -> Callable[[sqlite3.Connection], list[Any]]:
     """A read of the next rows of entity ``eid``, numbered above ``after``."""
     def read(db: sqlite3.Connection) -> list[Any]:
         return db.execute(
@@ -523,17 +536,7 @@ def _read_small(db: sqlite3.Connection) -> tuple[list[Any], ...]:
     db.execute("BEGIN")
     entities = db.execute(
         "SELECT ns, key, kind, path, nfrag, created, props FROM entities").fetchall()
-    eids = db.execute("SELECT ns, key, id FROM entity_ids").fetchall()
-    frags = {(ns, key): nfrag for ns, key, _, _, nfrag, _, _ in entities}
-    maxima = []
-    for ns, key, eid in eids:
-        for fragment in range(frags.get((ns, key), 0)):
-            low = fragment << FRAGMENT_SHIFT
-            (high,) = db.execute(
-                "SELECT max(seq) FROM msgs WHERE eid = ? AND seq >= ? AND seq < ?",
-                (eid, low, low + (1 << FRAGMENT_SHIFT))).fetchone()
-            if high is not None:
-                maxima.append((ns, key, fragment, high))
+    eids, maxima = _moved(db, {(ns, key): nfrag for ns, key, _, _, nfrag, _, _ in entities})
     return (
         db.execute("SELECT name, tier FROM namespaces").fetchall(),
         entities,
@@ -545,39 +548,39 @@ def _read_small(db: sqlite3.Connection) -> tuple[list[Any], ...]:
     )
 
 
-def migrate(db: sqlite3.Connection, eid: Callable[[str, str], int]) -> None:
-    """Move the rows of an older database's ``messages`` table (one JSON document, or
-    a pickle, a row; keyed by namespace and entity names) into ``msgs``, in one
-    transaction, then give the space back (VACUUM). Every MessageId stays the text it
-    was: an older aiosb gave each process a random prefix, so an id spelled as the
-    broker spells its own cannot be told from a client's (a GUID, the official SDKs'
-    default: #39, adopting its prefix and number made every start count to 10^14)."""
-    have = {row[1] for row in db.execute("PRAGMA table_info(messages)")}
-    lock = "lock" if "lock" in have else "NULL"
-    moved = 0
-    db.execute("BEGIN")
-    try:
-        rows = db.execute(f"SELECT ns, entity, seq, store, data, {lock} FROM messages")
-        while batch := rows.fetchmany(CHUNK):
-            out = []
-            for ns, key, seq, where, data, held in batch:
-                rec = _Record.blank()
-                fields = decode_record(data)
-                for name in FIELDS:  # a field added since the row was written reads as None
-                    setattr(rec, name, fields.get(name))
-                if rec.delivery_count is None:
-                    rec.delivery_count = 0
-                if held is not None:
-                    rec.state, rec.delivery_count, rec.lock_token, rec.locked_until = loads(held)
-                out.append((eid(ns, key), seq, rec.body,
-                            message_row(rec, True, None if where == "m" else where)))
-            db.executemany(
-                "INSERT OR REPLACE INTO msgs (eid, seq, body, head) VALUES (?, ?, ?, ?)", out)
-            moved += len(out)
-        db.execute("DROP TABLE messages")
+def _moved(db: sqlite3.Connection, frags: dict[tuple[str, str], int],
+           again: bool = False) -> tuple[list[Any], ...]:
+    """The entities' numbers in message rows, and the highest sequence number of each
+    fragment's rows (``frags``: the fragments of each entity); ``again``: in a snapshot
+    begun now (an older database's rows moved since the load's began)."""
+    if again:
         db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("VACUUM")
-    log.info("moved %d message rows to the compact table", moved)
+        db.execute("BEGIN")
+    eids = db.execute("SELECT ns, key, id FROM entity_ids").fetchall()
+    maxima = []
+    for ns, key, eid in eids:
+        for fragment in range(frags.get((ns, key), 0)):
+            low = fragment << FRAGMENT_SHIFT
+            (high,) = db.execute(
+                "SELECT max(seq) FROM msgs WHERE eid = ? AND seq >= ? AND seq < ?",
+                (eid, low, low + (1 << FRAGMENT_SHIFT))).fetchone()
+            if high is not None:
+                maxima.append((ns, key, fragment, high))
+    return eids, maxima
+
+
+def _number_on(built: dict[str, Namespace], rows: list[Any],
+               highs: dict[tuple[str, str, int], int]) -> dict[tuple[str, str, int], int]:
+    """Number each fragment's messages on from the highest of ``rows`` (namespace,
+    entity, fragment, highest sequence number) and ``highs`` (updated, returned)."""
+    for ns_name, key, fragment, high in rows:
+        hk = (ns_name, key, fragment)
+        highs[hk] = max(highs.get(hk, 0), high)
+    for (ns_name, key, fragment), high in highs.items():
+        owner = built[ns_name]._entities.get(key) if ns_name in built else None
+        if owner is not None and fragment < owner.nfrag:
+            owner.seqs[fragment] = itertools.count(high + 1)
+            for store in owner.stores():
+                if store.fragment == fragment:
+                    store.seqs = owner.seqs[fragment]
+    return highs

@@ -10,6 +10,7 @@ import gc
 import sqlite3
 import struct
 import threading
+import time
 import weakref
 from datetime import UTC, datetime, timedelta
 
@@ -18,8 +19,10 @@ import pytest
 
 import aiosb
 from aiosb import Message, emulator, errors
-from aiosb.emulator import _recovery
+from aiosb.emulator import _durable, _recovery
 from aiosb.emulator._durable import Journal
+from aiosb.emulator._record import _Record
+from aiosb.emulator._rows import encode_record
 from aiosb.emulator.server import serve
 
 
@@ -427,3 +430,54 @@ async def test_metrics_and_the_live_view_leave_out_an_entity_still_loading(tmp_p
             assert line.endswith(" 40.0")
             (q,) = live()
             assert q["counts"]["active"] == 40
+
+
+def _old_row(seq: int, body: bytes) -> bytes:
+    """A message row as aiosb wrote it before #39 (one JSON document)."""
+    rec = _Record.blank()
+    fields = {"body": body, "seq": seq, "size": len(body), "enqueued": time.time(),
+              "state": 0, "delivery_count": 0, "deferred": False, "frag": 0,
+              "ttl": float("inf"), "message_id": f"id-{seq}"}
+    for name, value in fields.items():
+        setattr(rec, name, value)
+    return encode_record(rec)
+
+
+@pytest.mark.timeout(30)
+async def test_an_older_database_is_moved_after_the_server_listens(tmp_path, monkeypatch):
+    """#39: the rows of an older database moved to the compact table before the server
+    listened (a million rows: 34 s); now in the background, what needs them waiting."""
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("old")) as ns:
+            await ns.create_queue("q")
+    emulator.reset()
+    db = sqlite3.connect(tmp_path / "aiosb.sqlite3")
+    db.execute("CREATE TABLE messages (ns TEXT NOT NULL, entity TEXT NOT NULL, seq INTEGER "
+               "NOT NULL, store TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (ns, entity, seq))")
+    db.executemany("INSERT INTO messages VALUES ('old', 'q', ?, 'm', ?)",
+                   [(seq, _old_row(seq, b"%d" % seq)) for seq in (1, 2, 3)])
+    db.commit()
+    db.close()
+    migrate = _durable.migrate
+
+    def slow(db, eid):  # a deep older database
+        time.sleep(1)
+        migrate(db, eid)
+
+    monkeypatch.setattr(_durable, "migrate", slow)
+    started = time.perf_counter()
+    async with serve(data_dir=tmp_path) as server:
+        assert time.perf_counter() - started < 0.8  # listening, the rows still moving
+        async with aiosb.connect(server.namespace_url("old")) as ns:
+            await ns.create_queue("new")  # needs no message
+            async with ns.sender("q") as sender:
+                await sender.send(Message(b"4"))  # after the moved rows
+            async with ns.receiver("q") as receiver:
+                got = await receiver.receive(max_messages=10, max_wait=0)
+            assert [(m.sequence_number, m.body) for m in got] == [
+                (1, b"1"), (2, b"2"), (3, b"3"), (4, b"4")]
+            assert got[0].message_id == "id-1"
+    db = sqlite3.connect(tmp_path / "aiosb.sqlite3")
+    tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+    db.close()
+    assert "messages" not in tables
