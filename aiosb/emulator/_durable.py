@@ -16,8 +16,9 @@ lock taken since the row was written goes to the row's ``lock`` column. A broker
 MessageId is kept as its number, with the prefix its process spelled it with in
 ``meta``; a fresh process takes that prefix on (:func:`._record.adopt_auto_ids`), so
 that such ids stay numbers in memory after a restart. A database of an older aiosb
-(table ``messages``) is moved to the compact table when it is opened
-(:func:`._recovery.migrate`).
+(table ``messages``) is moved to the compact table on the journal's thread, in the
+background of the restart (operations wait for it) or before the first write
+(:func:`._migrate.migrate`).
 
 At start-up :meth:`Journal.load` rebuilds every namespace as it was
 (:class:`~._recovery.Recovery`): entities, rules, sessions and sequence numbers before
@@ -28,8 +29,8 @@ sequence numbers go on from where they were. Session locks, duplicate-detection 
 and faults are not kept: they belong to the connections and the test that made them.
 
 Imports: :mod:`._record`, :mod:`._partitions`, :mod:`._store`, :mod:`._entity`,
-:mod:`._namespace`, :mod:`._rows`, :mod:`._recovery`; never the broker (it sees a
-namespace through :class:`~._namespace.Namespace`, and makes one through
+:mod:`._namespace`, :mod:`._rows`, :mod:`._recovery`, :mod:`._migrate`; never the broker
+(it sees a namespace through :class:`~._namespace.Namespace`, and makes one through
 :data:`open_namespace`).
 """
 
@@ -46,10 +47,11 @@ from typing import Any
 from ..errors import InvalidArgument, TransientError
 from ..wire.json_values import dumps
 from ._entity import _Entity, _Session
+from ._migrate import migrate
 from ._namespace import Namespace
 from ._partitions import FRAGMENT_SHIFT
 from ._record import GONE, LOCKED, _Record, adopt_auto_ids, auto_id_prefix
-from ._recovery import Recovery, migrate
+from ._recovery import Recovery
 from ._rows import ROW_FORMAT, encode_props, encode_rules, message_row
 from ._store import _Store
 
@@ -120,8 +122,14 @@ class Journal:
         self._eids: dict[tuple[str, str], int] = {}
         #: What the broker-assigned MessageIds kept as numbers start with (``meta``).
         self.prefix = ""
+        #: The highest broker-assigned id number of a message gone before its row was
+        #: written (taken at once by a receive-and-delete receiver): it counts too (#39:
+        #: the next process would hand it out again).
+        self._gone_id = 0
         #: The messages still being loaded after a restart (:mod:`._recovery`).
         self.recovery: Recovery | None = None
+        #: An older database, whose rows are still to move to the compact table.
+        self.migrating = False
 
     def __repr__(self) -> str:
         return f"<Journal {self.path} pending={self._changes - self._durable}>"
@@ -156,9 +164,10 @@ class Journal:
                 f"which this aiosb does not read (it reads {ROW_FORMAT!r}); use the aiosb "
                 "that wrote it.")
         db.execute("INSERT OR IGNORE INTO meta VALUES ('row_format', ?)", (ROW_FORMAT,))
-        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages'").fetchone():
-            migrate(db, self._eid)  # a database of an older aiosb: its rows move to msgs
-            meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
+        # A database of an older aiosb: its rows move to msgs in the background (#39: a
+        # million of them delayed listening by half a minute), or before the first write.
+        self.migrating = bool(
+            db.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages'").fetchone())
         if "auto_prefix" not in meta:
             meta["auto_prefix"] = auto_id_prefix()
             db.execute("INSERT INTO meta VALUES ('auto_prefix', ?)", (meta["auto_prefix"],))
@@ -166,6 +175,18 @@ class Journal:
         # A fresh process spells its ids as the rows' numbers were spelled, so that they
         # stay numbers in memory (#39); numbered above every one kept.
         adopt_auto_ids(self.prefix, int(meta.get("auto_high", 0)))
+
+    async def migrate(self) -> bool:
+        """Move an older database's rows to the compact table, if it has any left (on
+        the journal's thread: writes wait for it); whether it had."""
+        return bool(await self._run(self._migrate))
+
+    def _migrate(self) -> bool:
+        if not self.migrating or self._db is None:
+            return False
+        migrate(self._db, self._eid)
+        self.migrating = False
+        return True
 
     def _eid(self, ns: str, key: str) -> int:
         """The id of entity ``key`` of namespace ``ns`` in message rows (made on first
@@ -220,6 +241,9 @@ class Journal:
         self._locks.pop(row, None)  # the row is written whole, or goes
         if rec.state == GONE:
             self._dirty[row] = None
+            mid = rec._mid
+            if isinstance(mid, int) and mid > self._gone_id:
+                self._gone_id = mid
         else:
             where: str | None = None
             if store.session is not None:
@@ -354,7 +378,7 @@ class Journal:
             shift = FRAGMENT_SHIFT
             prefix_ok = self.prefix == auto_id_prefix()
             deletes, puts = [], []
-            high_id = 0
+            high_id, self._gone_id = self._gone_id, 0
             highs: dict[tuple[str, str, int], int] = {}
             for row, item in dirty.items():
                 ns, entity, seq = row
@@ -378,6 +402,7 @@ class Journal:
                 failed = True
                 # Nothing of this group is durable: keep it for the next attempt (later
                 # changes of the same rows win).
+                self._gone_id = max(self._gone_id, high_id)
                 self._ops[:0] = ops
                 for row, item in dirty.items():
                     self._dirty.setdefault(row, item)
@@ -412,6 +437,10 @@ class Journal:
     ) -> None:
         db = self._db
         assert db is not None
+        try:
+            self._migrate()  # the rows of an older database first: a write may replace them
+        except InvalidArgument as exc:  # they cannot be: nothing is written (retried)
+            raise sqlite3.DatabaseError(str(exc)) from exc
         eid = self._eid
         db.execute("BEGIN")
         try:

@@ -26,6 +26,9 @@ class Loading(Protocol):
         """Return once what an operation on ``path`` touches is loaded (``None``:
         everything)."""
 
+    def ready(self, entity: _Entity) -> bool:
+        """Whether an operation on ``entity`` would neither wait nor be refused."""
+
 
 class Namespace(EntityHost, Protocol):
     """What the operations and the journal need of a namespace."""

@@ -125,7 +125,8 @@ EXTRA = _OPT.index("amqp_extra")
 
 #: A broker-assigned MessageId is kept as its number (an int, not a 36-character
 #: string: #16) and spelled out when read. The prefix is random per process, the counter
-#: shared by every namespace of the process, so ids stay unique.
+#: shared by every namespace of the process, so ids stay unique. ``auto_ids`` is rebound
+#: when the counter moves (:func:`adopt_auto_ids`): call it as ``_record.auto_ids()``.
 _raw = os.urandom(10).hex()
 _AUTO_ID = f"{_raw[:8]}-{_raw[8:12]}-{_raw[12:16]}-{_raw[16:20]}-%012x"
 _auto = itertools.count(1)
@@ -140,13 +141,14 @@ def auto_id_prefix() -> str:
 def adopt_auto_ids(prefix: str, high: int) -> bool:
     """Spell broker-assigned MessageIds with ``prefix`` from now on, numbering them above
     ``high``, if this process has handed out none yet (the durable journal, whose rows
-    keep such ids as their numbers under ``prefix``: #39); whether it did."""
-    global _AUTO_ID
+    keep such ids as their numbers under ``prefix``: #39); whether it did. The counter
+    is set at once, however high ``high`` is (#39: it was skipped one id at a time)."""
+    global _AUTO_ID, _auto, auto_ids
     if next(_auto) != 1:  # some were handed out, spelled with the prefix they had
         return False
     _AUTO_ID = prefix + "%012x"
-    for _ in itertools.islice(_auto, max(0, high - 1)):
-        pass
+    _auto = itertools.count(max(1, high + 1))
+    auto_ids = _auto.__next__
     return True
 
 #: Time-to-live timedeltas by their seconds, so that a record keeps a float and a

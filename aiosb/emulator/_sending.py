@@ -24,6 +24,7 @@ from ..errors import (
 )
 from ..message import PING_CONTENT_TYPE, Message, check_partition_key, properties_size
 from ..protocol import check_columns
+from . import _record
 from ._entity import _Entity
 from ._namespace import Namespace
 from ._partitions import by_fragment, check_transaction, route
@@ -34,7 +35,6 @@ from ._record import (
     INF,
     SCHEDULED,
     _Record,
-    auto_ids,
     record_of,
     records_from_columns,
 )
@@ -185,7 +185,7 @@ def records_of(messages: Sequence[Message]) -> list[_Record]:
     for msg in messages:
         if not isinstance(msg, Message):
             raise InvalidArgument(f"can only send Message objects, not {type(msg).__name__}.")
-        out.append(record_of(msg, msg.message_id or auto_ids()))  # its size worked out
+        out.append(record_of(msg, msg.message_id or _record.auto_ids()))  # its size worked out
     return out
 
 

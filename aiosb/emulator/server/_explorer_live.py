@@ -73,8 +73,9 @@ class Sampler:
         out = []
         for ns in sorted(emulator.namespaces(), key=lambda n: n.name.lower()):
             entities = []
+            recovery = ns.recovery  # a durable restart's load: what is not in is left out
             for entity in sorted(ns._entities.values(), key=lambda e: e.path.lower()):
-                if entity.deleted:
+                if entity.deleted or (recovery is not None and not recovery.ready(entity)):
                     continue
                 key = (ns.name, entity.path)
                 seen.add(key)

@@ -99,8 +99,9 @@ class _EntityCollector:
             labels=["namespace", "entity", "state"],
         )
         for ns in emulator.namespaces():
+            recovery = ns.recovery  # a durable restart's load: what is not in is left out
             for entity in list(ns._entities.values()):
-                if entity.deleted:
+                if entity.deleted or (recovery is not None and not recovery.ready(entity)):
                     continue
                 counts = runtime(ns, entity.path)
                 for state, value in (
