@@ -166,6 +166,10 @@ class Locks:
         self.renewer: asyncio.Task[None] | None = None
         self.renewed = 0
         self.lost = 0
+        #: Held while a renewal is on its way: a read taking held chunks (a streaming
+        #: admission) waits for it, so the locks it found lost are left out first.
+        self.gate = asyncio.Lock()
+        self._held: Callable[[], Iterable[Chunk]] = list
 
     def start(self, chunk: Chunk, held: Callable[[], Iterable[Chunk]]) -> None:
         """Begin renewing what ``held()`` gives (every chunk held), if not yet: the
@@ -179,24 +183,37 @@ class Locks:
         assert self.margin is not None
         while True:
             await asyncio.sleep(self.margin / 2)
+            async with self.gate:
+                now = CLOCK.now()
+                due = [c for c in list(self._held()) if c.until - now < self.margin]
+                await self.renew([t for c in due for t in c.locked()])
+
+    async def renew(self, tokens: list[str]) -> None:
+        """Renew ``tokens`` and record the outcome on the chunks held now that hold
+        them (a chunk may have been split meanwhile). While renewals fail, a chunk whose
+        lock end has passed is taken as lost: the broker delivers it again. The caller
+        holds :attr:`gate`."""
+        if not tokens:
+            return
+        try:
+            results = await self.link.settle_all("renew", tokens)
+        except ServiceBusError as exc:
+            log.warning("renewing %d locks failed (%s); will try again", len(tokens), exc)
             now = CLOCK.now()
-            due = [c for c in list(self._held()) if c.until - now < self.margin]
-            tokens = [t for c in due for t in c.locked()]
-            if not tokens:
+            for c in list(self._held()):
+                if c.until <= now and c.locked():
+                    self.dropped(c, set(c.locked()))
+            return
+        for c in list(self._held()):
+            mine = [t for t in c.locked() if t in results]
+            if not mine:
                 continue
-            try:
-                results = await self.link.settle_all("renew", tokens)
-            except ServiceBusError as exc:
-                log.warning("renewing %d locks failed (%s); will try again", len(tokens), exc)
-                continue
-            for c in due:
-                ends = [results.get(t, -1.0) for t in c.locked()]
-                alive = [u for u in ends if u >= 0]
-                self.renewed += len(alive)
-                if alive:
-                    c.until = min(alive)
-                if len(alive) < len(ends):
-                    self.dropped(c, {t for t in c.locked() if results.get(t, -1.0) < 0})
+            alive = [results[t] for t in mine if results[t] >= 0]
+            self.renewed += len(alive)
+            if alive:
+                c.until = min(alive)
+            if len(alive) < len(mine):
+                self.dropped(c, {t for t in mine if results[t] < 0})
 
     def dropped(self, chunk: Chunk, lost: set[str]) -> None:
         """Lost locks: the broker delivers those messages again, so they are not ours to

@@ -32,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from .._clock import CLOCK
 from ..bridge import BlockingReceiver, Bridge
 from ._arrow import arrow_schema
 from ._link import Chunk, Link, Locks, lost_tokens
@@ -101,14 +102,21 @@ class Holder:
         if self.released:
             return 0
         admitted = 0
-        while self.ready and admitted < count:
-            chunk = self.ready.pop(0)
-            if admitted + len(chunk) > count:
-                chunk, rest = chunk.split(count - admitted)
-                self.ready.insert(0, rest)
-            chunk.first = first + admitted
-            admitted += len(chunk)
-            self.held.append(chunk)
+        async with self.locks.gate:  # no renewal on its way: what it lost is left out
+            # Locks ended while renewals failed: renew them first; lost ones leave
+            # ``ready`` (the broker delivers those messages again, maybe to us).
+            now = CLOCK.now()
+            await self.locks.renew([t for c in self.ready if c.until <= now
+                                    for t in c.locked()])
+            self.ready = [c for c in self.ready if len(c)]
+            while self.ready and admitted < count:
+                chunk = self.ready.pop(0)
+                if admitted + len(chunk) > count:
+                    chunk, rest = chunk.split(count - admitted)
+                    self.ready.insert(0, rest)
+                chunk.first = first + admitted
+                admitted += len(chunk)
+                self.held.append(chunk)
         ahead = min(count, room - self.count())
         if ahead > 0:
             self._receive_ahead(ahead, 0)
