@@ -466,3 +466,34 @@ async def test_a_lock_lost_during_a_renewal_overlapping_admission_is_left_out():
             lost = holder.locks.lost
             await holder.release()
         assert admitted == [b"3", b"5"] and rest == [] and lost == 1
+
+
+@pytest.mark.timeout(30)
+async def test_a_receive_that_brings_only_pings_waits_on_for_data(monkeypatch):
+    """A broker that delivers pings (the emulator, patched, stores them): a receive of
+    only pings is not 'the entity is empty'; the link waits on until ``max_wait``, as
+    Receiver.receive does (finding 1)."""
+    import aiosb.emulator._sending as sending
+    from aiosb.message import PING_CONTENT_TYPE
+
+    monkeypatch.setattr(sending, "PING_CONTENT_TYPE", "x-emulator-delivers-pings")
+    async with aiosb.connect("memory://pingsonly") as ns:
+        await ns.create_queue("q")
+        async with ns.sender("q") as sender, ns.receiver("q") as receiver:
+            await sender.send(Message(b"", content_type=PING_CONTENT_TYPE))
+
+            async def later() -> None:
+                await asyncio.sleep(0.3)
+                await sender.send([Message(b"d%d" % i) for i in range(3)])
+
+            sending_later = asyncio.create_task(later())
+            link = Link(receiver)
+            chunk = await link.receive(10, max_wait=5)
+            await sending_later
+            assert chunk is not None
+            assert chunk.batch.column("body").to_pylist()[0] == b"d0"
+            await link.settle_all("complete", chunk.locked())
+            await sender.send(Message(b"", content_type=PING_CONTENT_TYPE))
+            started = time.monotonic()
+            assert await link.receive(10, max_wait=0.5) is None  # only a ping: none came
+            assert time.monotonic() - started >= 0.4

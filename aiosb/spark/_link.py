@@ -72,18 +72,26 @@ class Link:
 
     async def receive(self, count: int, max_wait: float) -> Chunk | None:
         """Up to ``count`` messages, waiting up to ``max_wait`` for the first; ``None``
-        when none came."""
+        when none came. A paired writer's pings are no messages: a receive that brought
+        only pings waits on for the rest of ``max_wait``."""
         r = self.receiver
         r._check()
         if self.columns:
             ns = r.namespace
-            request = r._request(max_messages=count, max_wait=max_wait)
-            bodies, columns = await ns.execute(
-                ns.transport.receive_columns,  # type: ignore[attr-defined]
-                r._entity_path, request, wait=max_wait, link=r._inflight,
-            )
-            if bodies:
+            deadline = asyncio.get_running_loop().time() + max_wait
+            wait = max_wait
+            while True:
+                request = r._request(max_messages=count, max_wait=wait)
+                bodies, columns = await ns.execute(
+                    ns.transport.receive_columns,  # type: ignore[attr-defined]
+                    r._entity_path, request, wait=wait, link=r._inflight,
+                )
+                if not bodies:
+                    break
                 bodies, columns = await self._drop_pings(bodies, columns)
+                wait = deadline - asyncio.get_running_loop().time()
+                if bodies or wait <= 0:  # only pings: wait on, as Receiver.receive does
+                    break
         else:
             bodies, columns = message_columns(await r.receive(count, max_wait))
         if not bodies:
