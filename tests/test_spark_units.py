@@ -497,3 +497,41 @@ async def test_a_receive_that_brings_only_pings_waits_on_for_data(monkeypatch):
             started = time.monotonic()
             assert await link.receive(10, max_wait=0.5) is None  # only a ping: none came
             assert time.monotonic() - started >= 0.4
+
+
+@pytest.mark.timeout(60)
+def test_the_stream_source_holds_no_more_locks_than_the_transport_can_settle(bridge):
+    """Over AMQP a connection remembers at most ``lock_capacity`` locks (the oldest are
+    forgotten, their messages no longer completable): Spark plans micro-batch N+1
+    before committing N, and the receive ahead comes on top; the source holds no more
+    than the capacity (finding 4)."""
+    _fill(bridge, 40)
+    options = stream_read_options({"namespace": "memory://src", "entity": "q",
+                                   "max_wait_seconds": "0"})
+    source = StreamSource(options)
+    try:
+        holder = source._open()
+        holder.link.capacity = 10
+        assert source.latest(0, 4) == 4
+        assert source.latest(4, 4) == 8  # planned before commit(4)
+        bridge_ = source._bridge
+        assert bridge_ is not None
+        bridge_.run(holder._received())
+        assert holder.count() <= 10
+        assert source.commit(4) == 4
+        assert source.latest(8, 4) == 12
+        bridge_.run(holder._received())
+        assert holder.count() <= 10
+    finally:
+        source.stop()
+
+
+def test_a_batch_task_whose_share_the_transport_cannot_keep_locked_is_refused():
+    """A batch-read task holds its whole share locked until Spark has it: a share over
+    the transport's lock capacity is refused with a sentence saying what to set."""
+    from aiosb.spark._read import _consume
+
+    link = Link.__new__(Link)
+    link.capacity = 10
+    with pytest.raises(ValueError, match="set 'partitions' to at least 3"):
+        next(_consume(_read_options("memory://unused", 30), 30, Bridge.shared(), link))

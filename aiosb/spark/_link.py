@@ -69,6 +69,9 @@ class Link:
         self.receiver = receiver
         transport = receiver.namespace.transport
         self.columns = isinstance(transport, ColumnTransport)
+        #: Most locked messages the transport can settle at once (AMQP remembers a
+        #: bounded number of locks, dropping the oldest); ``None``: no limit.
+        self.capacity: int | None = getattr(transport, "lock_capacity", None)
 
     async def receive(self, count: int, max_wait: float) -> Chunk | None:
         """Up to ``count`` messages, waiting up to ``max_wait`` for the first; ``None``

@@ -71,6 +71,12 @@ async def _take(locks: Locks, held: list[Chunk], count: int, wait: float) -> Chu
 def _consume(
     options: ReadOptions, share: int, bridge: Bridge, link: Link
 ) -> Iterator[pa.RecordBatch]:
+    if link.capacity is not None and share > link.capacity:
+        raise ValueError(
+            f"a batch-read task would hold {share} locked messages, more than this "
+            f"transport can keep locked ({link.capacity}); set 'partitions' to at least "
+            f"{-(-options.max_messages // link.capacity)} or lower 'max_messages'."
+        )
     locks = Locks(link)
     held: list[Chunk] = []
     got = 0

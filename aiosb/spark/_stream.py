@@ -175,6 +175,7 @@ class StreamSource:
         self._receiver: BlockingReceiver | None = None
         self._holder: Holder | None = None
         self._next = 1  # the number the next admitted message gets
+        self._clamped = False  # told that the transport holds fewer than max_buffered
 
     def _open(self) -> Holder:
         if self._holder is None:
@@ -213,6 +214,14 @@ class StreamSource:
         self._next = max(self._next, start + 1)
         admitted = sum(map(len, holder.held))
         room = self.options.max_buffered_messages
+        capacity = holder.link.capacity
+        if capacity is not None and room > capacity:
+            if not self._clamped:
+                log.warning(
+                    "'max_buffered_messages' (%d) is more than this transport can keep "
+                    "locked (%d): the source holds at most %d.", room, capacity, capacity)
+                self._clamped = True
+            room = capacity
         count = room - admitted if limit is None else min(limit, room - admitted)
         if count <= 0:
             return self._next - 1

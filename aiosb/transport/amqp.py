@@ -107,6 +107,11 @@ class AmqpTransport(AdminOperations):
             an endpoint whose port is no number.
     """
 
+    #: Most locked messages one connection can hold and still settle (a client reading
+    #: more must receive them on more connections).
+    lock_capacity = MAX_TRACKED_LOCKS
+
+
     def __init__(
         self,
         connection_string: str | Endpoint | None = None,
