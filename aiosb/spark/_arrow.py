@@ -101,6 +101,13 @@ def _array(kind: str, values: Any, n: int, type_: pa.DataType) -> pa.Array:
     if kind == "duration":
         return pa.array([None if v is None else v.total_seconds() for v in values], type_)
     if kind == "seconds":  # UTC epoch seconds, to the microsecond as datetime rounds them
-        micros = pc.round(pc.multiply(pa.array(values, pa.float64()), 1e6))
-        return pc.cast(pc.cast(micros, pa.int64()), type_)
+        # As datetime.fromtimestamp: whole seconds, then the exact fraction rounded half
+        # to even (seconds * 1e6 in float64 loses the last microsecond near 1.8e15).
+        stamps = pa.array(values, pa.float64())
+        whole = pc.floor(stamps)
+        fraction = pc.round(pc.multiply(pc.subtract(stamps, whole), 1e6),
+                            round_mode="half_to_even")
+        micros = pc.add(pc.multiply(pc.cast(whole, pa.int64()), 1_000_000),
+                        pc.cast(fraction, pa.int64()))
+        return pc.cast(micros, type_)
     return pa.array(values, type_)
