@@ -526,15 +526,20 @@ def test_the_stream_source_holds_no_more_locks_than_the_transport_can_settle(bri
         source.stop()
 
 
-def test_a_batch_task_whose_share_the_transport_cannot_keep_locked_is_refused():
+def test_a_batch_task_whose_share_the_transport_cannot_keep_locked_is_refused(monkeypatch):
     """A batch-read task holds its whole share locked until Spark has it: a share over
     the transport's lock capacity is refused with a sentence saying what to set."""
-    from aiosb.spark._read import _consume
+    from aiosb.spark._read import read_partition
 
-    link = Link.__new__(Link)
-    link.capacity = 10
-    with pytest.raises(ValueError, match="set 'partitions' to at least 3"):
-        next(_consume(_read_options("memory://unused", 30), 30, Bridge.shared(), link))
+    bridge = Bridge.shared()
+    url = "memory://overcapacity"
+    with bridge.connect(url) as ns:
+        ns.create_queue("q")
+        ns.sender("q").send([Message(str(i)) for i in range(30)])
+        monkeypatch.setattr(type(ns._target.transport), "lock_capacity", 10, raising=False)
+        with pytest.raises(ValueError, match="set 'partitions' to at least 3"):
+            next(read_partition(_read_options(url, 30), 30))
+        assert ns.runtime_properties("q").active_message_count == 30
 
 
 @pytest.mark.timeout(60)
@@ -557,3 +562,29 @@ def test_arrow_timestamps_are_rounded_to_the_microsecond_as_to_row_rounds_them()
     got = to_batch(*message_columns(messages)).column("enqueued_time").to_pylist()
     want = [to_row(m)[where] for m in messages]
     assert [i for i, (g, w) in enumerate(zip(got, want, strict=True)) if g != w] == []
+
+
+@pytest.mark.timeout(60)
+def test_a_batch_read_finalised_on_the_loop_thread_stops_renewing_and_gives_back():
+    """The garbage collector may finalise an unfinished batch-read generator on the
+    bridge's loop thread, where nothing may block: its end runs on the loop instead
+    (renewer stopped, messages abandoned, receiver closed), not never (finding 5)."""
+    from aiosb.spark._read import read_partition
+
+    bridge = Bridge.shared()
+    url = "memory://finalised"
+    with bridge.connect(url) as ns:
+        ns.create_queue("q", lock_duration=timedelta(seconds=30))
+        ns.sender("q").send([Message(str(i)) for i in range(5)])
+    reading = [read_partition(_read_options(url, 5), 5)]
+    assert next(reading[0]).num_rows == 5
+
+    async def drop() -> None:
+        reading.clear()  # the last reference goes on the loop thread
+        await asyncio.sleep(0.5)
+
+    bridge.run(drop())
+    with bridge.connect(url) as ns, ns.receiver("q") as receiver:
+        back = receiver.receive(max_messages=10, max_wait=2)
+        assert sorted(m.body for m in back) == [str(i).encode() for i in range(5)]
+        receiver.complete(back)

@@ -15,12 +15,15 @@ browses without consuming (one task, nothing locked or completed).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
 
 import pyarrow as pa
 
+from .._blocking import loop_threads
 from ..bridge import BlockingReceiver, Bridge
 from ._arrow import message_columns, to_batch
 from ._link import Chunk, Link, Locks, lost_tokens
@@ -46,17 +49,18 @@ def read_partition(options: ReadOptions, share: int) -> Iterator[pa.RecordBatch]
     """One batch-read task: receive up to ``share`` messages, yield their rows, then
     complete them (see the module's docstring for exactly when)."""
     bridge = Bridge.shared()
-    with _receiver(options.connection, options.sub_queue, bridge) as receiver:
-        if options.mode == "peek":
-            seen = 0
-            while seen < share:
-                batch = receiver.peek(min(share - seen, RECEIVE))
-                if not batch:
-                    break
-                seen += len(batch)
-                yield to_batch(*message_columns(batch))
-            return
-        yield from _consume(options, share, bridge, Link(receiver._target))
+    receiver = _receiver(options.connection, options.sub_queue, bridge)
+    if options.mode != "peek":
+        yield from _consume(options, share, bridge, receiver)  # it closes the receiver
+        return
+    with receiver:
+        seen = 0
+        while seen < share:
+            batch = receiver.peek(min(share - seen, RECEIVE))
+            if not batch:
+                break
+            seen += len(batch)
+            yield to_batch(*message_columns(batch))
 
 
 async def _take(locks: Locks, held: list[Chunk], count: int, wait: float) -> Chunk | None:
@@ -69,9 +73,11 @@ async def _take(locks: Locks, held: list[Chunk], count: int, wait: float) -> Chu
 
 
 def _consume(
-    options: ReadOptions, share: int, bridge: Bridge, link: Link
+    options: ReadOptions, share: int, bridge: Bridge, receiver: BlockingReceiver
 ) -> Iterator[pa.RecordBatch]:
+    link = Link(receiver._target)
     if link.capacity is not None and share > link.capacity:
+        receiver.close()
         raise ValueError(
             f"a batch-read task would hold {share} locked messages, more than this "
             f"transport can keep locked ({link.capacity}); set 'partitions' to at least "
@@ -96,25 +102,64 @@ def _consume(
             yield chunk.batch
         taken = True  # Spark has every row of this partition: now they may go
     finally:
-        if pending is not None:  # failed or closed early: what is on its way is held too
+        end = _End(options.connection.entity, locks, held, pending, taken)
+        if threading.get_ident() in loop_threads:
+            # Finalised on the loop's own thread (the garbage collector ran there), where
+            # nothing may block: the end goes on the loop, the receiver closed after it.
+            task = asyncio.get_running_loop().create_task(end.settle(receiver))
+            _ending.add(task)
+            task.add_done_callback(_ending.discard)
+        else:
             try:
-                bridge.wait(pending)
+                bridge.run(end.settle())
+            finally:
+                receiver.close()
+
+
+#: Ends of batch-read tasks finalised on the loop thread, kept until done.
+_ending: set[asyncio.Task[None]] = set()
+
+
+class _End:
+    """The end of a batch-read task: completes what it read if Spark took every row,
+    else abandons it."""
+
+    def __init__(self, entity: str, locks: Locks, held: list[Chunk],
+                 pending: Future[Chunk | None] | None, taken: bool) -> None:
+        self.entity, self.locks, self.held = entity, locks, held
+        self.pending, self.taken = pending, taken
+
+    async def settle(self, receiver: BlockingReceiver | None = None) -> None:
+        """Stop renewing, complete or abandon; close ``receiver`` after, if given."""
+        try:
+            await self._settle()
+        finally:
+            if receiver is not None:
+                await receiver._target.aclose()
+                if receiver._owns is not None:
+                    await receiver._owns.aclose()
+
+    async def _settle(self) -> None:
+        locks = self.locks
+        if self.pending is not None:  # failed or closed early: what is on its way is held
+            try:
+                await asyncio.wrap_future(self.pending)
             except Exception as exc:
                 log.warning("a receive on its way failed as the task ended (%s)", exc)
-        bridge.run(locks.stop())
-        tokens = [t for c in held for t in c.locked()]
-        if taken:
-            lost = len(lost_tokens(bridge.run(link.settle_all("complete", tokens))))
-            lost += locks.lost
-            if lost:
-                log.warning(
-                    "%d messages read from %r outlived their locks before completion; "
-                    "they will be delivered again.",
-                    lost,
-                    options.connection.entity,
-                )
-        else:
-            bridge.run(locks.abandon(tokens))
+        await locks.stop()
+        tokens = [t for c in self.held for t in c.locked()]
+        if not self.taken:
+            await locks.abandon(tokens)
+            return
+        lost = len(lost_tokens(await locks.link.settle_all("complete", tokens)))
+        lost += locks.lost
+        if lost:
+            log.warning(
+                "%d messages read from %r outlived their locks before completion; "
+                "they will be delivered again.",
+                lost,
+                self.entity,
+            )
 
 
 def shares(total: int, parts: int) -> list[int]:
