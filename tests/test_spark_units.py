@@ -588,3 +588,11 @@ def test_a_batch_read_finalised_on_the_loop_thread_stops_renewing_and_gives_back
         back = receiver.receive(max_messages=10, max_wait=2)
         assert sorted(m.body for m in back) == [str(i).encode() for i in range(5)]
         receiver.complete(back)
+
+
+def test_a_retried_complete_read_attempt_is_refused_with_a_sentence():
+    from aiosb.spark._read import refuse_retry
+
+    refuse_retry(0)
+    with pytest.raises(RuntimeError, match=r"cannot be retried .*attempt 2.*mode=peek"):
+        refuse_retry(1)

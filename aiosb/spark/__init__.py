@@ -59,7 +59,7 @@ from ._options import (
     stream_read_options,
     write_options,
 )
-from ._read import read_partition, shares
+from ._read import read_partition, refuse_retry, shares
 from ._stream import StreamSource
 from ._write import (
     WriteResult,
@@ -211,6 +211,11 @@ class _Reader(DataSourceReader):
         return [InputPartition(share) for share in shares(self.options.max_messages, parts)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        if self.options.mode != "peek":
+            from pyspark import TaskContext
+
+            context = TaskContext.get()
+            refuse_retry(context.attemptNumber() if context is not None else 0)
         return read_partition(self.options, partition.value)
 
 

@@ -7,8 +7,11 @@ record batch, renews the locks it holds before they end, and completes its messa
 once Spark has taken every row of the partition. A task that fails or is closed before
 that completes nothing and abandons what it holds, so it is delivered again at once (a
 task whose process dies leaves it to come back when the locks end). A job that fails
-*after* a task has completed its messages does not bring them back. ``mode="peek"``
-browses without consuming (one task, nothing locked or completed).
+*after* a task has completed its messages does not bring them back. "Taken" means the
+Python worker handed every row over, whatever Spark then does with them: a ``limit``
+or a failure later in the same task loses them (at most once), and a retried attempt
+of the task is refused rather than read other messages or none (:func:`refuse_retry`).
+``mode="peek"`` browses without consuming (one task, nothing locked or completed).
 
 **Streaming reads** are at least once: see :mod:`aiosb.spark._stream`.
 """
@@ -160,6 +163,19 @@ class _End:
                 lost,
                 self.entity,
             )
+
+
+def refuse_retry(attempt: int) -> None:
+    """A batch read consumes: a task Spark runs again (``attempt`` > 0) cannot read
+    what its failed attempt may have completed, and would quietly return other rows
+    or none. It fails instead, saying so."""
+    if attempt > 0:
+        raise RuntimeError(
+            f"aiosb: a complete-mode batch read cannot be retried (this is attempt "
+            f"{attempt + 1} of its task): the messages the failed attempt read may have "
+            "been completed already and cannot be read again. Use mode=peek, or read "
+            "with a streaming query, to be able to read again."
+        )
 
 
 def shares(total: int, parts: int) -> list[int]:

@@ -114,6 +114,36 @@ def test_peek_mode_reads_without_consuming(spark, url, bridge):
     assert _count(bridge, url, "q") == 30
 
 
+def test_a_retried_batch_read_task_fails_loudly_rather_than_reading_nothing(
+    spark, url, bridge, tmp_path
+):
+    """A complete-mode read consumes: a task that Spark retries (a UDF after the read
+    failed once) cannot read again what its first attempt completed. It fails the job
+    with a sentence saying so; it used to succeed with no rows (finding 7)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    _queue(bridge, url, "q")
+    bridge.sender(url, "q").send([Message(str(i)) for i in range(300)])
+    marker = str(tmp_path / "failed-once")
+
+    @F.udf(T.StringType())
+    def fail_once(body):
+        if bytes(body) == b"250" and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise RuntimeError("fail once")
+        return "ok"
+
+    read = (
+        spark.read.format("aiosb").option("namespace", url).option("entity", "q")
+        .option("max_messages", 300).option("partitions", 1).option("max_wait_seconds", 1)
+        .load()
+    )
+    with pytest.raises(Exception, match="cannot be retried"):
+        read.select(fail_once("body")).collect()
+    assert os.path.exists(marker)
+
+
 def _python_workers() -> list[int]:
     """The Python worker processes Spark forked from its ``pyspark.daemon``."""
     daemons, parents = set(), {}
