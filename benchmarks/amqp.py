@@ -86,14 +86,17 @@ async def sdk_receives(connection: str, queue: str, count: int) -> float:
         return time.perf_counter() - start
 
 
-async def aiosb_receives(url: str, queue: str, count: int, *, each: bool = False) -> float:
-    """aiosb over HTTP: receive ``count`` messages in peek-lock, 100 a call, and complete
-    each batch (``each``: each message, a request apiece, as the SDK settles)."""
+async def aiosb_receives(
+    url: str, queue: str, count: int, *, each: bool = False, batch_size: int = BATCH
+) -> float:
+    """aiosb over HTTP: receive ``count`` messages in peek-lock, ``batch_size`` (100) a
+    call, and complete each batch (``each``: each message, a request apiece, as the SDK
+    settles)."""
     async with aiosb.connect(url) as ns, ns.receiver(queue) as receiver:
         start = time.perf_counter()
         got = 0
         while got < count:
-            batch = await receiver.receive(max_messages=BATCH, max_wait=5)
+            batch = await receiver.receive(max_messages=batch_size, max_wait=5)
             if not batch:
                 raise RuntimeError(f"aiosb received {got} of {count}")
             if each:
