@@ -596,3 +596,66 @@ def test_a_retried_complete_read_attempt_is_refused_with_a_sentence():
     refuse_retry(0)
     with pytest.raises(RuntimeError, match=r"cannot be retried .*attempt 2.*mode=peek"):
         refuse_retry(1)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.looptime
+async def test_an_unforeseen_error_in_a_renewal_does_not_end_renewing():
+    """The renewer caught only ServiceBusError: anything else ended it silently and the
+    held locks ran out (suspected in the review)."""
+    async with aiosb.connect("memory://renewbug") as ns:
+        await _held(ns, 3, lock=30)
+        async with ns.receiver("q") as receiver:
+            holder = Holder(Link(receiver))
+            assert await holder.admit(1, 3, room=3, max_wait=0) == 3
+            real, failed = holder.link.settle, []
+
+            async def once(action: Any, tokens: list[str]) -> Any:
+                if action == "renew" and not failed:
+                    failed.append(action)
+                    raise RuntimeError("a bug")
+                return await real(action, tokens)
+
+            holder.link.settle = once  # type: ignore[method-assign]
+            await asyncio.sleep(120)
+            assert failed and holder.locks.renewed > 0 and holder.locks.lost == 0
+            assert await holder.complete(3) == 3
+
+
+async def test_a_failed_ping_completion_does_not_fail_the_receive():
+    """The pings come back when their locks end; the data of the receive is kept."""
+    from aiosb.message import PING_CONTENT_TYPE
+
+    class Failing(Link):
+        def __init__(self) -> None:
+            pass
+
+        async def settle(self, action: Any, tokens: list[str]) -> None:
+            raise errors.TransientError("network blip")
+
+    columns = {"lock_token": ["t1", "t2"], "content_type": [PING_CONTENT_TYPE, None]}
+    kept, left = await Failing()._drop_pings([b"", b"a"], columns)
+    assert kept == [b"a"] and left["lock_token"] == ["t2"]
+
+
+@pytest.mark.timeout(30)
+async def test_a_failed_receive_ahead_is_collected_when_the_source_stops(caplog):
+    """Its error was never retrieved ('Task exception was never retrieved')."""
+    async with aiosb.connect("memory://aheadfails") as ns:
+        await _held(ns, 3)
+        async with ns.receiver("q") as receiver:
+            holder = Holder(Link(receiver))
+            assert await holder.admit(1, 3, room=100, max_wait=0) == 3
+
+            async def broken(count: int, max_wait: float) -> Any:
+                raise errors.TransientError("network blip")
+
+            await holder._received()
+            holder.link.receive = broken  # type: ignore[method-assign]
+            holder._receive_ahead(3, 0)
+            await asyncio.sleep(0.1)
+            fetching = holder.fetching
+            await holder.release()
+            assert fetching is not None and fetching.done()
+            assert not fetching._log_traceback  # type: ignore[attr-defined]
+        assert "the receive ahead had failed" in caplog.text

@@ -161,6 +161,8 @@ class Holder:
         fetching = self.fetching
         if fetching is not None and fetching is not asyncio.current_task():
             await asyncio.wait([fetching])
+            if not fetching.cancelled() and (exc := fetching.exception()) is not None:
+                log.warning("the receive ahead had failed (%s)", exc)
         await self.locks.stop()
         chunks, self.held, self.ready = self._all(), [], []
         await self.locks.abandon([t for c in chunks for t in c.locked()])
