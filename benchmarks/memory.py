@@ -23,8 +23,9 @@ BATCH = 100
 TARGET_BYTES = 300
 
 
-async def resident_bytes(count: int, properties: bool = False) -> float:
-    """Bytes of traced memory per message held by a queue after ``count`` sends."""
+async def resident_bytes(count: int, properties: bool = False, body: int = 10) -> float:
+    """Bytes of traced memory per message held by a queue after ``count`` sends of
+    ``body``-byte messages."""
     async with aiosb.connect("memory://bench-memory") as ns:
         await ns.create_queue("q")
         async with ns.sender("q") as sender:
@@ -38,7 +39,7 @@ async def resident_bytes(count: int, properties: bool = False) -> float:
                 before = tracemalloc.get_traced_memory()[0]
                 for start in range(0, count, BATCH):
                     await sender.send([
-                        Message(b"%010d" % i, application_properties={"i": i} if properties
+                        Message(b"%0*d" % (body, i), application_properties={"i": i} if properties
                                 else None)
                         for i in range(start, start + BATCH)
                     ])

@@ -41,6 +41,7 @@ import aiosb
 from aiosb import Message, emulator
 
 from ._harness import check, report, run
+from .memory import resident_bytes
 
 BATCH = 1000
 OPERATIONS = 200
@@ -181,25 +182,10 @@ async def _in_memory_bytes(count: int, body: int) -> float:
     """Traced bytes per message an in-memory queue holds for ``count`` messages of
     ``body`` bytes (as :mod:`benchmarks.memory` measures its figure)."""
     emulator.reset()
-    async with aiosb.connect("memory://bench-memory") as ns:
-        await ns.create_queue("q")
-        async with ns.sender("q") as sender:
-            await sender.send([Message(b"w")])
-            async with ns.receiver("q") as receiver:
-                await receiver.complete(await receiver.receive(max_messages=1, max_wait=0))
-            gc.collect()
-            tracemalloc.start()
-            try:
-                before = tracemalloc.get_traced_memory()[0]
-                for start in range(0, count, 100):
-                    await sender.send([Message(b"%0*d" % (body, i))
-                                       for i in range(start, start + 100)])
-                gc.collect()
-                after = tracemalloc.get_traced_memory()[0]
-            finally:
-                tracemalloc.stop()
-    emulator.reset()
-    return (after - before) / count
+    try:
+        return await resident_bytes(count, body=body)
+    finally:
+        emulator.reset()
 
 
 def durable_at_depth(depths: list[int], runs: int) -> tuple[

@@ -229,11 +229,32 @@ _TAILS_KEPT = 256
 _NO_TAIL = (0, ())
 
 
+def _quick(buf: bytes, at: int, end: int) -> tuple[bytes, str, tuple[Any, ...]] | None:
+    """The message from ``at`` to ``end`` of ``buf`` in the shape the official SDKs send
+    most, read in a few steps (#36): a properties list8 whose first item is a str8 id and
+    whose rest was seen before (:data:`_TAILS`), then one data section to the message's
+    end. Its body, its id and the rest's entry; ``None`` for any other shape."""
+    if end > len(buf) or buf[at + 3] != 0xC0 or buf[at + 6] != 0xA1 \
+            or buf[at:at + 3] != b"\x00Ss":
+        return None
+    rest = at + 8 + buf[at + 7]  # past the id
+    data = at + 5 + buf[at + 4]  # past the list
+    tail = _TAILS.get(buf[rest:data]) if rest <= data else None
+    if tail is None or tail[0] != buf[at + 5] or buf[data:data + 3] != b"\x00Su":
+        return None
+    c = buf[data + 3]
+    if c == 0xA0 and data + 5 + buf[data + 4] == end:
+        return buf[data + 5:end], buf[at + 8:rest].decode(), tail
+    if c == 0xB0 and data + 8 + _u32(buf[data + 4:data + 8]) == end:
+        return buf[data + 8:end], buf[at + 8:rest].decode(), tail
+    return None
+
+
 def _look_alikes(payload: bytes) -> tuple[list[bytes], dict[str, Any]] | None:
-    """The columns of a batch whose messages all have the quick shape of
-    :func:`_message_row` and one rest after their ids (what one SDK sender sends): the
-    bodies, the ids, and the rest's values once for all; ``None`` for any other batch.
-    Read in place: no message is cut out of the batch first."""
+    """The columns of a batch whose messages all have the quick shape (:func:`_quick`)
+    and one rest after their ids (what one SDK sender sends): the bodies, the ids, and
+    the rest's values once for all; ``None`` for any other batch. Read in place: no
+    message is cut out of the batch first."""
     bodies: list[bytes] = []
     ids: list[str] = []
     shared: tuple[int, tuple[str | None, ...]] = _NO_TAIL
@@ -249,28 +270,16 @@ def _look_alikes(payload: bytes) -> tuple[list[bytes], dict[str, Any]] | None:
             at, pos = pos + 8, pos + 8 + _u32(payload[pos + 4:pos + 8])
         else:
             return None
-        # The message from ``at`` to ``pos``: a properties list8 whose first item is a
-        # str8 id, the rest of the list, one data section to the message's end.
-        if payload[at + 3] != 0xC0 or payload[at + 6] != 0xA1 \
-                or payload[at:at + 3] != b"\x00Ss":
+        quick = _quick(payload, at, pos)
+        if quick is None:
             return None
-        rest = at + 8 + payload[at + 7]
-        data = at + 5 + payload[at + 4]
-        tail = _TAILS.get(payload[rest:data]) if rest <= data else None
+        body, mid, tail = quick
         if tail is not shared:
-            if shared is not _NO_TAIL or tail is None:
-                return None  # another rest, or one not seen yet: row by row
+            if shared is not _NO_TAIL:
+                return None  # another rest: row by row
             shared = tail
-        if tail[0] != payload[at + 5] or payload[data:data + 3] != b"\x00Su":
-            return None
-        c = payload[data + 3]
-        if c == 0xA0 and data + 5 + payload[data + 4] == pos:
-            bodies.append(payload[data + 5:pos])
-        elif c == 0xB0 and data + 8 + _u32(payload[data + 4:data + 8]) == pos <= end:
-            bodies.append(payload[data + 8:pos])
-        else:
-            return None
-        ids.append(payload[at + 8:rest].decode())
+        bodies.append(body)
+        ids.append(mid)
     if shared is _NO_TAIL:
         return None
     columns: dict[str, Any] = {"message_id": ids}
@@ -282,21 +291,12 @@ def _look_alikes(payload: bytes) -> tuple[list[bytes], dict[str, Any]] | None:
 
 def _message_row(buf: bytes) -> tuple[Any, ...] | None:
     """One message as a row (body, the property columns' values, its application
-    properties); ``None`` if it has more than the columns hold.
-
-    The shape the official SDKs send most (a properties list of a string id and a rest
-    seen before, then one data section) is read in a few steps (#36); anything else
-    section by section (:func:`_sections_row`)."""
-    if buf[3] == 0xC0 and buf[6] == 0xA1 and buf[:3] == b"\x00Ss":
-        pos = 8 + buf[7]  # past the id
-        end = 5 + buf[4]  # past the list
-        tail = _TAILS.get(buf[pos:end]) if pos <= end else None
-        if tail is not None and tail[0] == buf[5] and buf[end:end + 3] == b"\x00Su":
-            c = buf[end + 3]
-            if c == 0xA0 and end + 5 + buf[end + 4] == len(buf):
-                return (buf[end + 5:], buf[8:pos].decode(), *tail[1], None)
-            if c == 0xB0 and end + 8 + _u32(buf[end + 4:end + 8]) == len(buf):
-                return (buf[end + 8:], buf[8:pos].decode(), *tail[1], None)
+    properties); ``None`` if it has more than the columns hold: the quick shape
+    (:func:`_quick`), else section by section (:func:`_sections_row`)."""
+    quick = _quick(buf, 0, len(buf))
+    if quick is not None:
+        body, mid, tail = quick
+        return (body, mid, *tail[1], None)
     return _sections_row(buf)
 
 

@@ -167,3 +167,18 @@ def test_an_id_longer_than_its_list_is_not_read_quickly():
     assert columns_of(batch([crafted]), BATCH_FORMAT) is None
     assert columns_of(batch([only_id, crafted]), BATCH_FORMAT) is None
     assert columns_of(crafted, 0) is None
+
+
+def test_a_batch_cut_short_is_not_read_quickly():
+    """#36: a last data section that says more bytes than the transfer holds is refused
+    as the field-by-field reading refuses it, not read up to where the bytes end."""
+    plain = encode(Described(ULong(PROPERTIES), ["m1"])) + encode(Described(ULong(DATA), b"xy"))
+    whole = batch([plain, plain])
+    assert columns_of(whole, BATCH_FORMAT) is not None  # the rest seen, whole
+    # The outer section says one byte more, the inner body one more too: only the
+    # transfer's end, one byte early, says the batch is cut short.
+    inner = plain[:-3] + b"\x03xyz"
+    cut = batch([plain]) + b"\x00Su\xa0" + bytes([len(inner)]) + inner[:-1]
+    with pytest.raises(DecodeError):
+        messages_of(cut, BATCH_FORMAT)
+    assert columns_of(cut, BATCH_FORMAT) is None
