@@ -6,9 +6,10 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from . import __version__
@@ -62,6 +63,19 @@ def run(main: Coroutine[Any, Any, T], loop: str = "auto") -> T:
 HEALTH_PATH = "/health"
 #: Microsoft's ports, as its emulator listens: AMQP (no TLS) and HTTP.
 MICROSOFT_AMQP_PORT, MICROSOFT_HTTP_PORT = 5672, 5300
+def _port_variable(environ: Mapping[str, str], name: str, default: int) -> int:
+    """The port ``name`` in ``environ`` gives, else ``default``: how Microsoft's emulator
+    is moved (its compose file passes ``EMULATOR_HTTP_PORT`` and ``EMULATOR_AMQP_PORT`` to
+    the container), taken by ``--microsoft-emulator`` where no flag gives the port.
+
+    Raises :class:`ValueError`, naming the variable, for a value that is not a port."""
+    text = environ.get(name, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or not 0 < int(text) <= 65535:
+        raise ValueError(f"{name}={text!r} in the environment is not a port (1-65535); "
+                         "unset it, or give the port with a flag")
+    return int(text)
 
 
 async def _health(_request: Any) -> Any:
@@ -302,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_cmd.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     serve_cmd.add_argument("--port", type=int, default=None,
                            help="port (0 picks a free one; default 5380, or 5300 with "
-                           "--microsoft-emulator)")
+                           "--microsoft-emulator, or its EMULATOR_HTTP_PORT where set)")
     serve_cmd.add_argument("--key-name", default="RootManageSharedAccessKey",
                            help="shared access key name requests must be signed with")
     serve_cmd.add_argument("--key", default=None,
@@ -313,9 +327,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_cmd.add_argument("--listen-key", action="append", default=[], metavar="NAME=KEY",
                            help="also accept this key, with Listen rights only "
                            "(repeatable; none by default)")
-    serve_cmd.add_argument("--amqp-port", type=int, default=5672,
+    serve_cmd.add_argument("--amqp-port", type=int, default=None,
                            help="port for AMQP 1.0, what the official SDKs speak (0 picks a "
-                           "free one)")
+                           "free one; default 5672, or EMULATOR_AMQP_PORT where set with "
+                           "--microsoft-emulator)")
     serve_cmd.add_argument("--amqps-port", type=int, default=None,
                            help="port for AMQP over TLS, as the SDKs speak to a namespace on "
                            "Azure (with a certificate: see --tls-dir; 0 picks a free one; "
@@ -356,8 +371,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             microsoft = args.microsoft_emulator
-            if args.port is None:
-                args.port = MICROSOFT_HTTP_PORT if microsoft else 5380
+            try:
+                if args.port is None:
+                    args.port = 5380 if not microsoft else _port_variable(
+                        os.environ, "EMULATOR_HTTP_PORT", MICROSOFT_HTTP_PORT)
+                if args.amqp_port is None:
+                    args.amqp_port = MICROSOFT_AMQP_PORT if not microsoft else _port_variable(
+                        os.environ, "EMULATOR_AMQP_PORT", MICROSOFT_AMQP_PORT)
+            except ValueError as exc:
+                parser.error(str(exc))
             amqps_given = args.amqps_port is not None
             if args.amqps_port is None:
                 args.amqps_port = 5671

@@ -499,3 +499,100 @@ def test_microsofts_ports_and_its_connection_string_word_for_word(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_microsofts_port_variables_move_its_ports(tmp_path):
+    """Microsoft's emulator listens where ``EMULATOR_HTTP_PORT`` and ``EMULATOR_AMQP_PORT``
+    say (its compose file passes them to the container); so does ``--microsoft-emulator``,
+    and the connection string it prints carries the moved AMQP port, as Microsoft's README
+    writes it (``sb://localhost:5674``). The official SDK sends and receives through it."""
+    import os
+
+    from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+    http, amqp = _free_port(), _free_port()
+    data = {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [
+        {"Name": "queue.1"}], "Topics": []}], "Logging": {"Type": "File"}}}
+    cmd = [sys.executable, "-m", "aiosb.cli", "serve", "--microsoft-emulator", "--quiet",
+           "--config", str(write(tmp_path, data)), "--tls-dir", str(tmp_path / "tls")]
+    env = {**os.environ, "EMULATOR_HTTP_PORT": str(http), "EMULATOR_AMQP_PORT": str(amqp)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+    try:
+        assert proc.stdout is not None
+        banner = []
+        for line in proc.stdout:
+            banner.append(line)
+            if "python: aiosb.connect(" in line:
+                break
+        text = "".join(banner)
+        assert f"listening on http://127.0.0.1:{http}" in text, text
+        assert f"AMQP 1.0 (the official SDKs) on port {amqp}" in text, text
+        assert _health(f"http://127.0.0.1:{http}")[0] == 200
+        microsoft = (f"Endpoint=sb://localhost:{amqp};SharedAccessKeyName="
+                     "RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;"
+                     "UseDevelopmentEmulator=true;")
+        assert microsoft in text, text
+        with ServiceBusClient.from_connection_string(microsoft) as client:
+            with client.get_queue_sender("queue.1") as sender:
+                sender.send_messages(ServiceBusMessage("moved"))
+            with client.get_queue_receiver("queue.1", max_wait_time=5) as receiver:
+                (got,) = receiver.receive_messages(max_wait_time=5)
+                receiver.complete_message(got)
+        assert str(got) == "moved"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "70000", "-5"])
+def test_a_port_variable_that_is_no_port_is_refused_by_name(value):
+    """A bad ``EMULATOR_*_PORT`` is refused before anything listens, naming the variable
+    (it is not silently replaced by the default)."""
+    import os
+
+    env = {**os.environ, "EMULATOR_AMQP_PORT": value}
+    done = subprocess.run([sys.executable, "-m", "aiosb.cli", "serve", "--microsoft-emulator",
+                           "--port", "0"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert f"EMULATOR_AMQP_PORT={value!r} in the environment is not a port" in done.stderr
+
+
+def test_port_variables_are_only_microsofts_and_flags_win(tmp_path):
+    """Without ``--microsoft-emulator`` the variables mean nothing to ``aiosb serve``; with
+    it, ``--port`` and ``--amqp-port`` win over them (a variable a flag overrides is not
+    read at all)."""
+    import os
+
+    from aiosb.cli import _port_variable
+
+    assert _port_variable({}, "EMULATOR_HTTP_PORT", 5300) == 5300
+    assert _port_variable({"EMULATOR_HTTP_PORT": " 5301 "}, "EMULATOR_HTTP_PORT", 5300) == 5301
+    env = {**os.environ, "EMULATOR_HTTP_PORT": "not a port", "EMULATOR_AMQP_PORT": "x"}
+    for extra in ([], ["--microsoft-emulator"]):
+        http, amqp = _free_port(), _free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "aiosb.cli", "serve", "--quiet", "--port", str(http),
+             "--amqp-port", str(amqp), "--tls-dir", str(tmp_path / "tls"), *extra],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            assert proc.stdout is not None
+            lines = []
+            for line in proc.stdout:
+                lines.append(line)
+                if "AMQP 1.0 (the official SDKs)" in line or "error" in line:
+                    break
+            text = "".join(lines)
+            assert f"listening on http://127.0.0.1:{http}" in text, text
+            assert f"on port {amqp}" in text, text
+        finally:
+            proc.terminate()
+            proc.wait(10)
