@@ -693,6 +693,31 @@ def test_s11_a_micro_batch_leaves_room_for_the_next_one_before_the_last_is_commi
 
 
 @pytest.mark.timeout(60)
+def test_s11_a_commit_frees_room_for_the_receive_ahead(bridge):
+    """S-11 (#39): with room for two micro-batches, admitting one leaves none to receive
+    ahead (the last is still held until Spark commits it, after planning the next):
+    the commit starts the next one's receive, so latestOffset does not wait for it."""
+    _fill(bridge, 40)
+    options = stream_read_options({"namespace": "memory://src", "entity": "q",
+                                   "max_messages_per_trigger": "10",
+                                   "max_buffered_messages": "20", "max_wait_seconds": "0"})
+    source = StreamSource(options)
+    try:
+        assert source.latest(0, 10) == 10
+        assert source.latest(10, 10) == 20
+        holder, bridge_ = source._holder, source._bridge
+        assert holder is not None and bridge_ is not None
+        bridge_.run(holder._received())
+        assert sum(map(len, holder.ready)) == 0  # no room: both micro-batches held
+        assert source.commit(10) == 10
+        bridge_.run(holder._received())
+        assert sum(map(len, holder.ready)) == 10  # received ahead for the third
+        assert source.latest(20, 10) == 30
+    finally:
+        source.stop()
+
+
+@pytest.mark.timeout(60)
 def test_s11_the_stream_source_receives_on_two_links_and_settles_each_chunk_on_its_own(
     bridge, monkeypatch
 ):

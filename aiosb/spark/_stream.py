@@ -64,6 +64,7 @@ class Holder:
         self.held: list[Chunk] = []  # admitted (numbered), in order
         self.released = False
         self.fetching: asyncio.Future[Any] | None = None
+        self.want = self.room = 0  # the last admission's count and room
 
     def _all(self) -> list[Chunk]:
         return [*self.held, *self.ready]
@@ -152,10 +153,20 @@ class Holder:
                 chunk.first = first + admitted
                 admitted += len(chunk)
                 self.held.append(chunk)
-        ahead = min(count, room - self.count())
+        self.want, self.room = count, room
+        self._ahead()
+        return admitted
+
+    def _ahead(self) -> None:
+        """Receive ahead, up to a micro-batch's worth more while fewer than the room are
+        held, unless a receive is on its way (or failed: ``admit`` raises its error)."""
+        fetching = self.fetching
+        if self.released or (fetching is not None and (
+                not fetching.done() or fetching.cancelled() or fetching.exception())):
+            return
+        ahead = min(self.want, self.room - self.count())
         if ahead > 0:
             self._receive_ahead(ahead, 0)
-        return admitted
 
     def batches(self, start: int, end: int) -> list[pa.RecordBatch]:
         """The rows of offsets (start, end] this source admitted, in order.
@@ -184,6 +195,9 @@ class Holder:
                 chunk, rest = chunk.split(upto - chunk.first + 1)
                 self.held.insert(0, rest)
             done.append(chunk)
+        # Their room is free now: the next micro-batch's receive need not wait for
+        # latestOffset (Spark plans the next micro-batch before it commits the last).
+        self._ahead()
         parts = self._by_link(done)
         settled = await asyncio.gather(*(locks.link.settle_all("complete", tokens)
                                          for locks, tokens in parts if tokens))
