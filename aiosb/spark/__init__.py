@@ -261,8 +261,9 @@ class _StreamReader(DataSourceStreamReader):
         return iter(partition.value)  # Arrow record batches, as Spark takes them
 
     def commit(self, end: dict[str, int]) -> None:
-        done = self.source.commit(int(end["admitted"]))
-        log.info("aiosb: completed %d messages up to offset %s", done, end["admitted"])
+        # Completed on the loop while Spark goes on to the next micro-batch (#39).
+        self.source.commit(int(end["admitted"]), wait=False)
+        log.info("aiosb: completing the messages up to offset %s", end["admitted"])
 
     def stop(self) -> None:
         if self._source is not None:

@@ -34,10 +34,11 @@ SETTLE_IN_FLIGHT = 4
 class Chunk:
     """Rows received together: ``batch`` for Spark, ``tokens`` row for row (``None``
     where the lock was lost after the rows were admitted), the earliest lock end
-    ``until`` (UTC seconds), and ``first``, the offset of its first row once a
-    streaming read admits it (0 before)."""
+    ``until`` (UTC seconds), ``first``, the offset of its first row once a
+    streaming read admits it (0 before), and ``owner``, the :class:`Locks` of the link
+    that received it (a streaming read receives on more than one; ``None``: not said)."""
 
-    __slots__ = ("batch", "first", "tokens", "until")
+    __slots__ = ("batch", "first", "owner", "tokens", "until")
 
     def __init__(
         self, batch: pa.RecordBatch, tokens: list[str | None], until: float, first: int = 0
@@ -46,6 +47,7 @@ class Chunk:
         self.tokens = tokens
         self.until = until
         self.first = first
+        self.owner: Locks | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -59,6 +61,7 @@ class Chunk:
         head = Chunk(self.batch.slice(0, count), self.tokens[:count], self.until, self.first)
         rest = Chunk(self.batch.slice(count), self.tokens[count:], self.until,
                      self.first + count if self.first else 0)
+        head.owner = rest.owner = self.owner
         return head, rest
 
 

@@ -249,7 +249,9 @@ def stream_read_options(options: Mapping[str, str]) -> StreamReadOptions:
     """Parse a streaming read's options."""
     r = _Reader(options, STREAM_READ, "streaming read")
     per_trigger = r.integer("max_messages_per_trigger", 1000, 1, 10_000_000)
-    buffered = r.integer("max_buffered_messages", max(100_000, per_trigger), 1, 100_000_000)
+    # Room for two micro-batches: Spark plans the next before it commits the last.
+    buffered = r.integer("max_buffered_messages", max(100_000, 2 * per_trigger), 1,
+                         100_000_000)
     if buffered < per_trigger:
         raise InvalidArgument(
             f"the option 'max_buffered_messages' is {buffered}; it must be at least "

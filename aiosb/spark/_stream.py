@@ -24,10 +24,13 @@ driver as each receive comes in; the executors hand them to Spark as they are.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import signal
 import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import pyarrow as pa
@@ -39,44 +42,74 @@ from ._link import Chunk, Link, Locks, lost_tokens
 from ._options import StreamReadOptions
 from ._read import RECEIVE, _receiver
 
+#: Receivers (each on a connection of its own) a streaming read receives on at once.
+RECEIVERS = 2
+
 log = logging.getLogger("aiosb.spark")
 
 
 class Holder:
-    """The streaming source's locked messages, on the bridge's loop: received ahead,
-    admitted in order, renewed before their locks run out, completed on commit,
-    abandoned on stop."""
+    """The streaming source's locked messages, on the bridge's loop: received ahead
+    (on every link at once), admitted in order, renewed before their locks run out,
+    completed on commit, abandoned on stop.
 
-    def __init__(self, link: Link) -> None:
-        self.link = link
+    Each chunk is renewed and settled through the link that received it (its
+    ``owner``): AMQP settles on the receiving link only."""
+
+    def __init__(self, link: Link, *more: Link) -> None:
+        self.link = link  # the first: the transport's lock capacity is judged by it
         self.locks = Locks(link)
+        self.links = [(link, self.locks), *((other, Locks(other)) for other in more)]
         self.ready: list[Chunk] = []  # received ahead, not admitted yet
         self.held: list[Chunk] = []  # admitted (numbered), in order
         self.released = False
-        self.fetching: asyncio.Task[None] | None = None
+        self.fetching: asyncio.Future[Any] | None = None
+        self.want = self.room = 0  # the last admission's count and room
 
     def _all(self) -> list[Chunk]:
         return [*self.held, *self.ready]
+
+    def _owned(self, locks: Locks) -> Callable[[], list[Chunk]]:
+        return lambda: [c for c in self._all() if c.owner is locks]
 
     def count(self) -> int:
         return sum(map(len, self.held)) + sum(map(len, self.ready))
 
     async def _fetch(self, want: int, max_wait: float) -> None:
-        """Receive until ``want`` messages are ready (or none are there now)."""
-        wait = max_wait
-        while not self.released and (ready := sum(map(len, self.ready))) < want:
-            chunk = await self.link.receive(min(want - ready, RECEIVE), wait)
-            if chunk is None:
-                return
-            if self.released:  # stopped meanwhile: give it straight back
-                await self.locks.abandon(chunk.locked())
-                return
-            self.ready.append(chunk)
-            self.locks.start(chunk, self._all)
-            wait = 0
+        """Receive on every link at once until ``want`` messages are ready (or one
+        link finds none there now); raise the first error once every link is done."""
+        asking = 0  # messages asked for by receives on their way
+
+        async def pull(link: Link, locks: Locks) -> None:
+            nonlocal asking
+            wait = max_wait
+            while not self.released:
+                ask = min(want - sum(map(len, self.ready)) - asking, RECEIVE)
+                if ask <= 0:
+                    return
+                asking += ask
+                try:
+                    chunk = await link.receive(ask, wait)
+                finally:
+                    asking -= ask
+                if chunk is None:
+                    return
+                chunk.owner = locks
+                if self.released:  # stopped meanwhile: give it straight back
+                    await locks.abandon(chunk.locked())
+                    return
+                self.ready.append(chunk)
+                locks.start(chunk, self._owned(locks))
+                wait = 0
+
+        pulls = self.links if want > RECEIVE else self.links[:1]
+        done = await asyncio.gather(*(pull(*pair) for pair in pulls), return_exceptions=True)
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     def _receive_ahead(self, want: int, max_wait: float) -> None:
-        self.fetching = asyncio.get_running_loop().create_task(self._fetch(want, max_wait))
+        self.fetching = asyncio.ensure_future(self._fetch(want, max_wait))
 
     async def _received(self) -> None:
         """Wait for the receive on its way, if any (its error, if any, is raised here)."""
@@ -102,12 +135,15 @@ class Holder:
         if self.released:
             return 0
         admitted = 0
-        async with self.locks.gate:  # no renewal on its way: what it lost is left out
+        async with contextlib.AsyncExitStack() as gates:
+            for _, locks in self.links:  # no renewal on its way: what it lost is left out
+                await gates.enter_async_context(locks.gate)
             # Locks ended while renewals failed: renew them first; lost ones leave
             # ``ready`` (the broker delivers those messages again, maybe to us).
             now = CLOCK.now()
-            await self.locks.renew([t for c in self.ready if c.until <= now
-                                    for t in c.locked()])
+            for _, locks in self.links:
+                await locks.renew([t for c in self.ready if c.owner is locks
+                                   and c.until <= now for t in c.locked()])
             self.ready = [c for c in self.ready if len(c)]
             while self.ready and admitted < count:
                 chunk = self.ready.pop(0)
@@ -117,20 +153,38 @@ class Holder:
                 chunk.first = first + admitted
                 admitted += len(chunk)
                 self.held.append(chunk)
-        ahead = min(count, room - self.count())
-        if ahead > 0:
-            self._receive_ahead(ahead, 0)
+        self.want, self.room = count, room
+        self._ahead()
         return admitted
 
+    def _ahead(self) -> None:
+        """Receive ahead, up to a micro-batch's worth more while fewer than the room are
+        held, unless a receive is on its way (or failed: ``admit`` raises its error)."""
+        fetching = self.fetching
+        if self.released or (fetching is not None and (
+                not fetching.done() or fetching.cancelled() or fetching.exception())):
+            return
+        ahead = min(self.want, self.room - self.count())
+        if ahead > 0:
+            self._receive_ahead(ahead, 0)
+
     def batches(self, start: int, end: int) -> list[pa.RecordBatch]:
-        """The rows of offsets (start, end] this source admitted, in order."""
+        """The rows of offsets (start, end] this source admitted, in order.
+
+        Called off the loop while a commit's completion may take chunks off ``held``
+        on it: it reads a copy (a list is copied whole under the GIL)."""
         out = []
-        for chunk in self.held:
+        for chunk in list(self.held):
             lo = max(start + 1, chunk.first)
             hi = min(end, chunk.first + len(chunk.batch) - 1)
             if lo <= hi:
                 out.append(chunk.batch.slice(lo - chunk.first, hi - lo + 1))
         return out
+
+    def _by_link(self, chunks: list[Chunk]) -> list[tuple[Locks, list[str]]]:
+        """The chunks' tokens, by the link (its locks) that received them."""
+        return [(locks, [t for c in chunks if (c.owner or self.locks) is locks
+                         for t in c.locked()]) for _, locks in self.links]
 
     async def complete(self, upto: int) -> int:
         """Complete every admitted message numbered ``upto`` or lower; return how many."""
@@ -141,8 +195,13 @@ class Holder:
                 chunk, rest = chunk.split(upto - chunk.first + 1)
                 self.held.insert(0, rest)
             done.append(chunk)
-        tokens = [t for c in done for t in c.locked()]
-        lost = len(lost_tokens(await self.link.settle_all("complete", tokens)))
+        # Their room is free now: the next micro-batch's receive need not wait for
+        # latestOffset (Spark plans the next micro-batch before it commits the last).
+        self._ahead()
+        parts = self._by_link(done)
+        settled = await asyncio.gather(*(locks.link.settle_all("complete", tokens)
+                                         for locks, tokens in parts if tokens))
+        lost = sum(len(lost_tokens(results)) for results in settled)
         if lost:
             self.locks.lost += lost
             log.warning(
@@ -150,7 +209,7 @@ class Holder:
                 "be delivered again (at least once).",
                 lost,
             )
-        return len(tokens) - lost
+        return sum(len(tokens) for _, tokens in parts) - lost
 
     async def release(self) -> None:
         """Abandon everything held (it is delivered again at once), stop renewing.
@@ -163,9 +222,11 @@ class Holder:
             await asyncio.wait([fetching])
             if not fetching.cancelled() and (exc := fetching.exception()) is not None:
                 log.warning("the receive ahead had failed (%s)", exc)
-        await self.locks.stop()
+        for _, locks in self.links:
+            await locks.stop()
         chunks, self.held, self.ready = self._all(), [], []
-        await self.locks.abandon([t for c in chunks for t in c.locked()])
+        await asyncio.gather(*(locks.abandon(tokens)
+                               for locks, tokens in self._by_link(chunks) if tokens))
 
 
 class StreamSource:
@@ -174,17 +235,19 @@ class StreamSource:
     def __init__(self, options: StreamReadOptions) -> None:
         self.options = options
         self._bridge: Bridge | None = None
-        self._receiver: BlockingReceiver | None = None
+        self._receivers: list[BlockingReceiver] = []
         self._holder: Holder | None = None
         self._next = 1  # the number the next admitted message gets
         self._clamped = False  # told that the transport holds fewer than max_buffered
+        self._completing: list[Future[int]] = []  # commits' completions on their way
 
     def _open(self) -> Holder:
         if self._holder is None:
             self._stop_on_sigterm()
             bridge = self._bridge = Bridge.shared()
-            self._receiver = _receiver(self.options.connection, self.options.sub_queue, bridge)
-            self._holder = Holder(Link(self._receiver._target))
+            c, sub_queue = self.options.connection, self.options.sub_queue
+            self._receivers = [_receiver(c, sub_queue, bridge) for _ in range(RECEIVERS)]
+            self._holder = Holder(*(Link(r._target) for r in self._receivers))
         return self._holder
 
     def _stop_on_sigterm(self) -> None:
@@ -224,7 +287,12 @@ class StreamSource:
                     "locked (%d): the source holds at most %d.", room, capacity, capacity)
                 self._clamped = True
             room = capacity
-        count = room - admitted if limit is None else min(limit, room - admitted)
+        # Spark plans the next micro-batch before it commits the last (whose messages
+        # are held until then): one takes at most half the room, or the next would find
+        # none and Spark would wait forever for it, the last never committed.
+        count = min(room - admitted, max(1, room // 2))
+        if limit is not None:
+            count = min(limit, count)
         if count <= 0:
             return self._next - 1
         got = self._bridge.run(holder.admit(self._next, count, room, self.options.max_wait))
@@ -247,20 +315,47 @@ class StreamSource:
             for i in range(0, rows, size)
         ]
 
-    def commit(self, end: int) -> int:
-        """Complete every message up to ``end``; Spark has committed them."""
+    def commit(self, end: int, wait: bool = True) -> int:
+        """Complete every message up to ``end``; Spark has committed them. Return how
+        many were completed, or with ``wait=False`` start completing them and return 0:
+        the next micro-batch need not wait for it (they stay locked, renewed, until
+        completed; ``stop`` lets it finish). An earlier completion's error is raised."""
         holder = self._open()
         assert self._bridge is not None
-        return self._bridge.run(holder.complete(end))
+        self._collect(block=False)
+        if wait:
+            return self._bridge.run(holder.complete(end))
+        self._completing.append(self._bridge.submit(holder.complete(end)))
+        return 0
+
+    def _collect(self, block: bool) -> None:
+        """Forget finished completions, raising the first one's error (waiting for every
+        one on its way if ``block``)."""
+        completing, self._completing = self._completing, []
+        for i, future in enumerate(completing):
+            if not block and not future.done():
+                self._completing.append(future)
+                continue
+            try:
+                Bridge.wait(future)
+            except BaseException:
+                self._completing.extend(f for f in completing[i + 1:] if not f.done())
+                raise
 
     def stop(self) -> None:
-        """Abandon what is held, close the receiver."""
+        """Let completions on their way finish, abandon what is held, close the
+        receivers."""
         if self._holder is None or self._bridge is None:
             return
-        bridge, holder, receiver = self._bridge, self._holder, self._receiver
-        self._holder = None
+        bridge, holder, receivers = self._bridge, self._holder, self._receivers
+        self._holder, self._receivers = None, []
         if bridge.closed:
             return
-        bridge.run(holder.release())
-        if receiver is not None:
-            receiver.close()
+        try:
+            self._collect(block=True)
+        except Exception as exc:  # not completed: their messages come back, at least once
+            log.warning("completing a committed micro-batch failed (%s)", exc)
+        finally:
+            bridge.run(holder.release())
+            for receiver in receivers:
+                receiver.close()
