@@ -29,6 +29,7 @@ import logging
 import math
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -37,6 +38,7 @@ import pyarrow as pa
 
 from .._clock import CLOCK
 from ..bridge import BlockingReceiver, Bridge
+from ..errors import OperationTimeout
 from ._arrow import arrow_schema
 from ._link import Chunk, Link, Locks, lost_tokens
 from ._options import StreamReadOptions
@@ -44,6 +46,10 @@ from ._read import RECEIVE, _receiver
 
 #: Receivers (each on a connection of its own) a streaming read receives on at once.
 RECEIVERS = 2
+#: The longest :meth:`StreamSource.stop` waits for the server (completing what Spark
+#: committed, abandoning the rest). Past it, what is still locked comes back when its
+#: lock ends: the process Spark stops does not linger, retrying a server that is gone.
+STOP_SECONDS = 15.0
 
 log = logging.getLogger("aiosb.spark")
 
@@ -328,16 +334,18 @@ class StreamSource:
         self._completing.append(self._bridge.submit(holder.complete(end)))
         return 0
 
-    def _collect(self, block: bool) -> None:
+    def _collect(self, block: bool, timeout: float | None = None) -> None:
         """Forget finished completions, raising the first one's error (waiting for every
-        one on its way if ``block``)."""
+        one on its way if ``block``, for ``timeout`` seconds in all)."""
         completing, self._completing = self._completing, []
+        deadline = None if timeout is None else time.monotonic() + timeout
         for i, future in enumerate(completing):
             if not block and not future.done():
                 self._completing.append(future)
                 continue
             try:
-                Bridge.wait(future)
+                Bridge.wait(future, None if deadline is None
+                            else max(0.0, deadline - time.monotonic()))
             except BaseException:
                 self._completing.extend(f for f in completing[i + 1:] if not f.done())
                 raise
@@ -351,11 +359,18 @@ class StreamSource:
         self._holder, self._receivers = None, []
         if bridge.closed:
             return
+        deadline = time.monotonic() + STOP_SECONDS
         try:
-            self._collect(block=True)
+            self._collect(block=True, timeout=STOP_SECONDS)
         except Exception as exc:  # not completed: their messages come back, at least once
             log.warning("completing a committed micro-batch failed (%s)", exc)
         finally:
-            bridge.run(holder.release())
+            try:
+                bridge.run(holder.release(), timeout=max(0.0, deadline - time.monotonic()))
+            except OperationTimeout:
+                log.warning(
+                    "the server did not answer within %.0f s of stopping: the %d messages "
+                    "still held stay locked until their locks end, then are delivered "
+                    "again", STOP_SECONDS, holder.count())
             for receiver in receivers:
                 receiver.close()

@@ -1,0 +1,166 @@
+"""The streaming source's room, receive ahead, links and stop (S-11, #39), on the
+embedded emulator: the parts of the Spark data source that need no Spark (the rest are
+in ``test_spark_units.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+from test_spark_units import _active, _fill
+
+from aiosb.bridge import Bridge
+from aiosb.spark import _stream
+from aiosb.spark._link import Link
+from aiosb.spark._options import stream_read_options
+from aiosb.spark._stream import StreamSource
+
+
+@pytest.fixture
+def bridge():
+    with Bridge() as b:
+        yield b
+
+
+def _count(bridge: Bridge) -> int:
+    """Messages in the source queue, locked ones included."""
+    with bridge.connect("memory://src") as ns:
+        return ns.runtime_properties("q").active_message_count
+
+
+@pytest.mark.timeout(60)
+def test_s11_a_micro_batch_leaves_room_for_the_next_one_before_the_last_is_committed(bridge):
+    """S-11 (#39): Spark plans micro-batch N+1 before it commits N, whose messages are
+    still held: with the room (``max_buffered_messages``) no bigger than a trigger, the
+    next found no room, Spark waited for data forever and N was never committed. A
+    micro-batch now takes at most half the room, and the default room holds two."""
+    assert stream_read_options({"namespace": "memory://src", "entity": "q",
+                                "max_messages_per_trigger": "200000"}
+                               ).max_buffered_messages == 400_000
+    _fill(bridge, 30)
+    options = stream_read_options({"namespace": "memory://src", "entity": "q",
+                                   "max_messages_per_trigger": "10",
+                                   "max_buffered_messages": "10", "max_wait_seconds": "0"})
+    source = StreamSource(options)
+    try:
+        first = source.latest(0, 10)
+        assert 0 < first <= 5
+        second = source.latest(first, 10)  # planned before commit(first)
+        assert second > first
+        assert source.commit(first) == first
+        assert source.latest(second, 10) > second
+    finally:
+        source.stop()
+
+
+@pytest.mark.timeout(60)
+def test_s11_a_commit_frees_room_for_the_receive_ahead(bridge):
+    """S-11 (#39): with room for two micro-batches, admitting one leaves none to receive
+    ahead (the last is still held until Spark commits it, after planning the next):
+    the commit starts the next one's receive, so latestOffset does not wait for it."""
+    _fill(bridge, 40)
+    options = stream_read_options({"namespace": "memory://src", "entity": "q",
+                                   "max_messages_per_trigger": "10",
+                                   "max_buffered_messages": "20", "max_wait_seconds": "0"})
+    source = StreamSource(options)
+    try:
+        assert source.latest(0, 10) == 10
+        assert source.latest(10, 10) == 20
+        holder, bridge_ = source._holder, source._bridge
+        assert holder is not None and bridge_ is not None
+        bridge_.run(holder._received())
+        assert sum(map(len, holder.ready)) == 0  # no room: both micro-batches held
+        assert source.commit(10) == 10
+        bridge_.run(holder._received())
+        assert sum(map(len, holder.ready)) == 10  # received ahead for the third
+        assert source.latest(20, 10) == 30
+    finally:
+        source.stop()
+
+
+@pytest.mark.timeout(60)
+def test_s11_the_stream_source_receives_on_two_links_and_settles_each_chunk_on_its_own(
+    bridge, monkeypatch
+):
+    """S-11 (#39): the receive ahead runs on two receivers at once; each chunk is
+    renewed and settled through the link that received it (AMQP settles on the
+    receiving link only), and every committed message is completed."""
+    receive = Link.receive
+
+    async def over_a_network(self: Link, count: int, max_wait: float) -> Any:
+        await asyncio.sleep(0.01)  # a memory receive answers at once: make it wait
+        return await receive(self, count, max_wait)
+
+    monkeypatch.setattr(Link, "receive", over_a_network)
+    _fill(bridge, 4000)
+    options = stream_read_options({"namespace": "memory://src", "entity": "q",
+                                   "max_messages_per_trigger": "4000",
+                                   "max_wait_seconds": "0"})
+    source = StreamSource(options)
+    try:
+        assert source.latest(0, 4000) == 4000
+        holder = source._holder
+        assert holder is not None and len(holder.links) == 2
+        owners = {id(c.owner) for c in holder.held}
+        assert owners == {id(locks) for _, locks in holder.links}
+        assert source.commit(4000) == 4000
+    finally:
+        source.stop()
+    assert _count(bridge) == 0
+
+
+@pytest.mark.timeout(60)
+def test_s11_a_commit_completes_in_the_background_and_stop_lets_it_finish(
+    bridge, monkeypatch
+):
+    """S-11 (#39): Spark's commit starts completing and returns, so the next
+    micro-batch need not wait; a stop right after lets the completion finish (it does
+    not abandon committed messages, nor close the receivers under it), then abandons
+    the rest."""
+    settle_all = Link.settle_all
+
+    async def slowly(self: Link, action: Any, tokens: list[str]) -> Any:
+        if action == "complete":
+            await asyncio.sleep(0.5)
+        return await settle_all(self, action, tokens)
+
+    monkeypatch.setattr(Link, "settle_all", slowly)
+    _fill(bridge, 30)
+    options = stream_read_options({"namespace": "memory://src", "entity": "q",
+                                   "max_wait_seconds": "0"})
+    source = StreamSource(options)
+    try:
+        assert source.latest(0, 20) == 20
+        assert source.commit(20, wait=False) == 0
+    finally:
+        source.stop()
+    assert _count(bridge) == 10
+    assert _active(bridge) == [str(i) for i in range(20, 30)]
+
+
+@pytest.mark.timeout(60)
+def test_s11_stop_gives_up_on_a_server_that_does_not_answer(bridge, monkeypatch, caplog):
+    """Spark stops the reader's process with SIGTERM; if the server is gone, stop
+    retried completing and abandoning for minutes (the process outlived the query).
+    It waits :data:`STOP_SECONDS` at most, says what stays locked, and closes."""
+    hung = asyncio.Event()
+
+    async def never(self: Link, action: Any, tokens: list[str]) -> Any:
+        hung.set()
+        await asyncio.Event().wait()  # a server that takes the request and never answers
+
+    _fill(bridge, 30)
+    options = stream_read_options({"namespace": "memory://src", "entity": "q",
+                                   "max_wait_seconds": "0"})
+    source = StreamSource(options)
+    assert source.latest(0, 20) == 20
+    monkeypatch.setattr(Link, "settle_all", never)
+    monkeypatch.setattr(_stream, "STOP_SECONDS", 0.5)
+    assert source.commit(20, wait=False) == 0
+    with caplog.at_level(logging.WARNING, logger="aiosb.spark"):
+        source.stop()
+    assert hung.is_set()
+    assert "did not answer within" in caplog.text
+    assert source._holder is None and source._receivers == []
