@@ -108,3 +108,22 @@ async def test_a_group_writes_batches_of_any_size_exactly(tmp_path):
                     b"last", *(b"%d" % i for i in range(137))} - {m.body for m in done}
                 locked = {m.sequence_number for m in peeked if m.delivery_count == 1}
                 assert locked == seqs - gone
+
+
+@pytest.mark.parametrize("props", [{"i": 2**70, "t": "ü"}, {"f": float("inf")}, {"b": b"\x00"},
+                                   {"f": 1.5}])
+async def test_properties_of_one_kind_are_written_as_they_read_back(tmp_path, props):
+    """#39: a row writes plain property values (text, whole numbers, booleans) as they
+    are, and tags the rest, also when every value of a message is of one such kind (an
+    infinite float is not plain; a whole number over 64 bits is)."""
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("kinds")) as ns:
+            await ns.create_queue("q")
+            async with ns.sender("q") as sender:
+                await sender.send(Message(b"x", application_properties=props))
+    emulator.reset()
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("kinds")) as ns:
+            async with ns.receiver("q") as receiver:
+                (got,) = await receiver.peek()
+    assert got.application_properties == props
