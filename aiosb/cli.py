@@ -102,6 +102,7 @@ async def serve_forever(
     config: Any = None,
     microsoft: bool = False,
     explorer: bool = True,
+    fsync: bool = False,
 ) -> None:
     """Serve the emulator over HTTP (and AMQP 1.0 on ``amqp_port``, for the official SDKs)
     until interrupted, printing how to connect and (unless ``quiet``) a line per
@@ -141,7 +142,8 @@ async def serve_forever(
     if microsoft:
         routes[HEALTH_PATH] = _health
     async with serve(
-        host, port, key_name=key_name, key=key or DEV_KEY, data_dir=data_dir, keys=keys,
+        host, port, key_name=key_name, key=key or DEV_KEY, data_dir=data_dir, fsync=fsync,
+        keys=keys,
         log_requests=not quiet, metrics=metrics, ssl_context=ssl_context,
         root=namespace, routes=routes, also_key=also, prepare=prepare, explorer=explorer,
     ) as served, contextlib.AsyncExitStack() as stack:
@@ -182,7 +184,9 @@ async def serve_forever(
             _say(f"  signed with the well-known development key {key_name} / {DEV_KEY}")
             _say("  (for local use only; pass --key to choose your own)")
         if data_dir is not None:
-            _say(f"  durable: every acknowledged operation is kept in {data_dir}")
+            _say(f"  durable: every acknowledged operation is kept in {data_dir} ("
+                 + ("flushed to the disk: survives the machine crashing)" if fsync else
+                    "survives the server being killed; --fsync: the machine crashing too)"))
         for line in said:
             _say(f"  {line}")
         if microsoft:
@@ -358,6 +362,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_cmd.add_argument("--data-dir", default=None,
                            help="keep everything in a SQLite database in this directory "
                            "(durable across restarts); default: in memory")
+    serve_cmd.add_argument("--fsync", action="store_true",
+                           help="with --data-dir: flush each commit to the disk before "
+                           "answering (SQLite synchronous=FULL), so that what is acknowledged "
+                           "survives the machine crashing, not only the server being killed; "
+                           "slower")
     serve_cmd.add_argument("--config", default=None, metavar="CONFIG_JSON",
                            help="make the entities of Microsoft's emulator's Config.json at "
                            "start (again at every start: created, updated, said)")
@@ -399,6 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  f"{config.namespace}: give one")
             if args.namespace is None:
                 args.namespace = config.namespace if config is not None else "sbemulatorns"
+            if args.fsync and args.data_dir is None:
+                parser.error("--fsync goes with --data-dir (in memory, nothing is written)")
             if not 0 <= args.port <= 65535:
                 parser.error("--port must be between 0 and 65535")
             if not 0 <= args.amqp_port <= 65535:
@@ -438,7 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               amqps_port=None if microsoft and not amqps_given
                               else args.amqps_port,
                               config=config, microsoft=microsoft,
-                              explorer=not args.no_explorer),
+                              explorer=not args.no_explorer, fsync=args.fsync),
                 args.loop)
         if args.command == "demo":
             if args.orders < 10:

@@ -8,17 +8,23 @@ returns once everything changed before the call is on disk. Commits are grouped:
 write, in one SQLite transaction on a thread of its own, carries the changes of every
 request that arrived meanwhile, so concurrency does not cost a disk flush per message.
 
-SQLite runs in WAL mode with ``synchronous=FULL``: a committed transaction survives a
-SIGKILL of the server and a crash of the machine. Messages live in a compact table
-(``msgs``, #39): keyed by an entity's number (``entity_ids``) and the sequence number,
-without a rowid, each row its body and a packed head (:func:`._rows.message_row`); a
-lock taken since the row was written goes to the row's ``lock`` column. A broker-assigned
-MessageId is kept as its number, with the prefix its process spelled it with in
-``meta``; a fresh process takes that prefix on (:func:`._record.adopt_auto_ids`), so
-that such ids stay numbers in memory after a restart. A database of an older aiosb
-(table ``messages``) is moved to the compact table on the journal's thread, in the
-background of the restart (operations wait for it) or before the first write
-(:func:`._migrate.migrate`).
+SQLite runs in WAL mode. By default with ``synchronous=NORMAL``: a committed
+transaction is in the WAL file (in the operating system's cache, not yet flushed to the
+disk), so it survives the server's process being killed (SIGKILL, R-3) and the database
+is never corrupted; a crash of the machine or a power loss may lose the last commits
+before a checkpoint. ``Journal(directory, fsync=True)`` (``aiosb serve --fsync``) runs
+with ``synchronous=FULL``: each commit is flushed to the disk before it is acknowledged,
+so it survives the machine crashing too, at the cost of an fsync a commit.
+
+Messages live in a compact table (``msgs``, #39): keyed by an entity's number
+(``entity_ids``) and the sequence number, without a rowid, each row its body and a
+packed head (:func:`._rows.message_row`); a lock taken since the row was written goes to
+the row's ``lock`` column. A broker-assigned MessageId is kept as its number, with the
+prefix its process spelled it with in ``meta``; a fresh process takes that prefix on
+(:func:`._record.adopt_auto_ids`), so that such ids stay numbers in memory after a
+restart. A database of an older aiosb (table ``messages``) is moved to the compact table
+on the journal's thread, in the background of the restart (operations wait for it) or
+before the first write (:func:`._migrate.migrate`).
 
 At start-up :meth:`Journal.load` rebuilds every namespace as it was
 (:class:`~._recovery.Recovery`): entities, rules, sessions and sequence numbers before
@@ -40,12 +46,13 @@ import asyncio
 import concurrent.futures
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from ..errors import InvalidArgument, TransientError
-from ..wire.json_values import dumps
 from ._entity import _Entity, _Session
 from ._migrate import migrate
 from ._namespace import Namespace
@@ -89,8 +96,28 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value NOT NULL);
 #: Columns added to a table since its first release: a database written before one was
 #: added gets it, with its default, when it is opened.
 _ADDED_COLUMNS = [("sessions", "state_set", "REAL NOT NULL DEFAULT 0")]
-#: A message row as :meth:`Journal._write` puts it.
-_PUT = "INSERT OR REPLACE INTO msgs (eid, seq, body, head, lock) VALUES (?, ?, ?, ?, NULL)"
+#: The most rows one statement of :meth:`Journal._write` puts or locks: a batch takes a
+#: few statements, one for 64, 32, 16 ... rows, not one a row (#39: each statement is a
+#: step of SQLite's, for which the journal's thread lets go of the GIL and must take it
+#: back from the thread serving requests).
+_MOST = 64
+_SIZES = [1 << n for n in range(_MOST.bit_length())]
+#: Message rows put, by how many.
+_PUTS = {size: "INSERT OR REPLACE INTO msgs (eid, seq, body, head, lock) VALUES "
+         + ", ".join(["(?, ?, ?, ?, NULL)"] * size) for size in _SIZES}
+#: Locks taken since their rows were written, by how many: (sequence number, lock) each.
+_LOCKS = {size: "UPDATE msgs SET lock = v.column2 FROM (VALUES "
+          + ", ".join(["(?, ?)"] * size) + ") AS v WHERE msgs.eid = ? AND msgs.seq = v.column1"
+          for size in _SIZES}
+#: The rows of a run of sequence numbers (every one of them to go) deleted.
+_DELETE_RUN = "DELETE FROM msgs WHERE eid = ? AND seq BETWEEN ? AND ?"
+#: The highest sequence number used in a fragment of an entity.
+_HIGH = ("INSERT INTO sequences VALUES (?, ?, ?, ?) ON CONFLICT (ns, entity, fragment) "
+         "DO UPDATE SET high = max(high, excluded.high)")
+#: What a group writes of one entity (:meth:`Journal._write`): namespace, entity key,
+#: the sequence numbers of the rows to go, the rows to put (sequence number, body,
+#: head), the locks to set (lock, sequence number).
+_Group = tuple[str, str, list[int], list[tuple[int, bytes, bytes]], list[tuple[bytes, int]]]
 
 
 class Journal:
@@ -98,17 +125,24 @@ class Journal:
 
     Args:
         directory: Where the database lives (``aiosb.sqlite3``); created if missing.
+        fsync: Flush each commit to the disk (``synchronous=FULL``): what is
+            acknowledged survives the machine crashing. By default (``NORMAL``) it
+            survives the process being killed, not an OS crash or power loss.
     """
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, fsync: bool = False) -> None:
         self.path = Path(directory) / "aiosb.sqlite3"
-        # One entry per database row (namespace, entity, sequence number): what the row
-        # holds now, a record (and where it is), or None when the row is to go.
-        self._dirty: dict[tuple[str, str, int], tuple[str | None, _Record] | None] = {}
+        self.fsync = fsync
+        # The rows to write, by entity (namespace, entity key), then sequence number:
+        # what the row holds now, a record (and where it is), or None when the row is
+        # to go. By entity, so that a group writes an entity's rows with one look-up of
+        # its id, and its deletes as runs of sequence numbers (#39).
+        self._dirty: dict[tuple[str, str], dict[int, tuple[str | None, _Record] | None]] = {}
         self._ops: list[tuple[str, tuple[Any, ...]]] = []
-        # Rows whose message was only locked (or its lock renewed) since it was written:
-        # the lock goes to the row's lock column, the row is not written again (#39).
-        self._locks: dict[tuple[str, str, int], _Record] = {}
+        # Rows whose message was only locked (or its lock renewed) since it was written,
+        # by entity, then sequence number: the lock goes to the row's lock column, the
+        # row is not written again (#39).
+        self._locks: dict[tuple[str, str], dict[int, _Record]] = {}
         self._changes = 0
         self._durable = 0
         self._flushing: asyncio.Future[None] | None = None
@@ -144,7 +178,7 @@ class Journal:
     def _open(self) -> None:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
+        db.execute(f"PRAGMA synchronous={'FULL' if self.fsync else 'NORMAL'}")
         # The WAL is emptied at each checkpoint; past that it is cut back to this size,
         # so a burst does not leave a file as big as the burst (#39: bytes on disk).
         db.execute("PRAGMA journal_size_limit=4194304")
@@ -234,23 +268,36 @@ class Journal:
 
     def record(self, store: _Store, rec: _Record) -> None:
         """A message was added, changed or removed in ``store``."""
+        self.records(store, (rec,))
+
+    def records(self, store: _Store, recs: Iterable[_Record]) -> None:
+        """Messages were added, changed or removed in ``store`` (a batch: one call)."""
         entity = store.entity
         if entity.deleted:  # its rows went with it
             return
-        row = (entity.ns.name, entity.key, rec.seq)
-        self._locks.pop(row, None)  # the row is written whole, or goes
-        if rec.state == GONE:
-            self._dirty[row] = None
-            mid = rec._mid
-            if isinstance(mid, int) and mid > self._gone_id:
-                self._gone_id = mid
-        else:
-            where: str | None = None
-            if store.session is not None:
-                where = "s:" + store.session.id
-            elif store.is_dlq:
-                where = "d"
-            self._dirty[row] = (where, rec)
+        key = (entity.ns.name, entity.key)
+        dirty = self._dirty.get(key)
+        if dirty is None:
+            dirty = self._dirty[key] = {}
+        locks = self._locks.get(key)
+        where: str | None = None
+        if store.session is not None:
+            where = "s:" + store.session.id
+        elif store.is_dlq:
+            where = "d"
+        gone_id = self._gone_id
+        for rec in recs:
+            seq = rec.seq
+            if locks:
+                locks.pop(seq, None)  # the row is written whole, or goes
+            if rec.state == GONE:
+                dirty[seq] = None
+                mid = rec._mid
+                if isinstance(mid, int) and mid > gone_id:
+                    gone_id = mid
+            else:
+                dirty[seq] = (where, rec)
+        self._gone_id = gone_id
         self._changed()
 
     def locked(self, store: _Store, recs: list[_Record]) -> None:
@@ -259,11 +306,15 @@ class Journal:
         entity = store.entity
         if entity.deleted:
             return
-        dirty, locks, ns, key = self._dirty, self._locks, entity.ns.name, entity.key
+        key = (entity.ns.name, entity.key)
+        dirty = self._dirty.get(key) or {}
+        locks = self._locks.get(key)
+        if locks is None:
+            locks = self._locks[key] = {}
         for rec in recs:
-            row = (ns, key, rec.seq)
-            if row not in dirty:  # a row to be written whole will hold the lock too
-                locks[row] = rec
+            seq = rec.seq
+            if seq not in dirty:  # a row to be written whole will hold the lock too
+                locks[seq] = rec
         self._changed()
 
     def snapshot(self, ns: Namespace) -> None:
@@ -311,10 +362,8 @@ class Journal:
             self._ops.append((f"DELETE FROM {table} WHERE ns = ? AND {column} = ?", key))
         self._ops.append(("DELETE FROM msgs WHERE eid = (SELECT id FROM entity_ids "
                           "WHERE ns = ? AND key = ?)", key))
-        for row in [row for row in self._dirty if row[:2] == key]:
-            del self._dirty[row]
-        for row in [row for row in self._locks if row[:2] == key]:
-            del self._locks[row]
+        self._dirty.pop(key, None)
+        self._locks.pop(key, None)
         self._changed()
 
     def session(self, session: _Session) -> None:
@@ -372,43 +421,53 @@ class Journal:
             dirty, self._dirty = self._dirty, {}
             ops, self._ops = self._ops, []
             locks, self._locks = self._locks, {}
-            held = [
-                (_lock_of(rec), *row) for row, rec in locks.items() if rec.state == LOCKED
-            ]
             shift = FRAGMENT_SHIFT
             prefix_ok = self.prefix == auto_id_prefix()
-            deletes, puts = [], []
             high_id, self._gone_id = self._gone_id, 0
-            highs: dict[tuple[str, str, int], int] = {}
-            for row, item in dirty.items():
-                ns, entity, seq = row
-                key = (ns, entity, seq >> shift)  # every number used counts, kept or not
-                if seq > highs.get(key, 0):
-                    highs[key] = seq
-                if item is None or item[1].state == GONE:
-                    deletes.append(row)
-                    continue
-                where, rec = item
-                mid = rec._mid
-                if prefix_ok and mid.__class__ is int and mid > high_id:
-                    high_id = mid
-                puts.append((ns, entity, seq, rec.body, message_row(rec, prefix_ok, where)))
+            groups: list[_Group] = []
+            highs: list[tuple[str, str, int, int]] = []
+            for key in dirty.keys() | locks.keys():
+                ns, entity = key
+                deletes: list[int] = []
+                puts: list[tuple[int, bytes, bytes]] = []
+                rows = dirty.get(key)
+                if rows:
+                    for seq, item in rows.items():
+                        if item is None or item[1].state == GONE:
+                            deletes.append(seq)
+                            continue
+                        where, rec = item
+                        mid = rec._mid
+                        if prefix_ok and isinstance(mid, int) and mid > high_id:
+                            high_id = mid
+                        puts.append((seq, rec.body, message_row(rec, prefix_ok, where)))
+                    # every number used counts, kept or not
+                    highs += [(ns, entity, frag, high) for frag, high in _highs(rows, shift)]
+                held = [(_lock_of(rec), seq) for seq, rec in (locks.get(key) or {}).items()
+                        if rec.state == LOCKED]
+                if deletes or puts or held:
+                    groups.append((ns, entity, deletes, puts, held))
             if high_id:
                 ops.append(("INSERT INTO meta VALUES ('auto_high', ?) ON CONFLICT (name) "
                             "DO UPDATE SET value = max(value, excluded.value)", (high_id,)))
             try:
-                await self._run(self._write, ops, deletes, puts, list(highs.items()), held)
+                await self._run(self._write, ops, groups, highs)
             except (sqlite3.Error, OSError) as exc:
                 failed = True
                 # Nothing of this group is durable: keep it for the next attempt (later
                 # changes of the same rows win).
                 self._gone_id = max(self._gone_id, high_id)
                 self._ops[:0] = ops
-                for row, item in dirty.items():
-                    self._dirty.setdefault(row, item)
-                for row, rec in locks.items():
-                    if row not in self._dirty:
-                        self._locks.setdefault(row, rec)
+                for key, rows in dirty.items():
+                    now = self._dirty.setdefault(key, {})
+                    for seq, item in rows.items():
+                        now.setdefault(seq, item)
+                for key, recs in locks.items():
+                    written = self._dirty.get(key) or {}
+                    now_locks = self._locks.setdefault(key, {})
+                    for seq, rec in recs.items():
+                        if seq not in written:
+                            now_locks.setdefault(seq, rec)
                 self._retry = min(5.0, self._retry * 2 or 0.05)
                 log.error(
                     "could not write to %s (retrying in %.2f s): %s", self.path, self._retry, exc
@@ -430,10 +489,8 @@ class Journal:
     def _write(
         self,
         ops: list[tuple[str, tuple[Any, ...]]],
-        deletes: list[tuple[str, str, int]],
-        puts: list[tuple[str, str, int, bytes, bytes]],
-        highs: list[tuple[tuple[str, str, int], int]],
-        held: list[tuple[bytes, str, str, int]],
+        groups: list[_Group],
+        highs: list[tuple[str, str, int, int]],
     ) -> None:
         db = self._db
         assert db is not None
@@ -441,22 +498,22 @@ class Journal:
             self._migrate()  # the rows of an older database first: a write may replace them
         except InvalidArgument as exc:  # they cannot be: nothing is written (retried)
             raise sqlite3.DatabaseError(str(exc)) from exc
-        eid = self._eid
         db.execute("BEGIN")
         try:
             for sql, args in ops:
                 db.execute(sql, args)
-            db.executemany("DELETE FROM msgs WHERE eid = ? AND seq = ?",
-                           [(eid(ns, key), seq) for ns, key, seq in deletes])
-            db.executemany(_PUT, [(eid(ns, key), seq, body, head)
-                                  for ns, key, seq, body, head in puts])
-            db.executemany("UPDATE msgs SET lock = ? WHERE eid = ? AND seq = ?",
-                           [(lock, eid(ns, key), seq) for lock, ns, key, seq in held])
-            db.executemany(
-                "INSERT INTO sequences VALUES (?, ?, ?, ?) ON CONFLICT (ns, entity, fragment) "
-                "DO UPDATE SET high = max(high, excluded.high)",
-                [(*key, high) for key, high in highs],
-            )
+            for ns, key, deletes, puts, held in groups:
+                eid = self._eid(ns, key)
+                if deletes:  # a settled batch is mostly one run: one statement (#39)
+                    db.executemany(_DELETE_RUN, [(eid, lo, hi) for lo, hi in _runs(deletes)])
+                for at, size in _chunks(len(puts)):
+                    db.execute(_PUTS[size], [value for seq, body, head in puts[at:at + size]
+                                             for value in (eid, seq, body, head)])
+                for at, size in _chunks(len(held)):
+                    db.execute(_LOCKS[size], [
+                        *(value for lock, seq in held[at:at + size] for value in (seq, lock)),
+                        eid])
+            db.executemany(_HIGH, highs)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -497,5 +554,42 @@ def _consume(task: asyncio.Future[None]) -> None:
 
 def _lock_of(rec: _Record) -> bytes:
     """What :meth:`Journal.locked` keeps of a locked record: its state, delivery count,
-    lock token and lock's end."""
-    return dumps([rec.state, rec.delivery_count, rec.lock_token, rec.locked_until])
+    lock token and lock's end (JSON: ints, a token of hex digits and dashes, a finite
+    float, which orjson writes as :func:`~aiosb.wire.json_values.dumps` does, faster)."""
+    return orjson.dumps([rec.state, rec.delivery_count, rec.lock_token, rec.locked_until])
+
+
+def _chunks(count: int) -> Iterator[tuple[int, int]]:
+    """(start, size) of the statements that write ``count`` rows (:data:`_MOST`)."""
+    at = 0
+    while count:
+        size = min(_MOST, 1 << (count.bit_length() - 1))
+        yield at, size
+        at, count = at + size, count - size
+
+
+def _runs(seqs: list[int]) -> Iterator[tuple[int, int]]:
+    """The runs of consecutive numbers in ``seqs``: (first, last) of each."""
+    seqs.sort()
+    first = last = seqs[0]
+    for seq in seqs[1:]:
+        if seq != last + 1:
+            yield first, last
+            first = seq
+        last = seq
+    yield first, last
+
+
+def _highs(rows: dict[int, Any], shift: int) -> Iterator[tuple[int, int]]:
+    """(fragment, the highest sequence number of it) of the sequence numbers ``rows``
+    holds (``shift``: :data:`._partitions.FRAGMENT_SHIFT`); mostly one fragment."""
+    low, high = min(rows), max(rows)
+    if low >> shift == high >> shift:
+        yield high >> shift, high
+        return
+    highs: dict[int, int] = {}
+    for seq in rows:
+        fragment = seq >> shift
+        if seq > highs.get(fragment, 0):
+            highs[fragment] = seq
+    yield from highs.items()

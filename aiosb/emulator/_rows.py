@@ -78,6 +78,9 @@ _LEGACY_CLASSES = {
 
 _FIELDS_OF = operator.attrgetter(*FIELDS)
 _PLAIN = (str, int, bool)
+#: The types of property values :func:`~aiosb.wire.json_values.encode_value` leaves as
+#: they are (a float is too, unless it is not finite).
+_PLAIN_TYPES = frozenset(_PLAIN)
 
 
 def encode_record(rec: Any) -> bytes:
@@ -124,8 +127,10 @@ def message_row(rec: Any, prefix_ok: bool, where: str | None) -> bytes:
         for name, value in zip(_OPT, opt, strict=True):
             if value is not None:
                 tail[name] = value if type(value) in _PLAIN else encode_value(value)
-    if rec.props:
-        tail["props"] = {k: encode_value(v) for k, v in rec.props.items()}
+    props = rec.props
+    if props:  # as encode_value writes them: plain values as they are (#39: most are)
+        tail["props"] = (props if _PLAIN_TYPES.issuperset(map(type, props.values()))
+                         else {k: encode_value(v) for k, v in props.items()})
     if rec.key is not None:
         tail["key"] = rec.key
     if rec.deferred:

@@ -275,8 +275,7 @@ class _Store:
             for _ in range(min(len(recs), len(waiters))):
                 _wake_one(waiters)
         if self.ns.journal is not None:
-            for rec in recs:
-                self.ns.journal.record(self, rec)
+            self.ns.journal.records(self, recs)
 
     def add_scheduled(self, rec: _Record) -> None:
         """Hold ``rec`` until its enqueue time (EX-5)."""
@@ -379,10 +378,8 @@ class _Store:
         self.deferred -= deferred
         self.size -= size
         self.entity.bytes -= size
-        journal = self.ns.journal
-        if journal is not None:
-            for rec in recs:
-                journal.record(self, rec)
+        if self.ns.journal is not None:
+            self.ns.journal.records(self, recs)
 
     def expire(self, rec: _Record, now: float) -> None:
         """Expiry has come for an unlocked message: dead-letter or drop it (EX-10)."""

@@ -10,7 +10,7 @@ this module).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 from ._record import _Ids, _Record
@@ -30,6 +30,10 @@ class Recorder(Protocol):
 
     def record(self, store: Any, rec: _Record) -> None:
         """``rec`` was added, changed or removed in ``store`` (a :class:`~._store._Store`)."""
+
+    def records(self, store: Any, recs: Iterable[_Record]) -> None:
+        """``recs`` were added, changed or removed in ``store``: :meth:`record` for a
+        batch, in one call."""
 
     def locked(self, store: Any, recs: list[_Record]) -> None:
         """``recs`` were locked in ``store``, or their locks renewed: nothing else of

@@ -254,6 +254,7 @@ async def serve(
     key: str = DEV_KEY,
     ready: Callable[[ServedEmulator], None] | None = None,
     data_dir: str | Path | None = None,
+    fsync: bool = False,
     keys: Mapping[str, tuple[str, Iterable[str]]] | None = None,
     log_requests: bool = False,
     metrics: bool = False,
@@ -277,6 +278,10 @@ async def serve(
         data_dir: Durable mode: keep every namespace in a SQLite database there, loaded
             at start-up; every acknowledged send and settlement is on disk before its
             answer. Without it, everything is in memory.
+        fsync: Durable mode: flush each commit to the disk before answering
+            (SQLite ``synchronous=FULL``), so what is acknowledged survives the machine
+            crashing; by default it survives the server process being killed (SIGKILL),
+            not an operating-system crash or power loss (``synchronous=NORMAL``).
         log_requests: Log a line per request (client, method, path, status, time) to
             the ``aiosb.server.requests`` logger, at INFO.
         metrics: Serve Prometheus metrics at ``GET /metrics`` (needs
@@ -303,7 +308,7 @@ async def serve(
     """
     journal = None
     if data_dir is not None:
-        journal = Journal(data_dir)
+        journal = Journal(data_dir, fsync=fsync)
         await journal.open()
         try:
             await journal.load()
