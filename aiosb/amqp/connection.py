@@ -37,6 +37,7 @@ from ..errors import (
 from ..protocol import ManagementRequest
 from . import performatives as p
 from ._cbs import Tokens, entity_of, put_token_reply
+from ._columns import columns_of
 from ._links import (
     CHANNEL_MAX,
     CREDIT,
@@ -73,7 +74,7 @@ from .codec import (
     ULong,
     UShort,
 )
-from .messages import columns_of, messages_of, reply_payload, sections_of
+from .messages import messages_of, reply_payload, sections_of
 
 __all__ = ["CREDIT", "LONG_POLL", "MAX_FRAME", "WINDOW", "Connection", "ProtocolViolation"]
 
