@@ -105,10 +105,11 @@ _SIZES = [1 << n for n in range(_MOST.bit_length())]
 #: Message rows put, by how many.
 _PUTS = {size: "INSERT OR REPLACE INTO msgs (eid, seq, body, head, lock) VALUES "
          + ", ".join(["(?, ?, ?, ?, NULL)"] * size) for size in _SIZES}
-#: Locks taken since their rows were written, by how many: (sequence number, lock) each.
+#: Locks taken since their rows were written, by how many: (sequence number, lock) each;
+#: a row a statement where SQLite is older than 3.33 (no UPDATE ... FROM).
 _LOCKS = {size: "UPDATE msgs SET lock = v.column2 FROM (VALUES "
           + ", ".join(["(?, ?)"] * size) + ") AS v WHERE msgs.eid = ? AND msgs.seq = v.column1"
-          for size in _SIZES}
+          for size in _SIZES} if sqlite3.sqlite_version_info >= (3, 33) else None
 #: The rows of a run of sequence numbers (every one of them to go) deleted.
 _DELETE_RUN = "DELETE FROM msgs WHERE eid = ? AND seq BETWEEN ? AND ?"
 #: The highest sequence number used in a fragment of an entity.
@@ -509,8 +510,11 @@ class Journal:
                 for at, size in _chunks(len(puts)):
                     db.execute(_PUTS[size], [value for seq, body, head in puts[at:at + size]
                                              for value in (eid, seq, body, head)])
-                for at, size in _chunks(len(held)):
-                    db.execute(_LOCKS[size], [
+                if _LOCKS is None:
+                    db.executemany("UPDATE msgs SET lock = ? WHERE eid = ? AND seq = ?",
+                                   [(lock, eid, seq) for lock, seq in held])
+                for at, size in _chunks(0 if _LOCKS is None else len(held)):
+                    db.execute(_LOCKS[size], [  # type: ignore[index]
                         *(value for lock, seq in held[at:at + size] for value in (seq, lock)),
                         eid])
             db.executemany(_HIGH, highs)
