@@ -464,13 +464,7 @@ def test_microsofts_ports_and_its_connection_string_word_for_word(tmp_path):
            "--config", str(write(tmp_path, data)), "--tls-dir", str(tmp_path / "tls")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        assert proc.stdout is not None
-        banner = []
-        for line in proc.stdout:
-            banner.append(line)
-            if "python: aiosb.connect(" in line:
-                break
-        text = "".join(banner)
+        text = _banner(proc)
         assert "listening on http://127.0.0.1:5300" in text, text
         assert "AMQP 1.0 (the official SDKs) on port 5672" in text
         assert "AMQP over TLS" not in text  # Microsoft's emulator has none
@@ -501,6 +495,18 @@ def test_microsofts_ports_and_its_connection_string_word_for_word(tmp_path):
         proc.wait(10)
 
 
+def _banner(proc: subprocess.Popen[str], *ends: str) -> str:
+    """What ``aiosb serve`` printed up to a line holding one of ``ends`` (its last line
+    of the banner by default)."""
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if any(end in line for end in ends or ("python: aiosb.connect(",)):
+            break
+    return "".join(lines)
+
+
 def _free_port() -> int:
     import socket
 
@@ -527,13 +533,7 @@ def test_microsofts_port_variables_move_its_ports(tmp_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env)
     try:
-        assert proc.stdout is not None
-        banner = []
-        for line in proc.stdout:
-            banner.append(line)
-            if "python: aiosb.connect(" in line:
-                break
-        text = "".join(banner)
+        text = _banner(proc)
         assert f"listening on http://127.0.0.1:{http}" in text, text
         assert f"AMQP 1.0 (the official SDKs) on port {amqp}" in text, text
         assert _health(f"http://127.0.0.1:{http}")[0] == 200
@@ -584,13 +584,7 @@ def test_port_variables_are_only_microsofts_and_flags_win(tmp_path):
              "--amqp-port", str(amqp), "--tls-dir", str(tmp_path / "tls"), *extra],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            assert proc.stdout is not None
-            lines = []
-            for line in proc.stdout:
-                lines.append(line)
-                if "AMQP 1.0 (the official SDKs)" in line or "error" in line:
-                    break
-            text = "".join(lines)
+            text = _banner(proc, "AMQP 1.0 (the official SDKs)", "error")
             assert f"listening on http://127.0.0.1:{http}" in text, text
             assert f"on port {amqp}" in text, text
         finally:
