@@ -63,6 +63,27 @@ def _clock_keeps_real_time(request: pytest.FixtureRequest, _fresh_emulator: None
         assert ahead <= SKEW, f"the clock read {ahead:.3f} s ahead of the wall clock"
 
 
+@pytest.fixture(autouse=True)
+def _journal_answers_come_from_outside(request: pytest.FixtureRequest,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """#39: a durable journal waits for its writer process to answer. On a fast-forwarded
+    loop (looptime) that is a wait on the world outside the loop, as looptime counts a
+    wait on an executor (it would otherwise move the clock on while the writer writes)."""
+    if request.node.get_closest_marker("looptime") is None:
+        return
+    from aiosb.emulator import _link
+
+    send = _link.WriterLink.send
+
+    def send_outside(self: _link.WriterLink, write: _link.Write, frame: bytes) -> None:
+        outside = getattr(self.loop, "_LoopTimeEventLoop__sync_futures", None)
+        if outside is not None:
+            outside.add(write.answer)
+        send(self, write, frame)
+
+    monkeypatch.setattr(_link.WriterLink, "send", send_outside)
+
+
 @pytest.fixture
 def amqp_closes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The condition of every AMQP connection the server closes for cause (its

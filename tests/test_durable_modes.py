@@ -80,10 +80,10 @@ async def test_a_group_writes_batches_of_any_size_exactly(tmp_path, monkeypatch,
     UPDATE ... FROM, before 3.33), every third completed (deleted as runs, with gaps):
     the rows on disk are the messages held, the locked ones with their lock, and a
     restart holds them again."""
-    from aiosb.emulator import _durable
+    from aiosb.emulator import _link
 
-    if not update_from:
-        monkeypatch.setattr(_durable, "_LOCKS", None)
+    if not update_from:  # the writer's process is told to (it cannot be patched)
+        monkeypatch.setattr(_link, "WRITER_FLAGS", ["--row-locks"])
     async with serve(data_dir=tmp_path) as server:
         async with aiosb.connect(server.namespace_url("sizes")) as ns:
             await ns.create_queue("q", lock_duration=timedelta(minutes=5))

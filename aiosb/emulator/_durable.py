@@ -5,8 +5,12 @@ The broker tells the journal what changed (:meth:`Journal.record` for a message,
 :meth:`Journal.session` for session state) synchronously and cheaply: a message is only
 marked dirty, however often it changes before the next write. :meth:`Journal.commit`
 returns once everything changed before the call is on disk. Commits are grouped: one
-write, in one SQLite transaction on a thread of its own, carries the changes of every
-request that arrived meanwhile, so concurrency does not cost a disk flush per message.
+write, in one SQLite transaction, carries the changes of every request that arrived
+meanwhile, so concurrency does not cost a disk flush per message.
+The loop prepares a group (the rows to put, the locks, the runs gone) and hands it to
+the journal's writer, a process of its own (:mod:`._writer`): SQLite's work runs on
+another core without the serving thread's GIL, and a group waits in the writer's pipe
+while the one before it is written (two in flight at most).
 
 SQLite runs in WAL mode. By default with ``synchronous=NORMAL``: a committed
 transaction is in the WAL file (in the operating system's cache, not yet flushed to the
@@ -35,7 +39,8 @@ sequence numbers go on from where they were. Session locks, duplicate-detection 
 and faults are not kept: they belong to the connections and the test that made them.
 
 Imports: :mod:`._record`, :mod:`._partitions`, :mod:`._store`, :mod:`._entity`,
-:mod:`._namespace`, :mod:`._rows`, :mod:`._recovery`, :mod:`._migrate`; never the broker
+:mod:`._namespace`, :mod:`._rows`, :mod:`._recovery`, :mod:`._migrate`, :mod:`._writer`;
+never the broker
 (it sees a namespace through :class:`~._namespace.Namespace`, and makes one through
 :data:`open_namespace`).
 """
@@ -45,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import pickle
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -52,8 +58,10 @@ from typing import Any
 
 import orjson
 
-from ..errors import InvalidArgument, TransientError
+from ..errors import InvalidArgument
+from . import _writer
 from ._entity import _Entity, _Session
+from ._link import Write, WriteFailed, WriterLink, consume, start_writer
 from ._migrate import migrate
 from ._namespace import Namespace
 from ._partitions import FRAGMENT_SHIFT
@@ -61,6 +69,7 @@ from ._record import GONE, LOCKED, _Record, adopt_auto_ids, auto_id_prefix
 from ._recovery import Recovery
 from ._rows import ROW_FORMAT, encode_props, encode_rules, message_row
 from ._store import _Store
+from ._writer import Group
 
 __all__ = ["Journal"]
 
@@ -96,29 +105,8 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value NOT NULL);
 #: Columns added to a table since its first release: a database written before one was
 #: added gets it, with its default, when it is opened.
 _ADDED_COLUMNS = [("sessions", "state_set", "REAL NOT NULL DEFAULT 0")]
-#: The most rows one statement of :meth:`Journal._write` puts or locks: a batch takes a
-#: few statements, one for 64, 32, 16 ... rows, not one a row (#39: each statement is a
-#: step of SQLite's, for which the journal's thread lets go of the GIL and must take it
-#: back from the thread serving requests).
-_MOST = 64
-_SIZES = [1 << n for n in range(_MOST.bit_length())]
-#: Message rows put, by how many.
-_PUTS = {size: "INSERT OR REPLACE INTO msgs (eid, seq, body, head, lock) VALUES "
-         + ", ".join(["(?, ?, ?, ?, NULL)"] * size) for size in _SIZES}
-#: Locks taken since their rows were written, by how many: (sequence number, lock) each;
-#: a row a statement where SQLite is older than 3.33 (no UPDATE ... FROM).
-_LOCKS = {size: "UPDATE msgs SET lock = v.column2 FROM (VALUES "
-          + ", ".join(["(?, ?)"] * size) + ") AS v WHERE msgs.eid = ? AND msgs.seq = v.column1"
-          for size in _SIZES} if sqlite3.sqlite_version_info >= (3, 33) else None
-#: The rows of a run of sequence numbers (every one of them to go) deleted.
-_DELETE_RUN = "DELETE FROM msgs WHERE eid = ? AND seq BETWEEN ? AND ?"
-#: The highest sequence number used in a fragment of an entity.
-_HIGH = ("INSERT INTO sequences VALUES (?, ?, ?, ?) ON CONFLICT (ns, entity, fragment) "
-         "DO UPDATE SET high = max(high, excluded.high)")
-#: What a group writes of one entity (:meth:`Journal._write`): namespace, entity key,
-#: the sequence numbers of the rows to go, the rows to put (sequence number, body,
-#: head), the locks to set (lock, sequence number).
-_Group = tuple[str, str, list[int], list[tuple[int, bytes, bytes]], list[tuple[bytes, int]]]
+#: Group commits in flight at most: one being written, the next waiting in the pipe.
+_DEPTH = 2
 
 
 class Journal:
@@ -146,7 +134,13 @@ class Journal:
         self._locks: dict[tuple[str, str], dict[int, _Record]] = {}
         self._changes = 0
         self._durable = 0
-        self._flushing: asyncio.Future[None] | None = None
+        #: The changes handed to the writer (in flight or written).
+        self._sent = 0
+        #: The writer's end of the pipe (None: not started, or it ended).
+        self._link: WriterLink | None = None
+        self._spawning: asyncio.Future[WriterLink] | None = None
+        #: The next group is the first after a failure: the writer writes again.
+        self._resume = False
         self._kick: asyncio.Handle | None = None
         self._retry = 0.0
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "aiosb-journal")
@@ -175,6 +169,16 @@ class Journal:
         """Create or open the database."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         await self._run(self._open)
+        try:
+            await self._writer()
+        except BaseException:
+            await self._run(self._close_db)
+            raise
+
+    def _close_db(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
 
     def _open(self) -> None:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -244,12 +248,16 @@ class Journal:
         if self._kick is not None:
             self._kick.cancel()
             self._kick = None
-        if self.recovery is not None:
-            await self.recovery.aclose()
-        await self.commit()
-        await self._run(self._db.close)
-        self._db = None
-        self._executor.shutdown(wait=True)
+        try:
+            if self.recovery is not None:
+                await self.recovery.aclose()
+            await self.commit()
+        finally:
+            link, self._link = self._link, None
+            if link is not None:
+                await link.aclose()
+            await self._run(self._close_db)
+            self._executor.shutdown(wait=True)
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -258,7 +266,7 @@ class Journal:
 
     def _changed(self) -> None:
         self._changes += 1
-        if self._kick is None and self._flushing is None:
+        if self._kick is None and not self._in_flight():
             # Changes no request waits for (expiries, lock ends) reach the disk soon too.
             loop = asyncio.get_running_loop()
             self._kick = loop.call_later(0.05, self._background)
@@ -394,134 +402,153 @@ class Journal:
         """
         target = self._changes
         while self._durable < target:
-            flushing = self._flushing
-            if flushing is None:
-                flushing = self._start()
+            write = self._oldest()
+            if self._sent < target and (write is None or self._in_flight() < _DEPTH):
+                if self.migrating:  # an older database's rows first: a group may replace them
+                    await self.migrate()
+                    continue
+                link = self._link or await self._writer()
+                write = self._send(link)
+            elif write is None:  # taken back meanwhile: ours are pending again
+                self._sent = self._durable
+                continue
             try:
-                await asyncio.shield(flushing)
-            except _WriteFailed as exc:
+                await asyncio.shield(write.answer)
+            except WriteFailed as exc:
                 if exc.upto >= target:  # our changes were in the write that failed
                     raise
                 # an earlier group failed; ours is still pending: write it now
 
-    def _start(self) -> asyncio.Future[None]:
-        task = self._flushing = asyncio.ensure_future(self._flush())
-        task.add_done_callback(_consume)
-        return task
+    def _in_flight(self) -> int:
+        link = self._link
+        return 0 if link is None else sum(not w.answer.done() for w in link.writes)
+
+    def _oldest(self) -> Write | None:
+        link = self._link
+        return None if link is None else next(
+            (w for w in link.writes if not w.answer.done()), None)
 
     def _background(self) -> None:
         self._kick = None
-        if self._flushing is None and self._durable < self._changes:
-            self._start()
+        if self._durable < self._changes and not self._in_flight() and self._db is not None:
+            asyncio.ensure_future(self.commit()).add_done_callback(consume)
 
-    async def _flush(self) -> None:
-        loop = asyncio.get_running_loop()
-        failed = False
+    async def _writer(self) -> WriterLink:
+        """The writer's end of the pipe, starting the process if it is not running."""
+        spawning = self._spawning
+        if spawning is None:
+            spawning = self._spawning = asyncio.ensure_future(self._spawn())
+            spawning.add_done_callback(consume)
         try:
-            upto = self._changes
-            dirty, self._dirty = self._dirty, {}
-            ops, self._ops = self._ops, []
-            locks, self._locks = self._locks, {}
-            shift = FRAGMENT_SHIFT
-            prefix_ok = self.prefix == auto_id_prefix()
-            high_id, self._gone_id = self._gone_id, 0
-            groups: list[_Group] = []
-            highs: list[tuple[str, str, int, int]] = []
-            for key in dirty.keys() | locks.keys():
-                ns, entity = key
-                deletes: list[int] = []
-                puts: list[tuple[int, bytes, bytes]] = []
-                rows = dirty.get(key)
-                if rows:
-                    for seq, item in rows.items():
-                        if item is None or item[1].state == GONE:
-                            deletes.append(seq)
-                            continue
-                        where, rec = item
-                        mid = rec._mid
-                        if prefix_ok and isinstance(mid, int) and mid > high_id:
-                            high_id = mid
-                        puts.append((seq, rec.body, message_row(rec, prefix_ok, where)))
-                    # every number used counts, kept or not
-                    highs += [(ns, entity, frag, high) for frag, high in _highs(rows, shift)]
-                held = [(_lock_of(rec), seq) for seq, rec in (locks.get(key) or {}).items()
-                        if rec.state == LOCKED]
-                if deletes or puts or held:
-                    groups.append((ns, entity, deletes, puts, held))
-            if high_id:
-                ops.append(("INSERT INTO meta VALUES ('auto_high', ?) ON CONFLICT (name) "
-                            "DO UPDATE SET value = max(value, excluded.value)", (high_id,)))
-            try:
-                await self._run(self._write, ops, groups, highs)
-            except (sqlite3.Error, OSError) as exc:
-                failed = True
-                # Nothing of this group is durable: keep it for the next attempt (later
-                # changes of the same rows win).
-                self._gone_id = max(self._gone_id, high_id)
-                self._ops[:0] = ops
-                for key, rows in dirty.items():
-                    now = self._dirty.setdefault(key, {})
-                    for seq, item in rows.items():
-                        now.setdefault(seq, item)
-                for key, recs in locks.items():
-                    written = self._dirty.get(key) or {}
-                    now_locks = self._locks.setdefault(key, {})
-                    for seq, rec in recs.items():
-                        if seq not in written:
-                            now_locks.setdefault(seq, rec)
-                self._retry = min(5.0, self._retry * 2 or 0.05)
-                log.error(
-                    "could not write to %s (retrying in %.2f s): %s", self.path, self._retry, exc
-                )
-                raise _WriteFailed(
-                    upto, f"the emulator could not write its data to {self.path}: {exc}"
-                ) from exc
-            self._durable = max(self._durable, upto)
-            self._retry = 0.0
-            self.writes += 1
+            return await asyncio.shield(spawning)
         finally:
-            self._flushing = None
-            if self._durable < self._changes and self._kick is None and self._db is not None:
-                if failed:
-                    self._kick = loop.call_later(self._retry, self._background)
-                else:
-                    self._kick = loop.call_soon(self._background)
+            if self._spawning is spawning and spawning.done():
+                self._spawning = None
 
-    def _write(
-        self,
-        ops: list[tuple[str, tuple[Any, ...]]],
-        groups: list[_Group],
-        highs: list[tuple[str, str, int, int]],
-    ) -> None:
-        db = self._db
-        assert db is not None
-        try:
-            self._migrate()  # the rows of an older database first: a write may replace them
-        except InvalidArgument as exc:  # they cannot be: nothing is written (retried)
-            raise sqlite3.DatabaseError(str(exc)) from exc
-        db.execute("BEGIN")
-        try:
-            for sql, args in ops:
-                db.execute(sql, args)
-            for ns, key, deletes, puts, held in groups:
-                eid = self._eid(ns, key)
-                if deletes:  # a settled batch is mostly one run: one statement (#39)
-                    db.executemany(_DELETE_RUN, [(eid, lo, hi) for lo, hi in _runs(deletes)])
-                for at, size in _chunks(len(puts)):
-                    db.execute(_PUTS[size], [value for seq, body, head in puts[at:at + size]
-                                             for value in (eid, seq, body, head)])
-                if _LOCKS is None:
-                    db.executemany("UPDATE msgs SET lock = ? WHERE eid = ? AND seq = ?",
-                                   [(lock, eid, seq) for lock, seq in held])
-                for at, size in _chunks(0 if _LOCKS is None else len(held)):
-                    db.execute(_LOCKS[size], [  # type: ignore[index]
-                        *(value for lock, seq in held[at:at + size] for value in (seq, lock)),
-                        eid])
-            db.executemany(_HIGH, highs)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+    async def _spawn(self) -> WriterLink:
+        link = await start_writer(self.path, self.fsync, self._answered, self._ended)
+        self._link = link
+        return link
+
+    def _ended(self, link: WriterLink, code: int | None) -> None:
+        """The writer's process ended (every answer it gave is in)."""
+        if self._link is link:
+            self._link = None
+        writes = [w for w in link.writes if not w.answer.done()]
+        if writes:
+            self._take_back(f"its writer process ended (exit code {code})", writes)
+
+    def _send(self, link: WriterLink) -> Write:
+        """Hand every change not yet handed over to the writer, as one group."""
+        upto = self._changes
+        dirty, self._dirty = self._dirty, {}
+        ops, self._ops = self._ops, []
+        locks, self._locks = self._locks, {}
+        shift = FRAGMENT_SHIFT
+        prefix_ok = self.prefix == auto_id_prefix()
+        high_id, self._gone_id = self._gone_id, 0
+        groups: list[Group] = []
+        highs: list[tuple[str, str, int, int]] = []
+        for key in dirty.keys() | locks.keys():
+            ns, entity = key
+            deletes: list[int] = []
+            puts: list[tuple[int, bytes, bytes]] = []
+            rows = dirty.get(key)
+            if rows:
+                for seq, item in rows.items():
+                    if item is None or item[1].state == GONE:
+                        deletes.append(seq)
+                        continue
+                    where, rec = item
+                    mid = rec._mid
+                    if prefix_ok and isinstance(mid, int) and mid > high_id:
+                        high_id = mid
+                    puts.append((seq, rec.body, message_row(rec, prefix_ok, where)))
+                # every number used counts, kept or not
+                highs += [(ns, entity, frag, high) for frag, high in _highs(rows, shift)]
+            held = [(_lock_of(rec), seq) for seq, rec in (locks.get(key) or {}).items()
+                    if rec.state == LOCKED]
+            if deletes or puts or held:
+                groups.append((ns, entity, deletes, puts, held))
+        if high_id:
+            ops.append(("INSERT INTO meta VALUES ('auto_high', ?) ON CONFLICT (name) "
+                        "DO UPDATE SET value = max(value, excluded.value)", (high_id,)))
+        frame = pickle.dumps((ops, groups, highs), pickle.HIGHEST_PROTOCOL)
+        flags, self._resume = (_writer.RESUME if self._resume else 0), False
+        write = Write(upto, dirty, locks, ops, high_id, link.loop.create_future())
+        self._sent = upto
+        link.send(write, _writer.HEAD.pack(len(frame), flags) + frame)
+        return write
+
+    def _answered(self, write: Write, failure: str | None) -> None:
+        """The writer's answer to ``write`` (in the order sent): written, or why not."""
+        if write.answer.done():  # taken back already, with an earlier one that failed
+            return
+        if failure is not None:
+            link = self._link
+            self._take_back(failure, [write, *(
+                w for w in (link.writes if link else ()) if not w.answer.done())])
+            return
+        self._durable = max(self._durable, write.upto)
+        self._retry = 0.0
+        self.writes += 1
+        write.answer.set_result(None)
+        if self._durable < self._changes and self._kick is None and self._db is not None:
+            # changes no request waits for (expiries, lock ends) go soon too
+            self._kick = write.answer.get_loop().call_later(0.05, self._background)
+
+    def _take_back(self, failure: str, writes: list[Write]) -> None:
+        """The oldest group in flight was not written: it and every later one
+        (``writes``, oldest first: the writer refuses them) go back to pending, later
+        changes of the same rows winning, to be written again after a pause."""
+        for write in reversed(writes):  # newest first: what is pending now wins, then...
+            self._gone_id = max(self._gone_id, write.high_id)
+            self._ops[:0] = write.ops
+            for key, rows in write.dirty.items():
+                now = self._dirty.setdefault(key, {})
+                for seq, item in rows.items():
+                    now.setdefault(seq, item)
+            for key, recs in write.locks.items():
+                written = self._dirty.get(key) or {}
+                now_locks = self._locks.setdefault(key, {})
+                for seq, rec in recs.items():
+                    if seq not in written:
+                        now_locks.setdefault(seq, rec)
+        self._sent = self._durable
+        self._resume = True
+        self._retry = min(5.0, self._retry * 2 or 0.05)
+        log.error("could not write to %s (retrying in %.2f s): %s", self.path, self._retry,
+                  failure)
+        message = f"the emulator could not write its data to {self.path}: {failure}"
+        for write in writes:
+            # the requests whose changes were in the group that failed hear of it; those
+            # of the later groups (refused, never tried) wait for them to be written again
+            write.answer.set_exception(WriteFailed(writes[0].upto, message))
+            write.answer.add_done_callback(consume)
+        if writes and self._db is not None:
+            if self._kick is not None:
+                self._kick.cancel()
+            self._kick = writes[0].answer.get_loop().call_later(self._retry, self._background)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -542,46 +569,11 @@ class Journal:
         assert db is not None
         return await self._run(fn, db)
 
-class _WriteFailed(TransientError):
-    """A group write failed; ``upto`` is the change count it would have made durable."""
-
-    def __init__(self, upto: int, message: str) -> None:
-        super().__init__(message)
-        self.upto = upto
-
-
-def _consume(task: asyncio.Future[None]) -> None:
-    """Retrieve a write's exception (logged already; retried in the background)."""
-    if not task.cancelled():
-        task.exception()
-
-
 def _lock_of(rec: _Record) -> bytes:
     """What :meth:`Journal.locked` keeps of a locked record: its state, delivery count,
     lock token and lock's end (JSON: ints, a token of hex digits and dashes, a finite
     float, which orjson writes as :func:`~aiosb.wire.json_values.dumps` does, faster)."""
     return orjson.dumps([rec.state, rec.delivery_count, rec.lock_token, rec.locked_until])
-
-
-def _chunks(count: int) -> Iterator[tuple[int, int]]:
-    """(start, size) of the statements that write ``count`` rows (:data:`_MOST`)."""
-    at = 0
-    while count:
-        size = min(_MOST, 1 << (count.bit_length() - 1))
-        yield at, size
-        at, count = at + size, count - size
-
-
-def _runs(seqs: list[int]) -> Iterator[tuple[int, int]]:
-    """The runs of consecutive numbers in ``seqs``: (first, last) of each."""
-    seqs.sort()
-    first = last = seqs[0]
-    for seq in seqs[1:]:
-        if seq != last + 1:
-            yield first, last
-            first = seq
-        last = seq
-    yield first, last
 
 
 def _highs(rows: dict[int, Any], shift: int) -> Iterator[tuple[int, int]]:
