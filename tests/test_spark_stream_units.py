@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from test_spark_units import _active, _fill
 
+from aiosb import Message
 from aiosb.bridge import Bridge
 from aiosb.spark import _stream
 from aiosb.spark._link import Link
@@ -35,10 +36,10 @@ def test_s11_a_micro_batch_leaves_room_for_the_next_one_before_the_last_is_commi
     """S-11 (#39): Spark plans micro-batch N+1 before it commits N, whose messages are
     still held: with the room (``max_buffered_messages``) no bigger than a trigger, the
     next found no room, Spark waited for data forever and N was never committed. A
-    micro-batch now takes at most half the room, and the default room holds two."""
+    micro-batch now takes at most half the room, and the default room holds three."""
     assert stream_read_options({"namespace": "memory://src", "entity": "q",
                                 "max_messages_per_trigger": "200000"}
-                               ).max_buffered_messages == 400_000
+                               ).max_buffered_messages == 600_000
     _fill(bridge, 30)
     options = stream_read_options({"namespace": "memory://src", "entity": "q",
                                    "max_messages_per_trigger": "10",
@@ -76,6 +77,36 @@ def test_s11_a_commit_frees_room_for_the_receive_ahead(bridge):
         bridge_.run(holder._received())
         assert sum(map(len, holder.ready)) == 10  # received ahead for the third
         assert source.latest(20, 10) == 30
+    finally:
+        source.stop()
+
+
+@pytest.mark.timeout(60)
+def test_s11_the_default_room_receives_the_next_micro_batch_ahead_before_the_commit(bridge):
+    """S-11 (#39): with the default room (three micro-batches), admitting micro-batch
+    N+1 while N is still held (Spark commits N only after it has written N+1's offsets)
+    starts N+2's receive at once, not at N's commit: with room for two it waited for
+    the commit, and latestOffset waited 70-100 ms a micro-batch of 50,000 for the rest."""
+    per_trigger = 40_000  # 3 x 40,000 is over the 100,000 floor: the default is the rule's
+    with bridge.connect("memory://src") as ns:
+        ns.create_queue("q")
+        with ns.sender("q") as sender:
+            for first in range(0, 3 * per_trigger, 1000):  # a batch has a size limit
+                sender.send([Message(str(i)) for i in range(first, first + 1000)])
+    options = stream_read_options({"namespace": "memory://src", "entity": "q",
+                                   "max_messages_per_trigger": str(per_trigger),
+                                   "max_wait_seconds": "0"})
+    assert options.max_buffered_messages == 3 * per_trigger
+    source = StreamSource(options)
+    try:
+        assert source.latest(0, per_trigger) == per_trigger
+        assert source.latest(per_trigger, per_trigger) == 2 * per_trigger
+        holder, bridge_ = source._holder, source._bridge
+        assert holder is not None and bridge_ is not None
+        bridge_.run(holder._received())
+        assert sum(map(len, holder.ready)) == per_trigger  # before any commit
+        assert source.commit(per_trigger) == per_trigger
+        assert source.latest(2 * per_trigger, per_trigger) == 3 * per_trigger
     finally:
         source.stop()
 
