@@ -195,3 +195,44 @@ def test_s11_stop_gives_up_on_a_server_that_does_not_answer(bridge, monkeypatch,
     assert hung.is_set()
     assert "did not answer within" in caplog.text
     assert source._holder is None and source._receivers == []
+
+
+@pytest.mark.timeout(60)
+def test_s11_a_packed_partition_gives_the_executor_the_same_rows_and_carries_less():
+    """S-11 (#39): a streaming partition carries what every row of a column shares
+    once (all null, an empty map each, one value) and the rest as it is; unpickled on
+    the executor it is the same batch, row for row and type for type, whatever mix of
+    shared, partly null and differing columns it has."""
+    import datetime as dt
+    import pickle
+
+    from aiosb.message import ReceivedMessage
+    from aiosb.spark._arrow import arrow_schema, message_columns, pack, to_batch
+
+    def batch(n: int, **fields: Any) -> Any:
+        return to_batch(*message_columns([
+            ReceivedMessage(b"same", message_id=f"m{i}", sequence_number=i + 1,
+                            enqueued_timestamp=1_800_000_000.25, entity_path="q",
+                            **{k: v(i) if callable(v) else v for k, v in fields.items()})
+            for i in range(n)]))
+
+    cases = [
+        batch(1000),  # mostly null or alike: the body too, yet carried as it is
+        batch(7, subject=lambda i: None if i % 2 else "s",  # partly null
+              application_properties=lambda i: {"k": i} if i == 3 else {},  # one map set
+              time_to_live=dt.timedelta(seconds=5), delivery_count=lambda i: i),
+        batch(3, expires_timestamp=1_900_000_000.5, correlation_id="c",
+              application_properties={"k": "v"}),  # every row the same map, not empty
+        batch(0),
+    ]
+    for original in cases:
+        packed = pack(original)
+        back = pickle.loads(pickle.dumps(packed)).batch()
+        assert back.schema == arrow_schema()
+        assert back.equals(original)
+        assert back.to_pylist() == original.to_pylist()
+    many = cases[0]
+    assert len(pickle.dumps(pack(many))) < len(pickle.dumps(many)) / 2
+    packed = pack(many)
+    assert packed.arrays.keys() == {many.schema.get_field_index(name) for name in (
+        "body", "message_id", "sequence_number")}  # the body is never taken as shared
