@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from test_spark_units import _active, _fill
 
+from aiosb import Message
 from aiosb.bridge import Bridge
 from aiosb.spark import _stream
 from aiosb.spark._link import Link
@@ -35,10 +36,10 @@ def test_s11_a_micro_batch_leaves_room_for_the_next_one_before_the_last_is_commi
     """S-11 (#39): Spark plans micro-batch N+1 before it commits N, whose messages are
     still held: with the room (``max_buffered_messages``) no bigger than a trigger, the
     next found no room, Spark waited for data forever and N was never committed. A
-    micro-batch now takes at most half the room, and the default room holds two."""
+    micro-batch now takes at most half the room, and the default room holds three."""
     assert stream_read_options({"namespace": "memory://src", "entity": "q",
                                 "max_messages_per_trigger": "200000"}
-                               ).max_buffered_messages == 400_000
+                               ).max_buffered_messages == 600_000
     _fill(bridge, 30)
     options = stream_read_options({"namespace": "memory://src", "entity": "q",
                                    "max_messages_per_trigger": "10",
@@ -76,6 +77,36 @@ def test_s11_a_commit_frees_room_for_the_receive_ahead(bridge):
         bridge_.run(holder._received())
         assert sum(map(len, holder.ready)) == 10  # received ahead for the third
         assert source.latest(20, 10) == 30
+    finally:
+        source.stop()
+
+
+@pytest.mark.timeout(60)
+def test_s11_the_default_room_receives_the_next_micro_batch_ahead_before_the_commit(bridge):
+    """S-11 (#39): with the default room (three micro-batches), admitting micro-batch
+    N+1 while N is still held (Spark commits N only after it has written N+1's offsets)
+    starts N+2's receive at once, not at N's commit: with room for two it waited for
+    the commit, and latestOffset waited 70-100 ms a micro-batch of 50,000 for the rest."""
+    per_trigger = 40_000  # 3 x 40,000 is over the 100,000 floor: the default is the rule's
+    with bridge.connect("memory://src") as ns:
+        ns.create_queue("q")
+        with ns.sender("q") as sender:
+            for first in range(0, 3 * per_trigger, 1000):  # a batch has a size limit
+                sender.send([Message(str(i)) for i in range(first, first + 1000)])
+    options = stream_read_options({"namespace": "memory://src", "entity": "q",
+                                   "max_messages_per_trigger": str(per_trigger),
+                                   "max_wait_seconds": "0"})
+    assert options.max_buffered_messages == 3 * per_trigger
+    source = StreamSource(options)
+    try:
+        assert source.latest(0, per_trigger) == per_trigger
+        assert source.latest(per_trigger, per_trigger) == 2 * per_trigger
+        holder, bridge_ = source._holder, source._bridge
+        assert holder is not None and bridge_ is not None
+        bridge_.run(holder._received())
+        assert sum(map(len, holder.ready)) == per_trigger  # before any commit
+        assert source.commit(per_trigger) == per_trigger
+        assert source.latest(2 * per_trigger, per_trigger) == 3 * per_trigger
     finally:
         source.stop()
 
@@ -164,3 +195,44 @@ def test_s11_stop_gives_up_on_a_server_that_does_not_answer(bridge, monkeypatch,
     assert hung.is_set()
     assert "did not answer within" in caplog.text
     assert source._holder is None and source._receivers == []
+
+
+@pytest.mark.timeout(60)
+def test_s11_a_packed_partition_gives_the_executor_the_same_rows_and_carries_less():
+    """S-11 (#39): a streaming partition carries what every row of a column shares
+    once (all null, an empty map each, one value) and the rest as it is; unpickled on
+    the executor it is the same batch, row for row and type for type, whatever mix of
+    shared, partly null and differing columns it has."""
+    import datetime as dt
+    import pickle
+
+    from aiosb.message import ReceivedMessage
+    from aiosb.spark._arrow import arrow_schema, message_columns, pack, to_batch
+
+    def batch(n: int, **fields: Any) -> Any:
+        return to_batch(*message_columns([
+            ReceivedMessage(b"same", message_id=f"m{i}", sequence_number=i + 1,
+                            enqueued_timestamp=1_800_000_000.25, entity_path="q",
+                            **{k: v(i) if callable(v) else v for k, v in fields.items()})
+            for i in range(n)]))
+
+    cases = [
+        batch(1000),  # mostly null or alike: the body too, yet carried as it is
+        batch(7, subject=lambda i: None if i % 2 else "s",  # partly null
+              application_properties=lambda i: {"k": i} if i == 3 else {},  # one map set
+              time_to_live=dt.timedelta(seconds=5), delivery_count=lambda i: i),
+        batch(3, expires_timestamp=1_900_000_000.5, correlation_id="c",
+              application_properties={"k": "v"}),  # every row the same map, not empty
+        batch(0),
+    ]
+    for original in cases:
+        packed = pack(original)
+        back = pickle.loads(pickle.dumps(packed)).batch()
+        assert back.schema == arrow_schema()
+        assert back.equals(original)
+        assert back.to_pylist() == original.to_pylist()
+    many = cases[0]
+    assert len(pickle.dumps(pack(many))) < len(pickle.dumps(many)) / 2
+    packed = pack(many)
+    assert packed.arrays.keys() == {many.schema.get_field_index(name) for name in (
+        "body", "message_id", "sequence_number")}  # the body is never taken as shared

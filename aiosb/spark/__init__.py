@@ -50,6 +50,7 @@ from pyspark.sql.datasource import (
 )
 
 from ..errors import InvalidArgument
+from ._arrow import pack
 from ._columns import READ_SCHEMA, WRITE_COLUMNS
 from ._options import (
     ReadOptions,
@@ -255,10 +256,12 @@ class _StreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         parts = self.source.batches(int(start["admitted"]), int(end["admitted"]))
-        return [InputPartition(batches) for batches in parts]
+        # Packed: what every row shares travels once (#39), see ``_arrow.Packed``.
+        return [InputPartition([pack(b) for b in batches]) for batches in parts]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return iter(partition.value)  # Arrow record batches, as Spark takes them
+        # Arrow record batches, as Spark takes them.
+        return (packed.batch() for packed in partition.value)
 
     def commit(self, end: dict[str, int]) -> None:
         # Completed on the loop while Spark goes on to the next micro-batch (#39).

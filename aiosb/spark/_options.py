@@ -39,6 +39,10 @@ STREAM_READ = COMMON | {
     "max_wait_seconds",
     "sub_queue",
 }
+#: The default ``max_buffered_messages`` holds this many micro-batches (at least
+#: 100,000 messages): the one Spark has yet to commit, the one it plans, and the one
+#: after, received ahead while Spark runs the one it planned.
+ROOM_TRIGGERS = 3
 #: Options Spark itself may hand a data source, never ours to refuse.
 _SPARK_OWN = {"path", "checkpointlocation", "queryname"}
 
@@ -249,9 +253,10 @@ def stream_read_options(options: Mapping[str, str]) -> StreamReadOptions:
     """Parse a streaming read's options."""
     r = _Reader(options, STREAM_READ, "streaming read")
     per_trigger = r.integer("max_messages_per_trigger", 1000, 1, 10_000_000)
-    # Room for two micro-batches: Spark plans the next before it commits the last.
-    buffered = r.integer("max_buffered_messages", max(100_000, 2 * per_trigger), 1,
-                         100_000_000)
+    # Room for three micro-batches: Spark plans the next before it commits the last,
+    # and the one after is received ahead meanwhile (S-11, #39).
+    buffered = r.integer("max_buffered_messages", max(100_000, ROOM_TRIGGERS * per_trigger),
+                         1, 100_000_000)
     if buffered < per_trigger:
         raise InvalidArgument(
             f"the option 'max_buffered_messages' is {buffered}; it must be at least "

@@ -18,7 +18,9 @@ messages were never completed and come back when their locks end (or at once, wh
 stopped query abandoned them).
 
 The rows travel as Arrow record batches (:mod:`aiosb.spark._arrow`), built once on the
-driver as each receive comes in; the executors hand them to Spark as they are.
+driver as each receive comes in; a partition carries each column that every row shares
+once (:class:`~aiosb.spark._arrow.Packed`), and the executor spreads it back over the
+rows before handing Spark the batch.
 """
 
 from __future__ import annotations
