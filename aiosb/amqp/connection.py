@@ -537,9 +537,9 @@ class Connection(ReceiverLinks):
                 outcome: Described) -> None:
         """Settle a served transfer with ``outcome`` and give back the link's credit."""
         if not settled and delivery_id is not None:
-            self._send(session.channel, p.performative(
-                p.DISPOSITION, True, UInt(delivery_id), None, True, outcome,
-            ))
+            self._send(session.channel, p.accepted(delivery_id) if outcome is _ACCEPTED
+                       else p.performative(p.DISPOSITION, True, UInt(delivery_id), None,
+                                           True, outcome))
         waiting = len(link.inbox)
         if link.credit < CREDIT // 2 and waiting < CREDIT // 2 \
                 and session.links.get(link.handle) is link:
