@@ -196,11 +196,16 @@ def _strided(payload: bytes, start: int, stride: int, id_at: int, id_end: int, b
         if payload[at + stride::stride] != payload[at:at + 1] * count:
             return False
     id_size, size, beyond = id_end - id_at, stride - (body - start), stride * (count + 1)
-    try:
-        more = [payload[at:at + id_size].decode()
-                for at in range(id_at + stride, id_at + beyond, stride)]
-    except UnicodeDecodeError:
-        return False
+    # Cut from the batch as text at once (#36: a decode per id cost twice as much); as
+    # ASCII, which Latin-1 reads as UTF-8 does (the SDKs' ids are uuids), else id by id.
+    text = payload.decode("latin-1")
+    more = [text[at:at + id_size] for at in range(id_at + stride, id_at + beyond, stride)]
+    if not "".join(more).isascii():
+        try:
+            more = [payload[at:at + id_size].decode()
+                    for at in range(id_at + stride, id_at + beyond, stride)]
+        except UnicodeDecodeError:
+            return False
     ids += more
     bodies += [payload[at:at + size] for at in range(body + stride, body + beyond, stride)]
     return True

@@ -193,8 +193,10 @@ def same_size_batches(draw) -> list[bytes]:
     rest = [None, draw(texts), None, None, None, None, None, None, None, draw(texts)]
     id_size = draw(st.integers(0, 40))
     body_size = draw(st.sampled_from([0, 1, 64, 300]))
+    lead = draw(st.sampled_from(["", "é", "€"]))  # ids of one size, not all ASCII
     out = [encode(Described(ULong(PROPERTIES), [
-        draw(st.text("0123456789abcdef-", min_size=id_size, max_size=id_size)), *rest]))
+        lead + draw(st.text("0123456789abcdef-", min_size=id_size, max_size=id_size)),
+        *rest]))
         + encode(Described(ULong(DATA), draw(st.binary(min_size=body_size,
                                                        max_size=body_size))))
         for _ in range(draw(st.integers(2, 12)))]
