@@ -13,7 +13,7 @@ from .codec import decode
 from .messages import APP_PROPERTIES, DATA, PROPERTIES, _name, _property
 from .performatives import BATCH_FORMAT
 
-__all__ = ["columns_of"]
+__all__ = ["columns_of", "read_columns"]
 
 #: Properties fields by position, as columns (by field name of Message) take them; the
 #: other positions must be null for a message to go as columns (they go to amqp_extra).
@@ -26,6 +26,13 @@ _u32 = int.from_bytes
 
 
 def columns_of(payload: bytes, message_format: int) -> tuple[list[bytes], dict[str, Any]] | None:
+    """:func:`read_columns`'s bodies and columns."""
+    read = read_columns(payload, message_format)
+    return None if read is None else (read[0], read[1])
+
+
+def read_columns(payload: bytes, message_format: int
+                 ) -> tuple[list[bytes], dict[str, Any], bool] | None:
     """The messages of a transfer (one, or a batch's) as the broker's columns (bodies, and
     by field name a list of each message's value), when each has the shape the SDKs send
     most: a
@@ -34,6 +41,10 @@ def columns_of(payload: bytes, message_format: int) -> tuple[list[bytes], dict[s
     over AMQP cost the server several times what it costs over HTTP, which sends
     columns). ``None`` when any message has more (a header, annotations, another body,
     a typed id ...): :func:`messages_of` reads those, field by field.
+
+    The third item says the messages are alike: each is the first but for its id, ASCII
+    of the first one's length, and its body (bytes): each passes the checks a message
+    passes (:func:`aiosb.protocol.check_columns`) if the first does.
     """
     try:
         if message_format == 0:  # one message: read alike, its fields or none
@@ -54,7 +65,7 @@ def columns_of(payload: bytes, message_format: int) -> tuple[list[bytes], dict[s
         name: values for name, values in zip(_COLUMN_NAMES, fields, strict=True)
         if values.count(None) != len(values)
     }
-    return bodies, columns
+    return bodies, columns, False
 
 
 def _data_sections(payload: bytes) -> list[bytes]:
@@ -112,18 +123,20 @@ def _quick(buf: bytes, at: int, end: int) -> tuple[bytes, str, tuple[Any, ...]] 
     return None
 
 
-def _look_alikes(payload: bytes) -> tuple[list[bytes], dict[str, Any]] | None:
+def _look_alikes(payload: bytes) -> tuple[list[bytes], dict[str, Any], bool] | None:
     """The columns of a batch whose messages all have the quick shape (:func:`_quick`)
     and one rest after their ids (what one SDK sender sends): the bodies, the ids, and
     the rest's values once for all; ``None`` for any other batch. Read in place, in one
     loop: no message is cut out of the batch first, and the rest is compared where it
-    lies (#36: this loop is the most an SDK batch costs the server beside the broker)."""
+    lies (#36: this loop is the most an SDK batch costs the server beside the broker).
+    Alike (:func:`read_columns`) when read at once (:func:`_strided`) with ASCII ids."""
     bodies: list[bytes] = []
     ids: list[str] = []
     add_body, add_id, starts = bodies.append, ids.append, payload.startswith
     rest: bytes | None = None  # the first message's, which every other's must be
     shared: tuple[int, tuple[str | None, ...]] = _NO_TAIL
     size = count = 0
+    alike = False
     pos, end = 0, len(payload)
     while pos < end:
         if not starts(b"\x00Su", pos):  # not a data section
@@ -164,26 +177,30 @@ def _look_alikes(payload: bytes) -> tuple[list[bytes], dict[str, Any]] | None:
             return None
         add_body(payload[body:pos])
         add_id(payload[at + 8:after_id].decode())
-        if len(ids) == 1 and _strided(payload, section, pos - section, at + 8, after_id, body,
-                                      bodies, ids):
-            break
+        if len(ids) == 1:
+            ascii_ids = _strided(payload, section, pos - section, at + 8, after_id, body,
+                                 bodies, ids)
+            if ascii_ids is not None:
+                alike = ascii_ids and ids[0].isascii()
+                break
     if shared is _NO_TAIL:
         return None
     columns: dict[str, Any] = {"message_id": ids}
     for name, value in zip(_COLUMN_NAMES[1:], shared[1], strict=False):
         if value is not None:
             columns[name] = value  # one value, every message's
-    return bodies, columns
+    return bodies, columns, alike
 
 
 def _strided(payload: bytes, start: int, stride: int, id_at: int, id_end: int, body: int,
-             bodies: list[bytes], ids: list[str]) -> bool:
+             bodies: list[bytes], ids: list[str]) -> bool | None:
     """Read the messages after a batch's first into ``bodies`` and ``ids`` when each is
     the first one's size and every byte of theirs but their ids and bodies is the first
     one's (the same shape, lengths and rest, so each reads as the first did): checked a
     byte position at a time across all of them, and cut out with no loop in Python
-    (#36: a batch of messages alike, what an SDK sender sends most). False, with
-    nothing read, for any other batch: :func:`_look_alikes` reads on message by message.
+    (#36: a batch of messages alike, what an SDK sender sends most): whether the ids
+    read are ASCII. ``None``, with nothing read, for any other batch: :func:`_look_alikes`
+    reads on message by message.
 
     The first message's data section is ``stride`` bytes from ``start``, its id from
     ``id_at`` to ``id_end``, its body from ``body`` to its end.
@@ -191,19 +208,25 @@ def _strided(payload: bytes, start: int, stride: int, id_at: int, id_end: int, b
     begin, end = start + stride, len(payload)
     count, left = divmod(end - begin, stride)
     if left or not count:
-        return False
+        return None
     for at in itertools.chain(range(start, id_at), range(id_end, body)):
         if payload[at + stride::stride] != payload[at:at + 1] * count:
-            return False
+            return None
     id_size, size, beyond = id_end - id_at, stride - (body - start), stride * (count + 1)
-    try:
-        more = [payload[at:at + id_size].decode()
-                for at in range(id_at + stride, id_at + beyond, stride)]
-    except UnicodeDecodeError:
-        return False
+    # Cut from the batch as text at once (#36: a decode per id cost twice as much); as
+    # ASCII, which Latin-1 reads as UTF-8 does (the SDKs' ids are uuids), else id by id.
+    text = payload.decode("latin-1")
+    more = [text[at:at + id_size] for at in range(id_at + stride, id_at + beyond, stride)]
+    ascii_ids = "".join(more).isascii()
+    if not ascii_ids:
+        try:
+            more = [payload[at:at + id_size].decode()
+                    for at in range(id_at + stride, id_at + beyond, stride)]
+        except UnicodeDecodeError:
+            return None
     ids += more
     bodies += [payload[at:at + size] for at in range(body + stride, body + beyond, stride)]
-    return True
+    return ascii_ids
 
 
 def _message_row(buf: bytes) -> tuple[Any, ...] | None:

@@ -34,10 +34,10 @@ from ..errors import (
     ServiceBusError,
     Unauthorized,
 )
-from ..protocol import ManagementRequest
+from ..protocol import ManagementRequest, check_columns
 from . import performatives as p
 from ._cbs import Tokens, entity_of, put_token_reply
-from ._columns import columns_of
+from ._columns import read_columns
 from ._links import (
     CHANNEL_MAX,
     CREDIT,
@@ -537,9 +537,9 @@ class Connection(ReceiverLinks):
                 outcome: Described) -> None:
         """Settle a served transfer with ``outcome`` and give back the link's credit."""
         if not settled and delivery_id is not None:
-            self._send(session.channel, p.performative(
-                p.DISPOSITION, True, UInt(delivery_id), None, True, outcome,
-            ))
+            self._send(session.channel, p.accepted(delivery_id) if outcome is _ACCEPTED
+                       else p.performative(p.DISPOSITION, True, UInt(delivery_id), None,
+                                           True, outcome))
         waiting = len(link.inbox)
         if link.credit < CREDIT // 2 and waiting < CREDIT // 2 \
                 and session.links.get(link.handle) is link:
@@ -550,9 +550,15 @@ class Connection(ReceiverLinks):
         """Hand the messages of one transfer to the broker; the outcome to settle with."""
         try:
             self.tokens.check(link.address, "Send")  # the token may have expired since attach
-            columns = columns_of(payload, fmt)
-            if columns is not None:  # a batch of the common shape, as HTTP sends it (#36)
-                await self.ns.send_columns(link.path, *columns)
+            read = read_columns(payload, fmt)
+            if read is not None:  # a batch of the common shape, as HTTP sends it (#36)
+                bodies, columns, alike = read
+                if alike:  # each passes if the first does: the first is checked
+                    check_columns(bodies[:1], {name: value[:1] if value.__class__ is list
+                                               else value for name, value in columns.items()})
+                else:
+                    check_columns(bodies, columns)
+                await self.ns.send_columns(link.path, bodies, columns, checked=True)
             else:
                 await self.ns.send(link.path, messages_of(payload, fmt))
             if self.journal is not None:

@@ -11,11 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aiosb.amqp._columns import columns_of
+from aiosb.amqp._columns import columns_of, read_columns
 from aiosb.amqp.codec import DecodeError, Described, Symbol, ULong, encode
 from aiosb.amqp.messages import messages_of
 from aiosb.amqp.performatives import BATCH_FORMAT
+from aiosb.errors import ServiceBusError
 from aiosb.message import Message
+from aiosb.protocol import check_columns
 
 PROPERTIES, APP, DATA, HEADER = 0x73, 0x74, 0x75, 0x70
 
@@ -191,10 +193,12 @@ def same_size_batches(draw) -> list[bytes]:
     of one size: what the quick reading takes a byte position at a time across them),
     now and then with one byte of a message after the first changed, anywhere."""
     rest = [None, draw(texts), None, None, None, None, None, None, None, draw(texts)]
-    id_size = draw(st.integers(0, 40))
+    id_size = draw(st.one_of(st.integers(0, 40), st.integers(125, 131)))  # the limit: 128
     body_size = draw(st.sampled_from([0, 1, 64, 300]))
+    lead = draw(st.sampled_from(["", "é", "€"]))  # ids of one size, not all ASCII
     out = [encode(Described(ULong(PROPERTIES), [
-        draw(st.text("0123456789abcdef-", min_size=id_size, max_size=id_size)), *rest]))
+        lead + draw(st.text("0123456789abcdef-", min_size=id_size, max_size=id_size)),
+        *rest]))
         + encode(Described(ULong(DATA), draw(st.binary(min_size=body_size,
                                                        max_size=body_size))))
         for _ in range(draw(st.integers(2, 12)))]
@@ -227,3 +231,44 @@ def test_messages_of_one_size_read_at_once_give_what_message_by_message_gives(in
             assert any(m.amqp_extra for m in messages_of(payload, BATCH_FORMAT))
             continue
         assert [fields(m) for m in as_messages(*got)] == expected
+
+
+def _checked(bodies: list[bytes], columns: dict) -> type[Exception] | None:
+    try:
+        check_columns(bodies, columns)
+    except ServiceBusError as exc:
+        return type(exc)
+    return None
+
+
+def _alike_passes_as_its_first(payload: bytes) -> None:
+    """A batch read_columns calls alike passes the checks of a message (the server checks
+    only its first message then) exactly when every message of it passes them."""
+    for _ in range(2):  # the second time, the first message's rest has been seen
+        read = read_columns(payload, BATCH_FORMAT)
+        if read is None or not read[2]:
+            continue
+        bodies, columns, _alike = read
+        first = {name: value[:1] if isinstance(value, list) else value
+                 for name, value in columns.items()}
+        assert _checked(bodies[:1], first) == _checked(bodies, columns)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(same_size_batches())
+def test_alike_messages_pass_the_checks_as_their_first_does(inner):
+    """#36: the server checks the first message of a batch of messages alike (each the
+    first but for an ASCII id of its length and its body) for them all."""
+    _alike_passes_as_its_first(batch(inner))
+
+
+def test_ids_of_one_size_not_all_ascii_are_not_alike():
+    """65 two-byte letters are 65 characters, 130 ASCII bytes 130 (over the limit of
+    128): ids of one size in bytes are of one length only where they are all ASCII."""
+    rest = [None] * 12
+    inner = [encode(Described(ULong(PROPERTIES), [mid, *rest])) + encode(
+        Described(ULong(DATA), b"body")) for mid in ("é" * 65, "a" * 130, "b" * 130)]
+    _alike_passes_as_its_first(batch(inner))
+    read = read_columns(batch(inner), BATCH_FORMAT)
+    assert read is not None and read[1]["message_id"][1] == "a" * 130
+    assert _checked(read[0], read[1]) is not None
