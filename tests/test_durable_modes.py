@@ -133,3 +133,42 @@ async def test_properties_of_one_kind_are_written_as_they_read_back(tmp_path, pr
             async with ns.receiver("q") as receiver:
                 (got,) = await receiver.peek()
     assert got.application_properties == props
+
+
+@pytest.mark.looptime
+async def test_a_lock_is_written_once_held_a_while_and_never_if_settled_sooner(
+        tmp_path, monkeypatch):
+    """#39: a lock goes to the disk once it has been held ``LOCK_WRITE_AFTER`` (no
+    request waits for it): a message completed sooner never has its lock written; one
+    still held then has, in a group of its own."""
+    import pickle
+
+    from aiosb.emulator import _durable, _link, _writer
+
+    locks_sent: list[int] = []
+    send = _link.WriterLink.send
+
+    def watched(self: _link.WriterLink, write: _link.Write, frame: bytes) -> None:
+        _, groups, _ = pickle.loads(frame[_writer.HEAD.size:])
+        locks_sent.extend(seq for *_, held in groups for _, seq in held)
+        send(self, write, frame)
+
+    monkeypatch.setattr(_link.WriterLink, "send", watched)
+    after = _durable.LOCK_WRITE_AFTER
+    async with serve(data_dir=tmp_path) as server:
+        async with aiosb.connect(server.namespace_url("lazy")) as ns:
+            await ns.create_queue("q", lock_duration=timedelta(minutes=5))
+            async with ns.sender("q") as sender:
+                await sender.send([Message(b"a"), Message(b"b")])
+            async with ns.receiver("q") as receiver:
+                got: list[aiosb.ReceivedMessage] = []
+                while len(got) < 2:
+                    got += await receiver.receive(max_messages=2, max_wait=1)
+                a, b = got
+                await asyncio.sleep(after / 2)
+                await receiver.complete(a)
+                assert not any(_rows(tmp_path).values()), "a lock was written at once"
+                await asyncio.sleep(after)
+                assert _rows(tmp_path) == {b.sequence_number: True}
+                assert locks_sent == [b.sequence_number]
+                await receiver.complete(b)

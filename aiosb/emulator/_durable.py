@@ -33,8 +33,10 @@ before the first write (:func:`._migrate.migrate`).
 At start-up :meth:`Journal.load` rebuilds every namespace as it was
 (:class:`~._recovery.Recovery`): entities, rules, sessions and sequence numbers before
 the server listens, the messages in the background, an operation waiting for what it
-touches. Messages keep their sequence numbers, states, delivery counts and lock tokens;
-a lock that ended while the server was down ends at once (the message comes back);
+touches. Messages keep their sequence numbers, states, delivery counts and lock tokens
+(a lock once held :data:`LOCK_WRITE_AFTER`, or at a clean stop: no request waits for a
+lock, and one settled sooner is never written); a lock that ended while the server was
+down ends at once (the message comes back);
 sequence numbers go on from where they were. Session locks, duplicate-detection history
 and faults are not kept: they belong to the connections and the test that made them.
 
@@ -48,28 +50,25 @@ never the broker
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import pickle
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-
-import orjson
 
 from ..errors import InvalidArgument
 from . import _writer
 from ._entity import _Entity, _Session
-from ._link import Write, WriteFailed, WriterLink, consume, start_writer
+from ._link import Write, WriteFailed, WriterLink, build_groups, consume, start_writer
 from ._migrate import migrate
 from ._namespace import Namespace
-from ._partitions import FRAGMENT_SHIFT
-from ._record import GONE, LOCKED, _Record, adopt_auto_ids, auto_id_prefix
+from ._record import GONE, _Record, adopt_auto_ids, auto_id_prefix
 from ._recovery import Recovery
-from ._rows import ROW_FORMAT, encode_props, encode_rules, message_row
+from ._rows import ROW_FORMAT, encode_props, encode_rules
 from ._store import _Store
-from ._writer import Group
 
 __all__ = ["Journal"]
 
@@ -107,6 +106,12 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value NOT NULL);
 _ADDED_COLUMNS = [("sessions", "state_set", "REAL NOT NULL DEFAULT 0")]
 #: Group commits in flight at most: one being written, the next waiting in the pipe.
 _DEPTH = 2
+#: A lock is written once it has been held this long (#39): most end sooner (their
+#: message settled), and a lock that ends before it is written costs no write. After a
+#: kill, a lock taken less than this long before it is forgotten: its message is
+#: available at once, with the delivery count it had before (a graceful stop writes
+#: every lock).
+LOCK_WRITE_AFTER = 1.0
 
 
 class Journal:
@@ -132,6 +137,13 @@ class Journal:
         # by entity, then sequence number: the lock goes to the row's lock column, the
         # row is not written again (#39).
         self._locks: dict[tuple[str, str], dict[int, _Record]] = {}
+        #: Locks not yet due to be written (:data:`LOCK_WRITE_AFTER`), oldest first:
+        #: (taken at, entity key, sequence number, record); and when each was taken, by
+        #: (entity key, sequence number), while it is still to be written.
+        self._young: collections.deque[tuple[float, tuple[str, str], int, _Record]] = (
+            collections.deque())
+        self._young_at: dict[tuple[tuple[str, str], int], float] = {}
+        self._young_kick: asyncio.TimerHandle | None = None
         self._changes = 0
         self._durable = 0
         #: The changes handed to the writer (in flight or written).
@@ -251,6 +263,7 @@ class Journal:
         try:
             if self.recovery is not None:
                 await self.recovery.aclose()
+            self._young_due(every=True)
             await self.commit()
         finally:
             link, self._link = self._link, None
@@ -295,10 +308,13 @@ class Journal:
         elif store.is_dlq:
             where = "d"
         gone_id = self._gone_id
+        young_at = self._young_at
         for rec in recs:
             seq = rec.seq
             if locks:
                 locks.pop(seq, None)  # the row is written whole, or goes
+            if young_at:
+                young_at.pop((key, seq), None)
             if rec.state == GONE:
                 dirty[seq] = None
                 mid = rec._mid
@@ -311,20 +327,48 @@ class Journal:
 
     def locked(self, store: _Store, recs: list[_Record]) -> None:
         """``recs`` were locked in ``store`` (or their locks renewed): what changed is
-        their lock (state, delivery count, token, end), kept in the row's lock column."""
+        their lock (state, delivery count, token, end), kept in the row's lock column
+        once it has been held :data:`LOCK_WRITE_AFTER` (no request waits for it)."""
         entity = store.entity
         if entity.deleted:
             return
         key = (entity.ns.name, entity.key)
         dirty = self._dirty.get(key) or {}
-        locks = self._locks.get(key)
-        if locks is None:
-            locks = self._locks[key] = {}
+        locks = self._locks.get(key) or {}
+        young, young_at = self._young, self._young_at
+        loop = asyncio.get_running_loop()
+        now = loop.time()
         for rec in recs:
             seq = rec.seq
-            if seq not in dirty:  # a row to be written whole will hold the lock too
-                locks[seq] = rec
-        self._changed()
+            # a row to be written whole holds the lock too; a lock pending is read
+            # from the record when it is written
+            if seq not in dirty and seq not in locks and (key, seq) not in young_at:
+                young_at[(key, seq)] = now
+                young.append((now, key, seq, rec))
+        if young and self._young_kick is None:
+            self._young_kick = loop.call_at(young[0][0] + LOCK_WRITE_AFTER, self._young_due)
+
+    def _young_due(self, every: bool = False) -> None:
+        """Pass the locks held :data:`LOCK_WRITE_AFTER` (``every``: all of them) to
+        the next group, and wake again when the next comes due."""
+        if self._young_kick is not None:
+            self._young_kick.cancel()
+            self._young_kick = None
+        young, young_at = self._young, self._young_at
+        loop = asyncio.get_running_loop()
+        due = float("inf") if every else loop.time() - LOCK_WRITE_AFTER
+        moved = False
+        while young and young[0][0] <= due:
+            taken, key, seq, rec = young.popleft()
+            if young_at.get((key, seq)) != taken:  # settled, or written whole, since
+                continue
+            del young_at[(key, seq)]
+            self._locks.setdefault(key, {})[seq] = rec
+            moved = True
+        if young:
+            self._young_kick = loop.call_at(young[0][0] + LOCK_WRITE_AFTER, self._young_due)
+        if moved:
+            self._changed()
 
     def snapshot(self, ns: Namespace) -> None:
         """Journal everything ``ns`` holds now (it was made before durability began)."""
@@ -373,6 +417,8 @@ class Journal:
                           "WHERE ns = ? AND key = ?)", key))
         self._dirty.pop(key, None)
         self._locks.pop(key, None)
+        for pending in [pending for pending in self._young_at if pending[0] == key]:
+            del self._young_at[pending]
         self._changed()
 
     def session(self, session: _Session) -> None:
@@ -464,32 +510,10 @@ class Journal:
         dirty, self._dirty = self._dirty, {}
         ops, self._ops = self._ops, []
         locks, self._locks = self._locks, {}
-        shift = FRAGMENT_SHIFT
+        high_id = self._gone_id
         prefix_ok = self.prefix == auto_id_prefix()
-        high_id, self._gone_id = self._gone_id, 0
-        groups: list[Group] = []
-        highs: list[tuple[str, str, int, int]] = []
-        for key in dirty.keys() | locks.keys():
-            ns, entity = key
-            deletes: list[int] = []
-            puts: list[tuple[int, bytes, bytes]] = []
-            rows = dirty.get(key)
-            if rows:
-                for seq, item in rows.items():
-                    if item is None or item[1].state == GONE:
-                        deletes.append(seq)
-                        continue
-                    where, rec = item
-                    mid = rec._mid
-                    if prefix_ok and isinstance(mid, int) and mid > high_id:
-                        high_id = mid
-                    puts.append((seq, rec.body, message_row(rec, prefix_ok, where)))
-                # every number used counts, kept or not
-                highs += [(ns, entity, frag, high) for frag, high in _highs(rows, shift)]
-            held = [(_lock_of(rec), seq) for seq, rec in (locks.get(key) or {}).items()
-                    if rec.state == LOCKED]
-            if deletes or puts or held:
-                groups.append((ns, entity, deletes, puts, held))
+        groups, highs, high_id = build_groups(dirty, locks, prefix_ok, high_id)
+        self._gone_id = 0
         if high_id:
             ops.append(("INSERT INTO meta VALUES ('auto_high', ?) ON CONFLICT (name) "
                         "DO UPDATE SET value = max(value, excluded.value)", (high_id,)))
@@ -568,24 +592,3 @@ class Journal:
         db = self._db
         assert db is not None
         return await self._run(fn, db)
-
-def _lock_of(rec: _Record) -> bytes:
-    """What :meth:`Journal.locked` keeps of a locked record: its state, delivery count,
-    lock token and lock's end (JSON: ints, a token of hex digits and dashes, a finite
-    float, which orjson writes as :func:`~aiosb.wire.json_values.dumps` does, faster)."""
-    return orjson.dumps([rec.state, rec.delivery_count, rec.lock_token, rec.locked_until])
-
-
-def _highs(rows: dict[int, Any], shift: int) -> Iterator[tuple[int, int]]:
-    """(fragment, the highest sequence number of it) of the sequence numbers ``rows``
-    holds (``shift``: :data:`._partitions.FRAGMENT_SHIFT`); mostly one fragment."""
-    low, high = min(rows), max(rows)
-    if low >> shift == high >> shift:
-        yield high >> shift, high
-        return
-    highs: dict[int, int] = {}
-    for seq in rows:
-        fragment = seq >> shift
-        if seq > highs.get(fragment, 0):
-            highs[fragment] = seq
-    yield from highs.items()

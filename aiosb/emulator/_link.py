@@ -6,7 +6,8 @@ answers each group in the order sent, and :class:`WriterLink` passes each answer
 the journal (``answered(write, failure)``: ``failure`` is None when it is written), and
 the end of the process once every answer is in (``ended(link, exit code)``).
 
-Imports: :mod:`._writer`; never the journal (it hears of the link through callbacks).
+Imports: :mod:`._writer`, :mod:`._record`, :mod:`._rows`, :mod:`._partitions`; never the
+journal (it hears of the link through callbacks).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import collections
 import contextlib
 import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,16 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
+import orjson
+
 from ..errors import TransientError
 from . import _writer
+from ._partitions import FRAGMENT_SHIFT
+from ._record import GONE, LOCKED, _Record
+from ._rows import message_row
 
-__all__ = ["WRITER_FLAGS", "Write", "WriteFailed", "WriterLink", "consume", "start_writer"]
+__all__ = ["WRITER_FLAGS", "Write", "WriteFailed", "WriterLink", "build_groups", "consume",
+           "start_writer"]
 
 #: Arguments of the writer's command line after the database (tests: ``--row-locks``).
 WRITER_FLAGS: list[str] = []
@@ -142,6 +149,63 @@ async def start_writer(path: Path, fsync: bool, answered: Answered, ended: Ended
         raise WriteFailed(0, f"the emulator could not start the writer of {path} "
                           f"({sys.executable}): {exc}") from exc
     return link
+
+
+def build_groups(dirty: dict[tuple[str, str], dict[int, Any]],
+                 locks: dict[tuple[str, str], dict[int, _Record]], prefix_ok: bool,
+                 high_id: int) -> tuple[list[_writer.Group], list[tuple[str, str, int, int]], int]:
+    """What a group writes: for each entity (namespace, key), the rows of ``dirty`` (a
+    record and its store, or None when the row goes) to put or delete and the locks of
+    ``locks`` to set; the highest sequence number of each fragment ``dirty`` touched;
+    and the highest broker-assigned id number kept (at least ``high_id``; counted where
+    ``prefix_ok``: the ids are spelled with the database's prefix)."""
+    shift = FRAGMENT_SHIFT
+    groups: list[_writer.Group] = []
+    highs: list[tuple[str, str, int, int]] = []
+    for key in dirty.keys() | locks.keys():
+        ns, entity = key
+        deletes: list[int] = []
+        puts: list[tuple[int, bytes, bytes]] = []
+        rows = dirty.get(key)
+        if rows:
+            for seq, item in rows.items():
+                if item is None or item[1].state == GONE:
+                    deletes.append(seq)
+                    continue
+                where, rec = item
+                mid = rec._mid
+                if prefix_ok and isinstance(mid, int) and mid > high_id:
+                    high_id = mid
+                puts.append((seq, rec.body, message_row(rec, prefix_ok, where)))
+            # every number used counts, kept or not
+            highs += [(ns, entity, frag, high) for frag, high in _highs(rows, shift)]
+        held = [(_lock_of(rec), seq) for seq, rec in (locks.get(key) or {}).items()
+                if rec.state == LOCKED]
+        if deletes or puts or held:
+            groups.append((ns, entity, deletes, puts, held))
+    return groups, highs, high_id
+
+
+def _lock_of(rec: _Record) -> bytes:
+    """What the lock column keeps of a locked record: its state, delivery count, lock
+    token and lock's end (JSON: ints, a token of hex digits and dashes, a finite float,
+    which orjson writes as :func:`~aiosb.wire.json_values.dumps` does, faster)."""
+    return orjson.dumps([rec.state, rec.delivery_count, rec.lock_token, rec.locked_until])
+
+
+def _highs(rows: dict[int, Any], shift: int) -> Iterator[tuple[int, int]]:
+    """(fragment, the highest sequence number of it) of the sequence numbers ``rows``
+    holds (``shift``: :data:`._partitions.FRAGMENT_SHIFT`); mostly one fragment."""
+    low, high = min(rows), max(rows)
+    if low >> shift == high >> shift:
+        yield high >> shift, high
+        return
+    highs: dict[int, int] = {}
+    for seq in rows:
+        fragment = seq >> shift
+        if seq > highs.get(fragment, 0):
+            highs[fragment] = seq
+    yield from highs.items()
 
 
 def _widen(pipe: Any) -> None:
