@@ -142,13 +142,24 @@ async def _durable_fill(data: Path, depth: int) -> int:
     return size // depth
 
 
-def _rss(pid: int) -> int:
-    """Resident bytes of process ``pid``."""
+def _rss(pid: int, children: bool = False) -> int:
+    """Resident bytes of process ``pid``, with its children's (``children``: a durable
+    server's journal writer is a process of its own; its memory is the server's)."""
     with open(f"/proc/{pid}/status") as status:
         for line in status:
             if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")  # pragma: no cover
+                own = int(line.split()[1]) * 1024
+                break
+        else:  # pragma: no cover
+            raise RuntimeError("no VmRSS")
+    if not children:
+        return own
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as listing:
+            kids = [int(child) for child in listing.read().split()]
+    except OSError:
+        return own
+    return own + sum(_rss(kid, children=True) for kid in kids)
 
 
 def _restart(data: Path, depth: int) -> dict[str, float]:
@@ -172,7 +183,7 @@ def _restart(data: Path, depth: int) -> dict[str, float]:
 
         served, loaded = asyncio.run(serve_them())
         return {"listen_s": listen, "first_s": served, "loaded_s": loaded,
-                "rss": float(_rss(proc.pid))}
+                "rss": float(_rss(proc.pid, children=True))}
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
@@ -316,7 +327,7 @@ def _empty_rss(data: Path) -> float:
                 await ns.runtime_properties("q")
 
         asyncio.run(touch())
-        return float(_rss(proc.pid))
+        return float(_rss(proc.pid, children=True))
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
