@@ -144,6 +144,10 @@ class Journal:
             collections.deque())
         self._young_at: dict[tuple[tuple[str, str], int], float] = {}
         self._young_kick: asyncio.TimerHandle | None = None
+        #: Entities deleted, by (namespace, key): the number of the change that deleted
+        #: each, until it is written (a group taken back drops its rows of an entity
+        #: deleted since it was made: they would be written after the delete).
+        self._deleted: dict[tuple[str, str], int] = {}
         self._changes = 0
         self._durable = 0
         #: The changes handed to the writer (in flight or written).
@@ -419,6 +423,7 @@ class Journal:
         self._locks.pop(key, None)
         for pending in [pending for pending in self._young_at if pending[0] == key]:
             del self._young_at[pending]
+        self._deleted[key] = self._changes + 1  # this change's number
         self._changed()
 
     def session(self, session: _Session) -> None:
@@ -533,9 +538,11 @@ class Journal:
             self._take_back(failure, [write, *(
                 w for w in (link.writes if link else ()) if not w.answer.done())])
             return
-        self._durable = max(self._durable, write.upto)
+        self._durable = durable = max(self._durable, write.upto)
         self._retry = 0.0
         self.writes += 1
+        if self._deleted:  # written: no group made before them is in flight
+            self._deleted = {k: n for k, n in self._deleted.items() if n > durable}
         write.answer.set_result(None)
         if self._durable < self._changes and self._kick is None and self._db is not None:
             # changes no request waits for (expiries, lock ends) go soon too
@@ -548,16 +555,7 @@ class Journal:
         for write in reversed(writes):  # newest first: what is pending now wins, then...
             self._gone_id = max(self._gone_id, write.high_id)
             self._ops[:0] = write.ops
-            for key, rows in write.dirty.items():
-                now = self._dirty.setdefault(key, {})
-                for seq, item in rows.items():
-                    now.setdefault(seq, item)
-            for key, recs in write.locks.items():
-                written = self._dirty.get(key) or {}
-                now_locks = self._locks.setdefault(key, {})
-                for seq, rec in recs.items():
-                    if seq not in written:
-                        now_locks.setdefault(seq, rec)
+            write.back_into(self._dirty, self._locks, self._deleted)
         self._sent = self._durable
         self._resume = True
         self._retry = min(5.0, self._retry * 2 or 0.05)

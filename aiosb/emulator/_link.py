@@ -60,6 +60,28 @@ class Write:
         self.upto, self.dirty, self.locks, self.ops = upto, dirty, locks, ops
         self.high_id, self.answer = high_id, answer
 
+    def back_into(self, dirty: dict[tuple[str, str], dict[int, Any]],
+                  locks: dict[tuple[str, str], dict[int, Any]],
+                  deleted: dict[tuple[str, str], int]) -> None:
+        """Put this group's rows and locks back among the pending ones (``dirty``,
+        ``locks``: what is pending of a row wins), but for the entities deleted since
+        it was made (``deleted``: the number of the change that deleted each), whose
+        rows would be written after their delete and stay."""
+        for key, rows in self.dirty.items():
+            if deleted.get(key, 0) > self.upto:
+                continue
+            now = dirty.setdefault(key, {})
+            for seq, item in rows.items():
+                now.setdefault(seq, item)
+        for key, recs in self.locks.items():
+            if deleted.get(key, 0) > self.upto:
+                continue
+            written = dirty.get(key) or {}
+            now_locks = locks.setdefault(key, {})
+            for seq, rec in recs.items():
+                if seq not in written:
+                    now_locks.setdefault(seq, rec)
+
 
 Answered = Callable[[Write, "str | None"], None]
 Ended = Callable[["WriterLink", "int | None"], None]

@@ -302,3 +302,44 @@ async def test_expired_locked_session_message_goes_away(tmp_path):
             props,
             rec and (rec.state, rec.lock_token),
         )
+
+
+async def test_rows_taken_back_after_their_entity_went_are_not_written_after_it(
+        tmp_path, monkeypatch):
+    """A group carrying a queue's message is refused, and its answer arrives after the
+    queue was deleted: the message's row is not written again after the delete (it would
+    stay in the database, of no entity)."""
+    from aiosb.emulator import _link
+
+    emulator.reset()
+    j = await start(tmp_path)
+    held: list[tuple[_link.WriterLink, int, bytes]] = []
+    receive = _link.WriterLink.pipe_data_received
+
+    def hold(self, fd, data):  # the writer's answers wait until the queue is gone
+        held.append((self, fd, data))
+
+    async with aiosb.connect("memory://went") as ns:
+        await ns.create_queue("q")
+        await j.commit()
+        _refused(monkeypatch, 1)
+        monkeypatch.setattr(_link.WriterLink, "pipe_data_received", hold)
+        async with ns.sender("q") as sender:
+            await sender.send(Message(b"a"))
+        put = asyncio.ensure_future(j.commit())  # the put's group: sent, to be refused
+        while not held:
+            await asyncio.sleep(0.01)
+        await ns.delete_queue("q")
+        monkeypatch.setattr(_link.WriterLink, "pipe_data_received", receive)
+        for link, fd, data in held:
+            link.pipe_data_received(fd, data)
+        with pytest.raises(errors.TransientError):
+            await put
+        await j.commit()  # the delete, and what came back of the put's group
+    emulator.use_journal(None)
+    await j.aclose()
+    db = sqlite3.connect(tmp_path / "aiosb.sqlite3")
+    try:
+        assert db.execute("SELECT count(*) FROM msgs").fetchone() == (0,)
+    finally:
+        db.close()
