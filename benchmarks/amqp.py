@@ -247,18 +247,22 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                             "at the SDK's pace: AMQP (SDK) / HTTP (aiosb)", paced_cost, 1.5,
                             at_most=True, unit="ratio"))
     receive_cost = [a / h for a, h in zip(receive_ms["sdk"], receive_ms["http"], strict=True)]
-    if len(send_cost) >= MIN_RUNS:
-        checks.append(check("#36", "server CPU per message sent: AMQP (SDK) / HTTP (aiosb)",
-                            send_cost, 1.5, at_most=True, unit="ratio"))
+    # Reported, not judged (#36): HTTP as aiosb sends, the server giving each message its
+    # id, and settling a batch at a time, is less work than what the SDK asks of the
+    # server (a uuid id on each message; a disposition per message, each awaited): those
+    # ratios measure the clients' choices; the judged ones compare the same work.
+    strict = [("server CPU per message sent: AMQP (SDK, an id each) / HTTP (aiosb, the "
+               "server's ids)", send_cost),
+              ("server CPU per message received and completed: AMQP (SDK, a settlement "
+               "each) / HTTP (aiosb, a settlement a batch)", receive_cost)]
+    rows += [{"case": f"{name} (reported, not judged)", "min": min(values),
+              "median": sorted(values)[len(values) // 2], "max": max(values),
+              "unit": "ratio"} for name, values in strict if values]
     each_cost = [a / h for a, h in zip(receive_ms["sdk"], receive_ms["http-each"], strict=True)]
     if len(each_cost) >= MIN_RUNS:  # like with like: a settlement per message on both
         checks.append(check("#36", "server CPU per message received and completed, a "
                             "settlement each on both: AMQP (SDK) / HTTP (aiosb)",
                             each_cost, 1.5, at_most=True, unit="ratio"))
-    if len(receive_cost) >= MIN_RUNS:
-        checks.append(check("#36", "server CPU per message received and completed: AMQP "
-                            "(SDK, a settlement each) / HTTP (aiosb, a settlement a batch)",
-                            receive_cost, 1.5, at_most=True, unit="ratio"))
     summary = {"http_over_sdk_min": min(ratios)}
     report("amqp", "The official SDK beside aiosb, against one aiosb serve", rows, summary,
            checks)
