@@ -5,12 +5,10 @@ The broker tells the journal what changed (:meth:`Journal.record` for a message,
 :meth:`Journal.session` for session state) synchronously and cheaply: a message is only
 marked dirty, however often it changes before the next write. :meth:`Journal.commit`
 returns once everything changed before the call is on disk. Commits are grouped: one
-write, in one SQLite transaction, carries the changes of every request that arrived
-meanwhile, so concurrency does not cost a disk flush per message.
-The loop prepares a group (the rows to put, the locks, the runs gone) and hands it to
-the journal's writer, a process of its own (:mod:`._writer`): SQLite's work runs on
-another core without the serving thread's GIL, and a group waits in the writer's pipe
-while the one before it is written (two in flight at most).
+SQLite transaction carries the changes of every request that arrived meanwhile. The
+loop prepares a group and hands it to the journal's writer, a process of its own
+(:mod:`._writer`, :mod:`._link`): SQLite's work takes another core, not the serving
+thread's GIL, and a group waits in the pipe while the one before it is written.
 
 SQLite runs in WAL mode. By default with ``synchronous=NORMAL``: a committed
 transaction is in the WAL file (in the operating system's cache, not yet flushed to the
@@ -35,13 +33,12 @@ At start-up :meth:`Journal.load` rebuilds every namespace as it was
 the server listens, the messages in the background, an operation waiting for what it
 touches. Messages keep their sequence numbers, states, delivery counts and lock tokens
 (a lock once held :data:`LOCK_WRITE_AFTER`, or at a clean stop: no request waits for a
-lock, and one settled sooner is never written); a lock that ended while the server was
-down ends at once (the message comes back);
-sequence numbers go on from where they were. Session locks, duplicate-detection history
+lock); a lock that ended while the server was down ends at once (the message comes
+back); sequence numbers go on from where they were. Session locks, duplicate-detection history
 and faults are not kept: they belong to the connections and the test that made them.
 
-Imports: :mod:`._record`, :mod:`._partitions`, :mod:`._store`, :mod:`._entity`,
-:mod:`._namespace`, :mod:`._rows`, :mod:`._recovery`, :mod:`._migrate`, :mod:`._writer`;
+Imports: :mod:`._record`, :mod:`._store`, :mod:`._entity`, :mod:`._namespace`,
+:mod:`._rows`, :mod:`._recovery`, :mod:`._migrate`, :mod:`._writer`, :mod:`._link`;
 never the broker
 (it sees a namespace through :class:`~._namespace.Namespace`, and makes one through
 :data:`open_namespace`).
@@ -50,10 +47,8 @@ never the broker
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import logging
-import pickle
 import sqlite3
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -62,7 +57,16 @@ from typing import Any
 from ..errors import InvalidArgument
 from . import _writer
 from ._entity import _Entity, _Session
-from ._link import Write, WriteFailed, WriterLink, build_groups, consume, start_writer
+from ._link import (
+    Write,
+    WriteFailed,
+    WriterLink,
+    YoungLocks,
+    build_groups,
+    consume,
+    frame_of,
+    start_writer,
+)
 from ._migrate import migrate
 from ._namespace import Namespace
 from ._record import GONE, _Record, adopt_auto_ids, auto_id_prefix
@@ -125,7 +129,8 @@ class Journal:
     """
 
     def __init__(self, directory: str | Path, fsync: bool = False) -> None:
-        self.path = Path(directory) / "aiosb.sqlite3"
+        # absolute: a writer started after the process changed its directory finds it
+        self.path = Path(directory).absolute() / "aiosb.sqlite3"
         self.fsync = fsync
         # The rows to write, by entity (namespace, entity key), then sequence number:
         # what the row holds now, a record (and where it is), or None when the row is
@@ -137,12 +142,9 @@ class Journal:
         # by entity, then sequence number: the lock goes to the row's lock column, the
         # row is not written again (#39).
         self._locks: dict[tuple[str, str], dict[int, _Record]] = {}
-        #: Locks not yet due to be written (:data:`LOCK_WRITE_AFTER`), oldest first:
-        #: (taken at, entity key, sequence number, record); and when each was taken, by
-        #: (entity key, sequence number), while it is still to be written.
-        self._young: collections.deque[tuple[float, tuple[str, str], int, _Record]] = (
-            collections.deque())
-        self._young_at: dict[tuple[tuple[str, str], int], float] = {}
+        #: Locks not yet due to be written (:data:`LOCK_WRITE_AFTER`).
+        self._young = YoungLocks()
+        self._young_at = self._young.at
         self._young_kick: asyncio.TimerHandle | None = None
         #: Entities deleted, by (namespace, key): the number of the change that deleted
         #: each, until it is written (a group taken back drops its rows of an entity
@@ -157,6 +159,7 @@ class Journal:
         self._spawning: asyncio.Future[WriterLink] | None = None
         #: The next group is the first after a failure: the writer writes again.
         self._resume = False
+        self._closing = False
         self._kick: asyncio.Handle | None = None
         self._retry = 0.0
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "aiosb-journal")
@@ -270,6 +273,11 @@ class Journal:
             self._young_due(every=True)
             await self.commit()
         finally:
+            self._closing = True  # nothing starts another writer, nor sends, from now
+            for kick in (self._kick, self._young_kick):
+                if kick is not None:
+                    kick.cancel()
+            self._kick = self._young_kick = None
             link, self._link = self._link, None
             if link is not None:
                 await link.aclose()
@@ -339,18 +347,16 @@ class Journal:
         key = (entity.ns.name, entity.key)
         dirty = self._dirty.get(key) or {}
         locks = self._locks.get(key) or {}
-        young, young_at = self._young, self._young_at
-        loop = asyncio.get_running_loop()
+        young, loop = self._young, asyncio.get_running_loop()
         now = loop.time()
         for rec in recs:
             seq = rec.seq
             # a row to be written whole holds the lock too; a lock pending is read
             # from the record when it is written
-            if seq not in dirty and seq not in locks and (key, seq) not in young_at:
-                young_at[(key, seq)] = now
-                young.append((now, key, seq, rec))
-        if young and self._young_kick is None:
-            self._young_kick = loop.call_at(young[0][0] + LOCK_WRITE_AFTER, self._young_due)
+            if seq not in dirty and seq not in locks:
+                young.add(key, seq, rec, now)
+        if young.queue and self._young_kick is None:
+            self._young_kick = loop.call_at(now + LOCK_WRITE_AFTER, self._young_due)
 
     def _young_due(self, every: bool = False) -> None:
         """Pass the locks held :data:`LOCK_WRITE_AFTER` (``every``: all of them) to
@@ -358,19 +364,15 @@ class Journal:
         if self._young_kick is not None:
             self._young_kick.cancel()
             self._young_kick = None
-        young, young_at = self._young, self._young_at
-        loop = asyncio.get_running_loop()
-        due = float("inf") if every else loop.time() - LOCK_WRITE_AFTER
+        young, loop = self._young, asyncio.get_running_loop()
         moved = False
-        while young and young[0][0] <= due:
-            taken, key, seq, rec = young.popleft()
-            if young_at.get((key, seq)) != taken:  # settled, or written whole, since
-                continue
-            del young_at[(key, seq)]
+        for key, seq, rec in young.due(
+                float("inf") if every else loop.time() - LOCK_WRITE_AFTER):
             self._locks.setdefault(key, {})[seq] = rec
             moved = True
-        if young:
-            self._young_kick = loop.call_at(young[0][0] + LOCK_WRITE_AFTER, self._young_due)
+        if young.queue and not self._closing:  # a timer may fire a clock tick early
+            self._young_kick = loop.call_at(
+                max(young.queue[0][0] + LOCK_WRITE_AFTER, loop.time() + 0.01), self._young_due)
         if moved:
             self._changed()
 
@@ -388,27 +390,12 @@ class Journal:
 
     def entity(self, entity: _Entity) -> None:
         """An entity was created or updated."""
-        self._ops.append(
-            (
-                "INSERT OR REPLACE INTO entities VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    entity.ns.name,
-                    entity.key,
-                    entity.kind,
-                    entity.path,
-                    entity.nfrag,
-                    entity.created,
-                    encode_props(entity.props),
-                ),
-            )
-        )
+        self._ops.append(("INSERT OR REPLACE INTO entities VALUES (?, ?, ?, ?, ?, ?, ?)", (
+            entity.ns.name, entity.key, entity.kind, entity.path, entity.nfrag,
+            entity.created, encode_props(entity.props))))
         if entity.rules is not None:  # a subscription: its rules, all of them
-            self._ops.append(
-                (
-                    "INSERT OR REPLACE INTO rules VALUES (?, ?, ?)",
-                    (entity.ns.name, entity.key, encode_rules(entity.rules.listing())),
-                )
-            )
+            self._ops.append(("INSERT OR REPLACE INTO rules VALUES (?, ?, ?)", (
+                entity.ns.name, entity.key, encode_rules(entity.rules.listing()))))
         self._changed()
 
     def entity_gone(self, entity: _Entity) -> None:
@@ -421,8 +408,7 @@ class Journal:
                           "WHERE ns = ? AND key = ?)", key))
         self._dirty.pop(key, None)
         self._locks.pop(key, None)
-        for pending in [pending for pending in self._young_at if pending[0] == key]:
-            del self._young_at[pending]
+        self._young.drop_entity(key)
         self._deleted[key] = self._changes + 1  # this change's number
         self._changed()
 
@@ -455,10 +441,19 @@ class Journal:
         while self._durable < target:
             write = self._oldest()
             if self._sent < target and (write is None or self._in_flight() < _DEPTH):
-                if self.migrating:  # an older database's rows first: a group may replace them
-                    await self.migrate()
-                    continue
-                link = self._link or await self._writer()
+                if self._closing:
+                    raise WriteFailed(target, f"the journal of {self.path} is closed")
+                try:
+                    if self.migrating:  # an older database's rows first: a group may
+                        await self.migrate()  # replace them
+                        continue
+                    link = self._link
+                    if link is None or link.closed:
+                        link = await self._writer()
+                except (WriteFailed, InvalidArgument, sqlite3.Error, OSError) as exc:
+                    self._failed_later(str(exc))  # no group went: try again after a pause
+                    raise WriteFailed(target, f"the emulator could not write its data to "
+                                      f"{self.path}: {exc}") from exc
                 write = self._send(link)
             elif write is None:  # taken back meanwhile: ours are pending again
                 self._sent = self._durable
@@ -471,17 +466,19 @@ class Journal:
                 # an earlier group failed; ours is still pending: write it now
 
     def _in_flight(self) -> int:
-        link = self._link
-        return 0 if link is None else sum(not w.answer.done() for w in link.writes)
+        return len(self._waiting())
 
     def _oldest(self) -> Write | None:
-        link = self._link
-        return None if link is None else next(
-            (w for w in link.writes if not w.answer.done()), None)
+        return next(iter(self._waiting()), None)
+
+    def _waiting(self) -> list[Write]:  # the groups in flight, oldest first
+        return [] if self._link is None else [w for w in self._link.writes
+                                              if not w.answer.done()]
 
     def _background(self) -> None:
         self._kick = None
-        if self._durable < self._changes and not self._in_flight() and self._db is not None:
+        if (self._durable < self._changes and not self._in_flight() and self._db is not None
+                and not self._closing):
             asyncio.ensure_future(self.commit()).add_done_callback(consume)
 
     async def _writer(self) -> WriterLink:
@@ -489,15 +486,17 @@ class Journal:
         spawning = self._spawning
         if spawning is None:
             spawning = self._spawning = asyncio.ensure_future(self._spawn())
-            spawning.add_done_callback(consume)
-        try:
-            return await asyncio.shield(spawning)
-        finally:
-            if self._spawning is spawning and spawning.done():
-                self._spawning = None
+            spawning.add_done_callback(self._spawned)
+        return await asyncio.shield(spawning)
+
+    def _spawned(self, spawning: asyncio.Future[WriterLink]) -> None:
+        self._spawning = None if self._spawning is spawning else self._spawning
+        consume(spawning)
 
     async def _spawn(self) -> WriterLink:
         link = await start_writer(self.path, self.fsync, self._answered, self._ended)
+        if link.closed:  # it died at once
+            raise WriteFailed(self._changes, f"the writer of {self.path} ended at its start")
         self._link = link
         return link
 
@@ -511,32 +510,27 @@ class Journal:
 
     def _send(self, link: WriterLink) -> Write:
         """Hand every change not yet handed over to the writer, as one group."""
-        upto = self._changes
-        dirty, self._dirty = self._dirty, {}
-        ops, self._ops = self._ops, []
-        locks, self._locks = self._locks, {}
-        high_id = self._gone_id
+        # Built before anything is taken from the pending changes: if it fails, they stay.
+        upto, dirty, ops, locks = self._changes, self._dirty, list(self._ops), self._locks
         prefix_ok = self.prefix == auto_id_prefix()
-        groups, highs, high_id = build_groups(dirty, locks, prefix_ok, high_id)
-        self._gone_id = 0
+        groups, highs, high_id = build_groups(dirty, locks, prefix_ok, self._gone_id)
         if high_id:
             ops.append(("INSERT INTO meta VALUES ('auto_high', ?) ON CONFLICT (name) "
                         "DO UPDATE SET value = max(value, excluded.value)", (high_id,)))
-        frame = pickle.dumps((ops, groups, highs), pickle.HIGHEST_PROTOCOL)
+        frame = frame_of(ops, groups, highs)
+        self._dirty, self._ops, self._locks, self._gone_id = {}, [], {}, 0
         flags, self._resume = (_writer.RESUME if self._resume else 0), False
         write = Write(upto, dirty, locks, ops, high_id, link.loop.create_future())
         self._sent = upto
         link.send(write, _writer.HEAD.pack(len(frame), flags) + frame)
         return write
 
-    def _answered(self, write: Write, failure: str | None) -> None:
+    def _answered(self, link: WriterLink, write: Write, failure: str | None) -> None:
         """The writer's answer to ``write`` (in the order sent): written, or why not."""
         if write.answer.done():  # taken back already, with an earlier one that failed
             return
         if failure is not None:
-            link = self._link
-            self._take_back(failure, [write, *(
-                w for w in (link.writes if link else ()) if not w.answer.done())])
+            self._take_back(failure, [write, *(w for w in link.writes if not w.answer.done())])
             return
         self._durable = durable = max(self._durable, write.upto)
         self._retry = 0.0
@@ -558,19 +552,23 @@ class Journal:
             write.back_into(self._dirty, self._locks, self._deleted)
         self._sent = self._durable
         self._resume = True
-        self._retry = min(5.0, self._retry * 2 or 0.05)
-        log.error("could not write to %s (retrying in %.2f s): %s", self.path, self._retry,
-                  failure)
         message = f"the emulator could not write its data to {self.path}: {failure}"
         for write in writes:
             # the requests whose changes were in the group that failed hear of it; those
             # of the later groups (refused, never tried) wait for them to be written again
             write.answer.set_exception(WriteFailed(writes[0].upto, message))
             write.answer.add_done_callback(consume)
-        if writes and self._db is not None:
+        self._failed_later(failure)
+
+    def _failed_later(self, failure: str) -> None:
+        """A write failed: say so, and try again after a pause (doubled each time)."""
+        self._retry = min(5.0, self._retry * 2 or 0.05)
+        log.error("could not write to %s (retrying in %.2f s): %s", self.path, self._retry,
+                  failure)
+        if self._db is not None and not self._closing:
             if self._kick is not None:
                 self._kick.cancel()
-            self._kick = writes[0].answer.get_loop().call_later(self._retry, self._background)
+            self._kick = asyncio.get_running_loop().call_later(self._retry, self._background)
 
     # -- reading -----------------------------------------------------------------------
 

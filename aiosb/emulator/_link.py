@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import io
+import pickle
 import struct
 import sys
 from collections.abc import Callable, Iterator
@@ -34,8 +36,8 @@ from ._partitions import FRAGMENT_SHIFT
 from ._record import GONE, LOCKED, _Record
 from ._rows import message_row
 
-__all__ = ["WRITER_FLAGS", "Write", "WriteFailed", "WriterLink", "build_groups", "consume",
-           "start_writer"]
+__all__ = ["WRITER_FLAGS", "Write", "WriteFailed", "WriterLink", "YoungLocks", "build_groups",
+           "consume", "frame_of", "start_writer"]
 
 #: Arguments of the writer's command line after the database (tests: ``--row-locks``).
 WRITER_FLAGS: list[str] = []
@@ -83,7 +85,7 @@ class Write:
                     now_locks.setdefault(seq, rec)
 
 
-Answered = Callable[[Write, "str | None"], None]
+Answered = Callable[["WriterLink", Write, "str | None"], None]
 Ended = Callable[["WriterLink", "int | None"], None]
 
 
@@ -97,6 +99,8 @@ class WriterLink(asyncio.SubprocessProtocol):
         self.writes: collections.deque[Write] = collections.deque()
         self.exited: asyncio.Future[None] = loop.create_future()
         self._answered, self._ended = answered, ended
+        #: The process ended and its pipes closed: nothing sent now would be answered.
+        self.closed = False
         self._transport: Any = None
         self._stdin: Any = None
         self._buffer = bytearray()
@@ -110,7 +114,10 @@ class WriterLink(asyncio.SubprocessProtocol):
     def send(self, write: Write, frame: bytes) -> None:
         """Hand ``write`` (``frame``: its flags and pickled group) to the writer."""
         self.writes.append(write)
-        self._stdin.write(frame)
+        try:
+            self._stdin.write(frame)
+        except (RuntimeError, OSError):  # the writer is gone (uvloop closes the pipe
+            pass  # before it says so): connection_lost takes the write back
 
     def pipe_data_received(self, fd: int, data: bytes | bytearray) -> None:
         buffer = self._buffer
@@ -128,11 +135,12 @@ class WriterLink(asyncio.SubprocessProtocol):
             else:
                 del buffer[:1]
             if self.writes:
-                self._answered(self.writes.popleft(), failure)
+                self._answered(self, self.writes.popleft(), failure)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """The process ended and its pipes closed: every answer it gave is in."""
         transport = self._transport
+        self.closed = True
         self._ended(self, None if transport is None else transport.get_returncode())
         self.writes.clear()
         if not self.exited.done():
@@ -239,6 +247,63 @@ def _widen(pipe: Any) -> None:
         return
     with contextlib.suppress(OSError, ValueError):
         fcntl.fcntl(handle.fileno(), setsize, 1 << 20)
+
+
+class YoungLocks:
+    """Locks not yet due to be written, oldest first (``queue``: taken at, entity key,
+    sequence number, record), and when each was taken (``at``, by entity key and
+    sequence number) while it is still to be written: a record settled or written whole
+    meanwhile leaves ``at``, and its entry in ``queue`` is passed over."""
+
+    def __init__(self) -> None:
+        self.queue: collections.deque[tuple[float, tuple[str, str], int, _Record]] = (
+            collections.deque())
+        self.at: dict[tuple[tuple[str, str], int], float] = {}
+
+    def add(self, key: tuple[str, str], seq: int, rec: _Record, now: float) -> None:
+        if (key, seq) not in self.at:  # a lock pending keeps its first instant
+            self.at[(key, seq)] = now
+            self.queue.append((now, key, seq, rec))
+
+    def due(self, before: float) -> Iterator[tuple[tuple[str, str], int, _Record]]:
+        """Take those taken at ``before`` or earlier: (entity key, sequence number,
+        record) of each still to be written."""
+        queue, at = self.queue, self.at
+        while queue and queue[0][0] <= before:
+            taken, key, seq, rec = queue.popleft()
+            if at.get((key, seq)) == taken:
+                del at[(key, seq)]
+                yield key, seq, rec
+
+    def drop_entity(self, key: tuple[str, str]) -> None:
+        for pending in [pending for pending in self.at if pending[0] == key]:
+            del self.at[pending]
+
+
+class _Plain(pickle.Pickler):
+    """Pickles a value of a subclass of str, bytes, int or float (a name given as a
+    ``StrEnum``, say) as the plain value: the writer imports no class of the caller's."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        kind = type(obj)
+        if kind is bool:
+            return NotImplemented
+        if isinstance(obj, str) and kind is not str:
+            return str, (str.__str__(obj),)
+        if isinstance(obj, bytes) and kind is not bytes:
+            return bytes, (bytes(obj),)
+        if isinstance(obj, int) and kind is not int:
+            return int, (int(obj),)
+        if isinstance(obj, float) and kind is not float:
+            return float, (float(obj),)
+        return NotImplemented
+
+
+def frame_of(ops: Any, groups: Any, highs: Any) -> bytes:
+    """A group's frame for the writer (:mod:`._writer`), without its head."""
+    out = io.BytesIO()
+    _Plain(out, pickle.HIGHEST_PROTOCOL).dump((ops, groups, highs))
+    return out.getvalue()
 
 
 def consume(task: asyncio.Future[Any]) -> None:

@@ -12,7 +12,7 @@ from about 3.7 ms to about 2).
 
 Run as ``python -I -S _writer.py DATABASE [--fsync] [--row-locks]`` (the database
 exists: the journal made its tables). It reads frames on its standard input, each a
-little-endian 4-byte length, a byte of flags and that many bytes: a pickle of
+little-endian 8-byte length, a byte of flags and that many bytes: a pickle of
 ``(ops, groups, highs)`` (:func:`write`). It answers each frame, in order, on its
 standard output: :data:`OK`, or :data:`FAILED`, a 4-byte length and a UTF-8 message
 (the transaction rolled back). After a failure it refuses every later frame until one
@@ -36,7 +36,7 @@ from typing import Any, BinaryIO
 __all__ = ["FAILED", "HEAD", "OK", "RESUME", "Writer", "connect", "main"]
 
 #: A frame's head: its length and its flags.
-HEAD = struct.Struct("<IB")
+HEAD = struct.Struct("<QB")
 #: The flag of the first frame after a failure: write it (and what follows) again.
 RESUME = 1
 #: The answers: written; not written (then a 4-byte length and the message).
@@ -110,6 +110,7 @@ class Writer:
         arguments: namespaces, entities, sessions ...), then each entity's rows, then
         the highest sequence numbers used."""
         db = self.db
+        known = set(self._eids)
         db.execute("BEGIN")
         try:
             for sql, args in ops:
@@ -137,6 +138,9 @@ class Writer:
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
+            # the ids made in this transaction are gone with it
+            for made in self._eids.keys() - known:
+                del self._eids[made]
             raise
 
 
@@ -194,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     # The terminal's ^C reaches every process of the group: the journal writes what is
     # pending as its server stops, then closes this process's input.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a service manager's, to the group
     args = sys.argv[1:] if argv is None else argv
     db = connect(args[0], "--fsync" in args)
     try:

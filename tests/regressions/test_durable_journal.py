@@ -343,3 +343,75 @@ async def test_rows_taken_back_after_their_entity_went_are_not_written_after_it(
         assert db.execute("SELECT count(*) FROM msgs").fetchone() == (0,)
     finally:
         db.close()
+
+
+async def test_names_given_as_str_subclasses_are_written(tmp_path):
+    """A queue named with a ``StrEnum`` (a subclass of str): the writer, a process that
+    imports none of the caller's classes, writes it as the plain name (it refused every
+    later group when the name reached it pickled as the caller's class)."""
+    import enum
+
+    class Queues(enum.StrEnum):
+        ORDERS = "orders"
+
+    emulator.reset()
+    j = await start(tmp_path)
+    async with aiosb.connect("memory://named") as ns:
+        await ns.create_queue(Queues.ORDERS)
+        async with ns.sender(Queues.ORDERS) as sender:
+            await sender.send(Message(b"a"))
+        await j.commit()
+    j = await restart(j, tmp_path)
+    async with aiosb.connect("memory://named") as ns:
+        assert (await ns.runtime_properties("orders")).total_message_count == 1
+    emulator.use_journal(None)
+    await j.aclose()
+
+
+async def test_a_writer_that_dies_is_started_again_and_nothing_is_lost(tmp_path):
+    """The writer's process killed with a group in flight: that commit fails (or was
+    written first), the next starts a new writer, and everything is on disk."""
+    emulator.reset()
+    j = await start(tmp_path)
+    async with aiosb.connect("memory://dies") as ns:
+        await ns.create_queue("q")
+        await j.commit()
+        link = j._link
+        assert link is not None
+        async with ns.sender("q") as sender:
+            await sender.send(Message(b"a"))
+        first = asyncio.ensure_future(j.commit())
+        await asyncio.sleep(0)  # its group is in the pipe
+        link._transport.kill()
+        try:
+            await first
+        except errors.TransientError:
+            pass
+        await link.exited
+        async with ns.sender("q") as sender:
+            await sender.send(Message(b"b"))
+        await j.commit()
+        assert j._link is not None and j._link is not link
+    j = await restart(j, tmp_path)
+    async with aiosb.connect("memory://dies") as ns:
+        assert (await ns.runtime_properties("q")).total_message_count == 2
+    emulator.use_journal(None)
+    await j.aclose()
+
+
+def test_the_writer_forgets_the_entity_ids_of_a_transaction_rolled_back(tmp_path):
+    """An entity's id made in a transaction that rolled back is made again: a cached id
+    would put the entity's rows under the next entity's id."""
+    from aiosb.emulator import _durable, _writer
+
+    db = sqlite3.connect(tmp_path / "w.sqlite3", isolation_level=None)
+    db.executescript(_durable._SCHEMA)
+    writer = _writer.Writer(db)
+    with pytest.raises(sqlite3.Error):  # q's id is made, then a bad statement
+        writer.write([], [("ns", "q", [], [(1, b"q", b"h")], [])], [("ns", "q", 0)])
+    writer.write([], [("ns", "r", [], [(1, b"r", b"h")], [])], [])
+    writer.write([], [("ns", "q", [], [(2, b"q", b"h")], [])], [])
+    ids = dict(db.execute("SELECT key, id FROM entity_ids"))
+    rows = {body: eid for eid, body in db.execute("SELECT eid, body FROM msgs")}
+    db.close()
+    assert ids["q"] != ids["r"] and rows == {b"r": ids["r"], b"q": ids["q"]}
