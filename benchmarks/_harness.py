@@ -148,3 +148,13 @@ async def round_trips(ns: Any, queue: str, messages: list[Any], rounds: int, **p
                 await receiver.complete(received)
         assert len(received) == len(messages)
     return sw.seconds
+
+
+def child_pids(pid: int) -> list[int]:
+    """The process ids of ``pid``'s children (a durable ``aiosb serve``'s journal writer:
+    its work and memory are the server's), from ``/proc``; none where it cannot tell."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as listing:
+            return [int(child) for child in listing.read().split()]
+    except OSError:
+        return []

@@ -47,6 +47,7 @@ from ._harness import (
     Stopwatch,
     best_rate,
     check,
+    child_pids,
     loops,
     report,
     round_trips,
@@ -197,12 +198,7 @@ def _tree_cpu_seconds(pid: int) -> float | None:
     total = _cpu_seconds(pid)
     if total is None:
         return None
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as listing:
-            children = [int(child) for child in listing.read().split()]
-    except OSError:
-        return total
-    for child in children:
+    for child in child_pids(pid):
         total += _tree_cpu_seconds(child) or 0.0
     return total
 

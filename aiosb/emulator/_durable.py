@@ -144,7 +144,6 @@ class Journal:
         self._locks: dict[tuple[str, str], dict[int, _Record]] = {}
         #: Locks not yet due to be written (:data:`LOCK_WRITE_AFTER`).
         self._young = YoungLocks()
-        self._young_at = self._young.at
         self._young_kick: asyncio.TimerHandle | None = None
         #: Entities deleted, by (namespace, key): the number of the change that deleted
         #: each, until it is written (a group taken back drops its rows of an entity
@@ -320,7 +319,7 @@ class Journal:
         elif store.is_dlq:
             where = "d"
         gone_id = self._gone_id
-        young_at = self._young_at
+        young_at = self._young.at
         for rec in recs:
             seq = rec.seq
             if locks:
@@ -584,7 +583,8 @@ class Journal:
         return await recovery.start()
 
     async def read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        """``fn(connection)`` on the journal's thread (between its writes)."""
+        """``fn(connection)`` on the journal's thread and connection (it sees what the
+        writer's process has committed)."""
         db = self._db
         assert db is not None
         return await self._run(fn, db)

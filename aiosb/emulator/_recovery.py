@@ -5,7 +5,7 @@ once, what it loads in the background, and how an operation waits for what it ne
 sequence numbers) and rebuilds them before the server listens; the messages follow, an
 entity at a time, in sequence order, a chunk of rows per read (so a deep store neither
 delays listening nor is held twice in memory while it loads), on a read-only connection
-and a thread of their own (the journal's stays free for commits). Until an entity's
+and a thread of their own (the journal's stays free for its migration and reads). Until an entity's
 messages are all in, every operation on it waits (:meth:`Recovery.wait`, which the
 namespace calls first): a send, receive, peek, count, settlement or session operation on
 a half-loaded store would answer wrongly. (Reading, creating, deleting or listing
@@ -237,7 +237,7 @@ class Recovery:
     async def _read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """``fn(connection)`` on the loader's own thread and connection (read only,
         with a small page cache: what it reads is read once; the journal's thread stays
-        free for commits meanwhile)."""
+        free for its own work meanwhile)."""
         if self._reader is None:
             if self._closed:  # a read ahead, after the load ended: nothing to reopen
                 raise TransientError("the durable store's load is over.")

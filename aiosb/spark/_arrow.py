@@ -130,12 +130,6 @@ class Packed:
         self.arrays = arrays  # column index: its rows
         self.same = same  # column index: what every row holds (a length-1 array; None: null)
 
-    def __getstate__(self) -> tuple[int, dict[int, pa.Array], dict[int, Any]]:
-        return self.rows, self.arrays, self.same
-
-    def __setstate__(self, state: tuple[int, dict[int, pa.Array], dict[int, Any]]) -> None:
-        self.rows, self.arrays, self.same = state
-
     def batch(self) -> pa.RecordBatch:
         """The record batch, every row of every column."""
         schema = arrow_schema()
