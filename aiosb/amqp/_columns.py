@@ -9,7 +9,7 @@ import itertools
 import operator
 from typing import Any
 
-from .codec import decode
+from .codec import decode, decode_typed
 from .messages import APP_PROPERTIES, DATA, PROPERTIES, _name, _property
 from .performatives import BATCH_FORMAT
 
@@ -305,8 +305,8 @@ def _sections_row(buf: bytes) -> tuple[Any, ...] | None:
                 if len(_TAILS) >= _TAILS_KEPT:
                     _TAILS.clear()
                 _TAILS[buf[id_end:items_end]] = (count, _tail_texts(texts))
-        elif code == APP_PROPERTIES:
-            value, pos = decode(buf, pos)
+        elif code == APP_PROPERTIES:  # each value of its AMQP type (#47)
+            value, pos = decode_typed(buf, pos)
             if not isinstance(value, dict):
                 return None
             props = {_name(k): _property(v) for k, v in value.items()} if value else None

@@ -8,9 +8,26 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ._types import DecodeError, Described, Raw, Symbol
+from ._types import (
+    Byte,
+    Char,
+    DecodeError,
+    Decimal32,
+    Decimal64,
+    Decimal128,
+    Described,
+    Float32,
+    Long,
+    Raw,
+    Short,
+    Symbol,
+    UByte,
+    UInt,
+    ULong,
+    UShort,
+)
 
-__all__ = ["decode", "decode_all", "elements"]
+__all__ = ["decode", "decode_all", "decode_typed", "elements"]
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _b = struct.Struct(">b")
@@ -109,15 +126,17 @@ def _dec_sym32(buf: bytes, pos: int) -> tuple[Any, int]:
     return Symbol(str(buf[pos + 4:end], "ascii")), end
 
 
-def _items(buf: bytes, pos: int, count: int, end: int) -> tuple[list[Any], int]:
+def _items(buf: bytes, pos: int, count: int, end: int,
+           table: list[Decoder] | None = None) -> tuple[list[Any], int]:
     _span(buf, pos, end - pos)
     if count > end - pos:  # each item takes a byte at least (its constructor)
         raise DecodeError(f"a compound value of {end - pos} bytes says it holds {count} items.")
     items: list[Any] = []
     append = items.append
+    decoders = _DECODERS if table is None else table
     for _ in range(count):
         code = buf[pos]
-        value, pos = _DECODERS[code](buf, pos + 1)
+        value, pos = decoders[code](buf, pos + 1)
         append(value)
     if pos != end:
         raise DecodeError(f"a compound value ends at byte {pos}, not at {end} as its size says.")
@@ -282,6 +301,96 @@ _DECODERS[0xD0] = _dec_list32
 _DECODERS[0xD1] = _dec_map32
 _DECODERS[0xE0] = _dec_array8
 _DECODERS[0xF0] = _dec_array32
+
+
+# -- typed values (application properties: #47) ---------------------------------------
+
+
+def _typed(kind: type, decoder: Decoder) -> Decoder:
+    def dec(buf: bytes, pos: int) -> tuple[Any, int]:
+        value, pos = decoder(buf, pos)
+        return kind(value), pos
+    return dec
+
+
+def _typed_long(decoder: Decoder) -> Decoder:
+    """A long as :class:`Long` where a plain ``int`` would travel as an AMQP int."""
+    def dec(buf: bytes, pos: int) -> tuple[Any, int]:
+        value, pos = decoder(buf, pos)
+        return (Long(value) if -2147483648 <= value <= 2147483647 else value), pos
+    return dec
+
+
+def _typed_decimal(kind: type, width: int) -> Decoder:
+    def dec(buf: bytes, pos: int) -> tuple[Any, int]:
+        end = _span(buf, pos, width)
+        return kind(buf[pos:end]), end
+    return dec
+
+
+def _typed_compound(decoder: Callable[..., tuple[Any, int]]) -> Decoder:
+    def dec(buf: bytes, pos: int) -> tuple[Any, int]:
+        return decoder(buf, pos, _TYPED)
+    return dec
+
+
+def _list8(buf: bytes, pos: int, table: list[Decoder]) -> tuple[Any, int]:
+    return _items(buf, pos + 2, buf[pos + 1], pos + 1 + buf[pos], table)
+
+
+def _list32(buf: bytes, pos: int, table: list[Decoder]) -> tuple[Any, int]:
+    size, count = _II.unpack_from(buf, pos)
+    return _items(buf, pos + 8, count, pos + 4 + size, table)
+
+
+def _map8(buf: bytes, pos: int, table: list[Decoder]) -> tuple[Any, int]:
+    items, end = _list8(buf, pos, table)
+    return _pairs(items), end
+
+
+def _map32(buf: bytes, pos: int, table: list[Decoder]) -> tuple[Any, int]:
+    items, end = _list32(buf, pos, table)
+    return _pairs(items), end
+
+
+#: The decoders of :func:`decode_typed`: a value of a type no plain Python type stands
+#: for (see :mod:`aiosb.values`) as its typed value; an int, a long beyond 32 bits, a
+#: double, a string, a binary ... as the plain value, as :func:`decode` gives it (#36:
+#: the properties the SDKs send most cost nothing more).
+_TYPED: list[Decoder] = list(_DECODERS)
+for _code, _kind in ((0x50, UByte), (0x51, Byte), (0x52, UInt), (0x43, UInt), (0x70, UInt),
+                     (0x53, ULong), (0x44, ULong), (0x80, ULong), (0x60, UShort),
+                     (0x61, Short), (0x72, Float32), (0x73, Char)):
+    _TYPED[_code] = _typed(_kind, _DECODERS[_code])
+_TYPED[0x55] = _typed_long(_DECODERS[0x55])
+_TYPED[0x81] = _typed_long(_DECODERS[0x81])
+_TYPED[0x74] = _typed_decimal(Decimal32, 4)
+_TYPED[0x84] = _typed_decimal(Decimal64, 8)
+_TYPED[0x94] = _typed_decimal(Decimal128, 16)
+_TYPED[0xC0] = _typed_compound(_list8)
+_TYPED[0xD0] = _typed_compound(_list32)
+_TYPED[0xC1] = _typed_compound(_map8)
+_TYPED[0xD1] = _typed_compound(_map32)
+
+
+def decode_typed(buf: bytes, pos: int = 0) -> tuple[Any, int]:
+    """:func:`decode`, with each value of a type no plain Python type stands for as its
+    typed value (:mod:`aiosb.values`: a long that fits 32 bits as ``Long``, a symbol as
+    ``Symbol``, a ubyte as ``UByte`` ...), so that it is encoded back as it came:
+    application properties (#47).
+
+    Raises:
+        DecodeError: Not valid AMQP, or a type this codec does not support.
+    """
+    try:
+        return _TYPED[buf[pos]](buf, pos + 1)
+    except DecodeError:
+        raise
+    except (IndexError, struct.error, UnicodeDecodeError, ValueError, OverflowError,
+            TypeError) as exc:
+        raise DecodeError(f"malformed AMQP value at byte {pos}: {exc}") from None
+    except RecursionError:
+        raise DecodeError(f"an AMQP value nested too deep at byte {pos}.") from None
 
 
 def decode(buf: bytes, pos: int = 0) -> tuple[Any, int]:

@@ -1,13 +1,33 @@
-"""The marker types of the AMQP codec (see :mod:`aiosb.amqp.codec`)."""
+"""The marker types of the AMQP codec (see :mod:`aiosb.amqp.codec`): the typed values
+(:mod:`aiosb.values`), and the codec's own."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+# The typed values are the vocabulary's (application properties hold them): #47.
+from ..values import (
+    Byte,
+    Char,
+    Decimal32,
+    Decimal64,
+    Decimal128,
+    Float32,
+    Int,
+    Long,
+    Short,
+    Symbol,
+    UByte,
+    UInt,
+    ULong,
+    UShort,
+)
+
 __all__ = [
-    "AMQP_HEADER", "SASL_HEADER", "Array", "Byte", "Char", "DecodeError", "Described",
-    "Float32", "Int", "Raw", "Short", "Symbol", "UByte", "UInt", "ULong", "UShort",
+    "AMQP_HEADER", "SASL_HEADER", "Array", "Byte", "Char", "DecodeError", "Decimal32",
+    "Decimal64", "Decimal128", "Described", "Float32", "Int", "Long", "Raw", "Short",
+    "Symbol", "UByte", "UInt", "ULong", "UShort",
 ]
 
 #: The protocol headers: plain AMQP 1.0 and its SASL layer.
@@ -17,50 +37,6 @@ SASL_HEADER = b"AMQP\x03\x01\x00\x00"
 
 class DecodeError(ValueError):
     """Bytes that are not valid AMQP (or use a type this codec does not support)."""
-
-
-class Symbol(str):
-    """An AMQP symbol (ASCII names: descriptors, conditions, annotation keys)."""
-
-    __slots__ = ()
-
-
-class Char(str):
-    """An AMQP char: one Unicode code point, sent as UTF-32."""
-
-    __slots__ = ()
-
-
-class UByte(int):
-    __slots__ = ()
-
-
-class UShort(int):
-    __slots__ = ()
-
-
-class UInt(int):
-    __slots__ = ()
-
-
-class ULong(int):
-    __slots__ = ()
-
-
-class Byte(int):
-    __slots__ = ()
-
-
-class Short(int):
-    __slots__ = ()
-
-
-class Int(int):
-    __slots__ = ()
-
-
-class Float32(float):
-    __slots__ = ()
 
 
 class Raw(bytes):

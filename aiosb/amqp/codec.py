@@ -12,9 +12,10 @@ encoded from              AMQP type (decoded back as)
 ``UInt`` ``ULong``
 ``Byte`` ``Short``        byte, short, int (decoded as ``int``)
 ``Int``
-``int``                   long (decoded as ``int``)
+``int`` / ``Long``        long (decoded as ``int``)
 ``Float32`` / ``float``   float / double (decoded as ``float``)
 ``Char``                  char (decoded as ``str``)
+``Decimal32`` ...         decimal32, decimal64, decimal128 (decoded as :class:`Raw`)
 ``datetime``              timestamp, milliseconds (decoded as an aware UTC ``datetime``)
 ``uuid.UUID``             uuid
 ``bytes``                 binary
@@ -26,7 +27,9 @@ encoded from              AMQP type (decoded back as)
 ========================  ===========================================================
 
 Decimals are decoded as :class:`Raw` (their encoding, written back unchanged): this codec
-does not interpret them, but a message carrying one is kept bit for bit. :class:`Raw` is
+does not interpret them, but a message carrying one is kept bit for bit.
+:func:`decode_typed` reads application properties: every value of a type no plain
+Python type stands for comes as its typed value (:mod:`aiosb.values`, #47). :class:`Raw` is
 also how a value a peer sent is written back as it came (:func:`elements` splits a list
 or a map into its elements' encodings). Modelled on the MIT-licensed ``_pyamqp`` codec
 of azure-servicebus, written anew: the server never imports the SDK.
@@ -40,7 +43,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ._decoding import decode, decode_all, elements
+from ._decoding import decode, decode_all, decode_typed, elements
 from ._types import (
     AMQP_HEADER,
     SASL_HEADER,
@@ -48,9 +51,13 @@ from ._types import (
     Byte,
     Char,
     DecodeError,
+    Decimal32,
+    Decimal64,
+    Decimal128,
     Described,
     Float32,
     Int,
+    Long,
     Raw,
     Short,
     Symbol,
@@ -67,9 +74,13 @@ __all__ = [
     "Byte",
     "Char",
     "DecodeError",
+    "Decimal32",
+    "Decimal64",
+    "Decimal128",
     "Described",
     "Float32",
     "Int",
+    "Long",
     "Raw",
     "Short",
     "Symbol",
@@ -79,6 +90,7 @@ __all__ = [
     "UShort",
     "decode",
     "decode_all",
+    "decode_typed",
     "elements",
     "encode",
     "encode_into",
@@ -166,6 +178,13 @@ def _enc_long(out: bytearray, value: Any) -> None:
         out += b"\x55" + _b.pack(value)
     else:
         out += b"\x81" + _q.pack(value)
+
+
+def _decimal(code: int) -> Encoder:
+    def enc(out: bytearray, value: Any) -> None:
+        out.append(code)
+        out += value
+    return enc
 
 
 def _enc_float(out: bytearray, value: Any) -> None:
@@ -268,6 +287,7 @@ _ELEMENTS: dict[type, tuple[int, Callable[[Any], bytes]]] = {
     Short: (0x61, _h.pack),
     Int: (0x71, _i.pack),
     int: (0x81, _q.pack),
+    Long: (0x81, _q.pack),
     Float32: (0x72, _f.pack),
     float: (0x82, _d.pack),
     Char: (0x73, lambda v: _I.pack(ord(v))),
@@ -309,9 +329,13 @@ _ENCODERS: dict[type, Encoder] = {
     Short: _enc_short,
     Int: _enc_int,
     int: _enc_long,
+    Long: _enc_long,
     Float32: _enc_float,
     float: _enc_double,
     Char: _enc_char,
+    Decimal32: _decimal(0x74),
+    Decimal64: _decimal(0x84),
+    Decimal128: _decimal(0x94),
     _dt.datetime: _enc_timestamp,
     uuid.UUID: _enc_uuid,
     bytes: _enc_binary,

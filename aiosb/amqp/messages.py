@@ -17,7 +17,9 @@ The map, field by field (``MESSAGE_FIELDS``)::
     reply_to                properties.reply-to
     reply_to_session_id     properties.reply-to-group-id
     to                      properties.to
-    application_properties  application-properties (com.microsoft:timespan as timedelta)
+    application_properties  application-properties, each value of its AMQP type
+                            (aiosb.values: a long that fits 32 bits as Long, a symbol
+                            as Symbol ...; com.microsoft:timespan as timedelta)
     amqp_extra              the rest, encoded as sent: the header's durable, priority and
                             first-acquirer; delivery annotations; message annotations
                             but the broker's; user-id, content-encoding, group-sequence
@@ -38,7 +40,17 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..message import MESSAGE_FIELDS, Message
-from .codec import DecodeError, Described, Raw, Symbol, ULong, decode, elements, encode
+from .codec import (
+    DecodeError,
+    Described,
+    Raw,
+    Symbol,
+    ULong,
+    decode,
+    decode_typed,
+    elements,
+    encode,
+)
 from .performatives import BATCH_FORMAT
 
 __all__ = [
@@ -56,6 +68,7 @@ SECTION_CODES = {
         "amqp-sequence:list", "amqp-value:*", "footer:map",
     ), start=HEADER)
 }
+_APP_HEAD = bytes((0x00, 0x53, APP_PROPERTIES))
 PARTITION_KEY = Symbol("x-opt-partition-key")
 SCHEDULED_AT = Symbol("x-opt-scheduled-enqueue-time")
 TIMESPAN = "com.microsoft:timespan"
@@ -103,6 +116,9 @@ def sections_of(payload: bytes) -> Sections:
     body: list[bytes] = []
     while pos < end:
         start = pos
+        if payload.startswith(_APP_HEAD, pos):  # typed values, to go back as sent (#47)
+            out.application_properties, pos = decode_typed(payload, pos + 3)
+            continue
         section, pos = decode(payload, pos)
         if not isinstance(section, Described):
             raise DecodeError("a message section is not a described value.")
@@ -122,8 +138,8 @@ def sections_of(payload: bytes) -> Sections:
                         decode(payload, start + 1)[1]:pos]
         if code == PROPERTIES:
             out.properties, out.raw_properties = value, inner
-        elif code == APP_PROPERTIES:
-            out.application_properties = value
+        elif code == APP_PROPERTIES:  # a symbolic descriptor: read again, typed
+            out.application_properties = decode_typed(payload, pos - len(inner))[0]
         elif code == ANNOTATIONS:
             out.annotations, out.raw_annotations = value, inner
         elif code == HEADER:
@@ -187,8 +203,6 @@ def _property(value: Any) -> Any:
         if value.descriptor == TIMESPAN and isinstance(value.value, int):
             return _dt.timedelta(microseconds=value.value // 10)
         return value  # Message refuses it, naming the property
-    if type(value) is Symbol:
-        return str(value)
     return value
 
 

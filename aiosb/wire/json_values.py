@@ -2,6 +2,11 @@
 durable store's rows): property values native where JSON has the type and tagged where
 it has not, and the reader and writer that are fast where they can be and exact always.
 Imports only the vocabulary.
+
+A typed value (:mod:`aiosb.values`, #47) is tagged with its AMQP type's name
+(``{"long": 1}``, ``{"symbol": "s"}``, ``{"decimal128": "<base64>"}``; an AMQP float is
+``{"float32": 1.5}``, since ``{"float": "nan"}`` is a double that JSON has no number
+for), so that it comes back as it went, to be sent on as its AMQP type.
 """
 
 from __future__ import annotations
@@ -18,12 +23,60 @@ import orjson
 
 from ..errors import InvalidArgument
 from ..message import PropertyValue
+from ..values import TYPE_NAMES, Char, Float32, Symbol
 
 __all__ = ["decode_value", "dumps", "encode_value", "loads", "microseconds"]
 
 
+#: The tag of each typed value, and the type of each tag.
+_TAGS: dict[type, str] = {
+    kind: "float32" if kind is Float32 else name for kind, name in TYPE_NAMES.items()
+}
+_KINDS: dict[str, type] = {name: kind for kind, name in _TAGS.items()}
+#: The range of each integer type (the typed values that are ints).
+_RANGES: dict[str, range] = {
+    "byte": range(-(2**7), 2**7), "short": range(-(2**15), 2**15),
+    "int": range(-(2**31), 2**31), "long": range(-(2**63), 2**63),
+    "ubyte": range(2**8), "ushort": range(2**16), "uint": range(2**32), "ulong": range(2**64),
+}
+
+
+def _typed(tag: str, value: Any) -> Any:
+    """A typed value's JSON, under its tag."""
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else repr(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    return str(value)
+
+
+def _untyped(tag: str, kind: type, raw: Any) -> Any:
+    """The typed value tagged ``tag`` (``kind``) whose JSON is ``raw``; ``None`` when it
+    is not one."""
+    span = _RANGES.get(tag)
+    if span is not None:
+        ok = isinstance(raw, int) and not isinstance(raw, bool) and raw in span
+        return kind(raw) if ok else None
+    if kind is Float32:
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            return Float32(raw)
+        return Float32(raw) if raw in ("nan", "inf", "-inf") else None
+    if not isinstance(raw, str):
+        return None
+    if kind is Char:
+        return Char(raw) if len(raw) == 1 else None
+    if kind is Symbol:
+        return Symbol(raw) if raw.isascii() else None
+    return kind(base64.b64decode(raw, validate=True))  # a decimal: its width checked
+
+
 def encode_value(value: PropertyValue) -> Any:
     """A property value as JSON: native where JSON has the type, tagged otherwise."""
+    tag = _TAGS.get(type(value))
+    if tag is not None:
+        return {tag: _typed(tag, value)}
     if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, float):
@@ -56,6 +109,11 @@ def decode_value(name: str, raw: Any) -> PropertyValue:
                 return uuid.UUID(text)
             if tag == "float" and text in ("nan", "inf", "-inf"):
                 return float(text)
+            kind = _KINDS.get(tag)
+            if kind is not None:
+                typed = _untyped(tag, kind, text)
+                if typed is not None:
+                    return typed  # type: ignore[no-any-return]
         except (ValueError, OverflowError, binascii.Error):
             pass
     raise InvalidArgument(f"property {name!r} has a value aiosb cannot read: {raw!r:.80}.")

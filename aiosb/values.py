@@ -1,0 +1,211 @@
+"""AMQP's typed values: the types an application property (or an annotation) can have on
+the wire that no plain Python type names, as subclasses of the plain types, so that code
+reading a property sees an ordinary ``int``, ``float``, ``str`` or ``bytes`` (#47).
+
+A plain value travels as its AMQP type by this rule, the same on every path aiosb has:
+
+==================  ==============================================================
+Python value        AMQP type
+==================  ==============================================================
+``int``             int when it fits 32 bits, else long (what the Python SDK sends)
+``float``           double
+``str``             string
+``bytes``           binary
+``bool``            boolean
+``None``            null
+``datetime``        timestamp (milliseconds)
+``uuid.UUID``       uuid
+``timedelta``       ``com.microsoft:timespan`` (a described long of ticks)
+==================  ==============================================================
+
+A value of any other AMQP type is one of the classes below: a property an AMQP client
+sent as ``long`` 1 is ``Long(1)``, equal to ``1``, and goes back to any AMQP client as a
+long, after a durable restart or a move by a pairing's syphon too. :data:`TYPE_NAMES`
+names each class's AMQP type. The vocabulary of :mod:`aiosb` (imports nothing above it);
+the AMQP codec (:mod:`aiosb.amqp.codec`) encodes each as its type.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import uuid
+
+__all__ = [
+    "TYPE_NAMES",
+    "Byte",
+    "Char",
+    "Decimal32",
+    "Decimal64",
+    "Decimal128",
+    "Float32",
+    "Int",
+    "Long",
+    "Short",
+    "Symbol",
+    "UByte",
+    "UInt",
+    "ULong",
+    "UShort",
+    "amqp_type",
+]
+
+
+class Symbol(str):
+    """An AMQP symbol (ASCII names: descriptors, conditions, annotation keys)."""
+
+    __slots__ = ()
+
+
+class Char(str):
+    """An AMQP char: one Unicode code point, sent as UTF-32."""
+
+    __slots__ = ()
+
+
+class UByte(int):
+    """An AMQP ubyte (0 to 255)."""
+
+    __slots__ = ()
+
+
+class UShort(int):
+    """An AMQP ushort (0 to 65,535)."""
+
+    __slots__ = ()
+
+
+class UInt(int):
+    """An AMQP uint (0 to 2**32 - 1)."""
+
+    __slots__ = ()
+
+
+class ULong(int):
+    """An AMQP ulong (0 to 2**64 - 1)."""
+
+    __slots__ = ()
+
+
+class Byte(int):
+    """An AMQP byte (-128 to 127)."""
+
+    __slots__ = ()
+
+
+class Short(int):
+    """An AMQP short (-32,768 to 32,767)."""
+
+    __slots__ = ()
+
+
+class Int(int):
+    """An AMQP int (32 bits; a plain ``int`` that fits travels as one too)."""
+
+    __slots__ = ()
+
+
+class Long(int):
+    """An AMQP long (64 bits) that a plain ``int`` would not be: one that fits 32 bits."""
+
+    __slots__ = ()
+
+
+class Float32(float):
+    """An AMQP float (IEEE 754 single precision; a plain ``float`` is a double)."""
+
+    __slots__ = ()
+
+
+class _Decimal(bytes):
+    """An AMQP decimal, as its IEEE 754-2008 encoding (Binary Integer Decimal, big-endian),
+    kept bit for bit; :meth:`as_decimal` reads it, ``str()`` gives its text."""
+
+    __slots__ = ()
+    #: The width in bytes, the exponent's width in bits and its bias.
+    _WIDTH, _EXPONENT, _BIAS = 16, 14, 6176
+
+    def __new__(cls, data: bytes) -> _Decimal:
+        if len(data) != cls._WIDTH:
+            raise ValueError(f"an AMQP {cls.__name__.lower()} is {cls._WIDTH} bytes, "
+                             f"not {len(data)}.")
+        return super().__new__(cls, data)
+
+    def as_decimal(self) -> decimal.Decimal:
+        """The value (IEEE 754-2008 BID; a non-canonical significand reads as zero)."""
+        bits = self._WIDTH * 8
+        value = int.from_bytes(self, "big")
+        sign = value >> (bits - 1)
+        combination = (value >> (bits - 6)) & 0x1F
+        if combination == 0x1F:
+            return decimal.Decimal("NaN")
+        if combination == 0x1E:
+            return decimal.Decimal("-Infinity" if sign else "Infinity")
+        rest = bits - 1 - self._EXPONENT  # the significand's bits
+        if (value >> (bits - 3)) & 0x3 == 0x3:  # the significand's high bits implied
+            exponent = (value >> (rest - 2)) & ((1 << self._EXPONENT) - 1)
+            significand = (0b100 << (rest - 2)) | (value & ((1 << (rest - 2)) - 1))
+        else:
+            exponent = (value >> rest) & ((1 << self._EXPONENT) - 1)
+            significand = value & ((1 << rest) - 1)
+        digits = {4: 7, 8: 16, 16: 34}[self._WIDTH]
+        if significand >= 10**digits:
+            significand = 0
+        return decimal.Decimal((sign, tuple(map(int, str(significand))),
+                                exponent - self._BIAS))
+
+    def __str__(self) -> str:
+        return str(self.as_decimal())
+
+
+class Decimal32(_Decimal):
+    """An AMQP decimal32 (4 bytes)."""
+
+    __slots__ = ()
+    _WIDTH, _EXPONENT, _BIAS = 4, 8, 101
+
+
+class Decimal64(_Decimal):
+    """An AMQP decimal64 (8 bytes)."""
+
+    __slots__ = ()
+    _WIDTH, _EXPONENT, _BIAS = 8, 10, 398
+
+
+class Decimal128(_Decimal):
+    """An AMQP decimal128 (16 bytes; what .NET sends a ``decimal`` as)."""
+
+    __slots__ = ()
+
+
+#: The AMQP type each class stands for.
+TYPE_NAMES: dict[type, str] = {
+    Byte: "byte", Short: "short", Int: "int", Long: "long",
+    UByte: "ubyte", UShort: "ushort", UInt: "uint", ULong: "ulong",
+    Float32: "float", Char: "char", Symbol: "symbol",
+    Decimal32: "decimal32", Decimal64: "decimal64", Decimal128: "decimal128",
+}
+
+
+def amqp_type(value: object) -> str:
+    """The AMQP type ``value`` travels as (the table of the module's doc, and
+    :data:`TYPE_NAMES`).
+
+    Raises:
+        TypeError: Not a value an application property can hold.
+    """
+    name = TYPE_NAMES.get(type(value))
+    if name is not None:
+        return name
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "int" if -(2**31) <= value < 2**31 else "long"
+    for kind, name in ((float, "double"), (str, "string"), (bytes, "binary"),
+                       (_dt.datetime, "timestamp"), (uuid.UUID, "uuid"),
+                       (_dt.timedelta, "com.microsoft:timespan")):
+        if isinstance(value, kind):
+            return name
+    raise TypeError(f"{type(value).__name__} is not an application property's type.")
