@@ -14,9 +14,13 @@ from aiosb.amqp.codec import (
     Byte,
     Char,
     DecodeError,
+    Decimal32,
+    Decimal64,
+    Decimal128,
     Described,
     Float32,
     Int,
+    Long,
     Raw,
     Short,
     Symbol,
@@ -26,6 +30,7 @@ from aiosb.amqp.codec import (
     UShort,
     decode,
     decode_all,
+    decode_typed,
     elements,
     encode,
     frame,
@@ -54,12 +59,18 @@ TABLE = [
     (Int(-5), b"\x54\xfb", -5),
     (Int(2**31 - 1), b"\x71\x7f\xff\xff\xff", 2**31 - 1),
     (-7, b"\x55\xf9", -7),
+    (Long(-7), b"\x55\xf9", -7),
     (2**40, b"\x81\x00\x00\x01\x00\x00\x00\x00\x00", 2**40),
     (Float32(1.5), b"\x72\x3f\xc0\x00\x00", 1.5),
     (2.25, b"\x82\x40\x02\x00\x00\x00\x00\x00\x00", 2.25),
     (Char("é"), b"\x73\x00\x00\x00\xe9", "é"),
     # A decimal is kept as its encoding; a Raw value is written as it is.
     (Raw(b"\x84" + bytes(range(8))), b"\x84" + bytes(range(8)), Raw(b"\x84" + bytes(range(8)))),
+    (Decimal32(bytes.fromhex("3280000f")), bytes.fromhex("743280000f"),
+     Raw(bytes.fromhex("743280000f"))),
+    (Decimal64(bytes(range(8))), b"\x84" + bytes(range(8)), Raw(b"\x84" + bytes(range(8)))),
+    (Decimal128(bytes(range(16))), b"\x94" + bytes(range(16)),
+     Raw(b"\x94" + bytes(range(16)))),
     (WHEN, b"\x83" + MS.to_bytes(8, "big"), WHEN),
     (ID, b"\x98" + ID.bytes, ID),
     (b"ab", b"\xa0\x02ab", b"ab"),
@@ -90,6 +101,48 @@ def test_each_type_encodes_to_its_wire_bytes_and_back(value, wire, back):
     assert end == len(wire)
     assert decoded == back
     assert type(decoded) is type(back)
+
+
+#: (wire bytes, what decode_typed gives): #47, each value of a type no plain Python type
+#: stands for as its typed value, to be encoded back as it came.
+TYPED = [
+    (b"\x50\xc8", UByte(200)), (b"\x51\xfe", Byte(-2)), (b"\x60\xff\xff", UShort(65535)),
+    (b"\x61\xfe\xd4", Short(-300)), (b"\x43", UInt(0)), (b"\x52\x07", UInt(7)),
+    (b"\x70\x00\x00\x00\x05", UInt(5)), (b"\x44", ULong(0)), (b"\x53\x09", ULong(9)),
+    (b"\x80" + b"\xff" * 8, ULong(2**64 - 1)), (b"\x54\xfb", -5),
+    (b"\x71\x7f\xff\xff\xff", 2**31 - 1), (b"\x55\xf9", Long(-7)),
+    (b"\x81" + (2**31 - 1).to_bytes(8, "big"), Long(2**31 - 1)),
+    (b"\x81\x00\x00\x01\x00\x00\x00\x00\x00", 2**40),
+    (b"\x72\x3f\xc0\x00\x00", Float32(1.5)), (b"\x82\x40\x02" + bytes(6), 2.25),
+    (b"\x73\x00\x00\x00\xe9", Char("é")),
+    (bytes.fromhex("743280000f"), Decimal32(bytes.fromhex("3280000f"))),
+    (b"\x84" + bytes(range(8)), Decimal64(bytes(range(8)))),
+    (b"\x94" + bytes(range(16)), Decimal128(bytes(range(16)))),
+    (b"\xa3\x01s", Symbol("s")), (b"\xa1\x01s", "s"), (b"\xa0\x01s", b"s"),
+    (b"\x83" + MS.to_bytes(8, "big"), WHEN), (b"\x98" + ID.bytes, ID), (b"\x41", True),
+]
+
+
+@pytest.mark.parametrize(("wire", "back"), TYPED, ids=[r[0].hex()[:12] for r in TYPED])
+def test_typed_decoding_gives_each_amqp_type_its_own_value(wire, back):
+    """#47: application properties are read so, alone and inside a map."""
+    decoded, end = decode_typed(wire)
+    assert (decoded, type(decoded), end) == (back, type(back), len(wire))
+    # Written back (a plain int as a delivery writes it: an int when it fits 32 bits) in
+    # the shortest form, which is what was sent but for the uint 0x70.
+    plain_int = type(decoded) is int and -(2**31) <= decoded < 2**31
+    assert encode(Int(decoded) if plain_int else decoded) == wire or wire[0] == 0x70
+    (key, value), = decode_typed(encode({"k": Raw(wire)}))[0].items()
+    assert (key, value, type(value)) == ("k", back, type(back))
+
+
+def test_a_decimal_reads_as_its_value():
+    assert str(Decimal32(bytes.fromhex("3280000f"))) == "15"
+    assert str(Decimal64(bytes.fromhex("31c0000000000001"))) == "1"
+    assert str(Decimal128(bytes.fromhex("303e000000000000000000000000000f"))) == "1.5"
+    assert str(Decimal128(bytes.fromhex("7c" + "00" * 15))) == "NaN"
+    with pytest.raises(ValueError, match="16 bytes"):
+        Decimal128(b"\x00")
 
 
 def test_every_encoding_constructor_is_in_the_table():
