@@ -9,9 +9,7 @@ are compared with the bytes sent."""
 from __future__ import annotations
 
 import asyncio
-import datetime as _dt
 import json
-import uuid
 from typing import Any
 
 import aiohttp
@@ -24,12 +22,7 @@ from aiosb.amqp._receiving import delivery_payload
 from aiosb.amqp.codec import (
     Byte,
     Char,
-    Decimal32,
-    Decimal64,
-    Decimal128,
-    Described,
     Float32,
-    Int,
     Long,
     Short,
     Symbol,
@@ -37,9 +30,6 @@ from aiosb.amqp.codec import (
     UInt,
     ULong,
     UShort,
-    decode,
-    elements,
-    encode,
 )
 from aiosb.amqp.messages import messages_of
 from aiosb.amqp.server import serve_amqp
@@ -47,42 +37,9 @@ from aiosb.auth import SasCredential
 from aiosb.emulator.server import serve
 
 from .test_hostile import Raw, _receiver, _sender
+from .typed import PAYLOAD, TYPED, WHEN, WIRE, properties_of
 
 pytestmark = pytest.mark.timeout(60)
-
-WHEN = _dt.datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=_dt.UTC)
-#: One application property of each AMQP type (by its name), as aiosb's codec writes it.
-TYPED: dict[str, Any] = {
-    "byte": Byte(-3),
-    "short": Short(-300),
-    "int": Int(7),
-    "int-wide": Int(70_000),
-    "long": Long(1),  # the issue's case: came back as an int
-    "long-wide": 2**40,
-    "ubyte": UByte(200),
-    "ushort": UShort(60_000),
-    "uint": UInt(4_000_000_000),
-    "ulong": ULong(2**63),
-    "float": Float32(1.5),
-    "double": 2.25,
-    "decimal32": Decimal32(bytes.fromhex("3280000f")),  # 15
-    "decimal64": Decimal64(bytes.fromhex("31c0000000000001")),  # 1
-    "decimal128": Decimal128(bytes.fromhex("303e000000000000000000000000000f")),  # 1.5
-    "char": Char("é"),
-    "timestamp": WHEN,
-    "uuid": uuid.UUID("12345678-1234-5678-1234-567812345678"),
-    "binary": b"\x00\xff",
-    "string": "text",
-    "symbol": Symbol("sym"),
-    "boolean": True,
-    "null": None,
-}
-#: The bytes each value is on the wire (its constructor first).
-WIRE = {name: encode(value) for name, value in TYPED.items()}
-APP = encode(Described(ULong(0x74), TYPED))
-PAYLOAD = encode(Described(ULong(0x73), ["typed-1"])) + APP + encode(
-    Described(ULong(0x75), b"body"))
-
 
 def test_the_table_is_every_amqp_type_a_property_can_have():
     """The constructor of each entry: the test sends what it says it sends."""
@@ -90,18 +47,6 @@ def test_the_table_is_every_amqp_type_a_property_can_have():
         0x51, 0x61, 0x54, 0x71, 0x55, 0x81, 0x50, 0x60, 0x70, 0x80, 0x72, 0x82, 0x74, 0x84,
         0x94, 0x73, 0x83, 0x98, 0xA0, 0xA1, 0xA3, 0x41, 0x40,
     }
-
-
-def properties_of(payload: bytes) -> dict[str, bytes]:
-    """The application properties of an encoded message: each value's bytes by name."""
-    pos = 0
-    while pos < len(payload):
-        if payload.startswith(b"\x00\x53\x74", pos):
-            items, _ = elements(payload, pos + 3)
-            return {decode(k)[0]: bytes(v) for k, v in zip(items[::2], items[1::2],
-                                                            strict=True)}
-        _, pos = decode(payload, pos)
-    return {}
 
 
 async def send_raw(server: Any, payload: bytes = PAYLOAD) -> None:
