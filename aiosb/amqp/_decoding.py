@@ -11,10 +11,10 @@ from typing import Any
 from ._types import (
     Byte,
     Char,
-    DecodeError,
     Decimal32,
     Decimal64,
     Decimal128,
+    DecodeError,
     Described,
     Float32,
     Long,

@@ -3,21 +3,12 @@
 Everything here works on objects of the official ``azure-servicebus`` SDK, which is
 imported lazily (:func:`sdk`) so that ``import aiosb`` works without the ``amqp`` extra.
 
-Fidelity of application properties over the SDK (what a receiver gets back):
-
-- ``str``, ``bool``, ``float``, ``uuid.UUID`` and ``None`` come back as they were sent.
-- ``int`` comes back as ``int``; the SDK encodes ints as 32-bit, so larger ones are sent
-  as AMQP longs here (the SDK alone fails to send them).
-- ``bytes`` come back as ``bytes``. The SDK alone would not keep them: it sends bytes as
-  AMQP strings (decoding them as UTF-8, and failing on other bytes), and decodes strings
-  and binaries alike to ``bytes`` on receipt. Here they are sent explicitly typed as AMQP
-  binary, and :func:`sdk` makes the SDK's decoder mark what was binary on the wire
-  (:class:`AmqpBinary`, a ``bytes`` subclass the SDK handles as it does ``bytes``); an
-  unmarked ``bytes`` value was an AMQP string.
-- ``datetime`` is sent as an AMQP timestamp and comes back as ``int`` milliseconds since
-  the epoch (the SDK's decoder drops the type).
-- ``timedelta`` is sent as Service Bus's ``com.microsoft:timespan`` (what .NET receivers
-  read as a ``TimeSpan``) and comes back as ``timedelta``.
+Application properties over the SDK come back as they were sent, each of its AMQP type
+(:mod:`aiosb.values`, #47): the SDK's codec is taught the types it lacks
+(:mod:`._amqp_values`). ``bytes`` are sent as AMQP binary (the SDK alone sends them as a
+string), an ``int`` beyond 32 bits as a long (the SDK alone fails on it), a ``timedelta``
+as Service Bus's ``com.microsoft:timespan`` (what .NET receivers read as a ``TimeSpan``),
+and a timestamp comes back as a ``datetime``.
 """
 
 from __future__ import annotations
@@ -47,6 +38,8 @@ from ..rules import (
     SqlRuleFilter,
     TrueRuleFilter,
 )
+from ..values import Long, Symbol
+from ._amqp_values import AmqpBinary, from_sdk, prepare, resend, to_sdk
 
 __all__ = [
     "AmqpBinary",
@@ -77,75 +70,20 @@ def sdk() -> ModuleType:
             "Connection strings select the AMQP transport, which needs the azure-servicebus "
             f"package: {_INSTALL_HINT} (import failed: {exc})."
         ) from None
-    _mark_binaries()
+    prepare()
     return azure.servicebus
-
-
-class AmqpBinary(bytes):
-    """A value that was AMQP ``binary`` on the wire (the SDK gives strings as ``bytes`` too)."""
-
-    __slots__ = ()
-
-
-def _mark_binaries() -> None:
-    """Make the SDK's AMQP decoder return binaries as :class:`AmqpBinary`.
-
-    Its decoder table maps the binary constructors (``vbin8`` 0xa0, ``vbin32`` 0xb0) and
-    the string ones to one function returning ``bytes``; only the binary entries are
-    wrapped, so strings stay plain ``bytes`` and every other value is untouched. Done once
-    per process; an SDK without this table leaves binaries unmarked (read as text).
-    """
-    try:
-        from azure.servicebus._pyamqp import _decode
-    except ImportError:  # pragma: no cover - a future SDK without pyamqp
-        return
-    table = getattr(_decode, "_DECODE_BY_CONSTRUCTOR", None)
-    if not isinstance(table, list) or len(table) < 0xB1:
-        return  # pragma: no cover
-    for constructor in (0xA0, 0xB0):
-        decode = table[constructor]
-        if decode is None or getattr(decode, "_aiosb_marks_binary", False):
-            continue
-        table[constructor] = _marking(decode)
-
-
-def _marking(decode: Callable[..., tuple[Any, bytes]]) -> Callable[..., tuple[Any, bytes]]:
-    def decode_binary(buffer: Any, *args: Any) -> tuple[Any, bytes]:
-        rest, value = decode(buffer, *args)
-        return rest, AmqpBinary(value)
-
-    decode_binary._aiosb_marks_binary = True  # type: ignore[attr-defined]
-    return decode_binary
 
 
 # -- messages ------------------------------------------------------------------------
 
-_INT32 = range(-(2**31), 2**31)
-_TICKS_PER_SECOND = 10_000_000
 _TIMESPAN_DESCRIPTOR = b"com.microsoft:timespan"
 
 
-def _amqp_typed(kind: str, value: Any) -> Any:
-    # The SDK's encoder takes {TYPE: <amqp type>, VALUE: value} for explicitly typed
-    # values (what its own code does for longs); an import failure leaves value as is.
-    try:
-        from azure.servicebus._pyamqp.types import TYPE, VALUE, AMQPTypes
-    except ImportError:  # pragma: no cover - a future SDK without pyamqp
-        return value
-    return {TYPE: getattr(AMQPTypes, kind), VALUE: value}
-
-
 def _property_to_sdk(value: Any) -> Any:
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return value if value in _INT32 else _amqp_typed("long", value)
-    if isinstance(value, (bytes, bytearray)):  # the SDK would send them as a string
-        return _amqp_typed("binary", bytes(value))
     if isinstance(value, _dt.timedelta):
         ticks = (value // _dt.timedelta(microseconds=1)) * 10
-        return (_amqp_typed("symbol", _TIMESPAN_DESCRIPTOR), _amqp_typed("long", ticks))
-    return value
+        return (to_sdk(Symbol(_TIMESPAN_DESCRIPTOR.decode())), to_sdk(Long(ticks)))
+    return to_sdk(value)
 
 
 #: The SDK's name of each field of a message that it takes as a keyword: the field's own
@@ -183,8 +121,10 @@ def message_to_sdk(message: Message) -> Any:
 # -- the AMQP sections no field holds (Message.amqp_extra) ------------------------------
 #
 # Over the SDK they travel as the SDK's own AmqpAnnotatedMessage parts, read and written
-# with the SDK's AMQP codec: values are kept, their AMQP widths are not (the SDK's
-# encoder picks them again; aiosb's own front end keeps them bit for bit).
+# with the SDK's AMQP codec, taught the types it lacks (._amqp_values): the values of
+# maps (annotations, the footer) keep their AMQP types (#47); values in lists, as the
+# SDK decodes them (an int or a long as a number), their widths picked again. aiosb's
+# own front end keeps everything bit for bit.
 
 #: Annotations the broker sets or a field holds.
 _BROKER_NOTES = frozenset(
@@ -200,18 +140,9 @@ _PROPERTIES_KEPT = ("user_id", "content_encoding", "group_sequence")
 _IDS = ("message_id", "correlation_id")
 
 
-def _texts(value: Any) -> Any:
-    """A value the SDK's decoder gave, with its strings as ``str`` again (it gives them
-    as ``bytes``; binaries are :class:`AmqpBinary`, kept)."""
-    if isinstance(value, AmqpBinary):
-        return bytes(value)
-    if isinstance(value, bytes):
-        return _text(value)
-    if isinstance(value, list):
-        return [_texts(v) for v in value]
-    if isinstance(value, dict):
-        return {_texts(k): _texts(v) for k, v in value.items()}
-    return value
+#: A value the SDK's decoder gave, with its strings as ``str`` again (it gives them as
+#: ``bytes``), binaries as ``bytes``, symbols as ``Symbol``: as aiosb holds it.
+_texts = from_sdk
 
 
 def _codec() -> tuple[Callable[..., Any], Callable[..., Any], Any]:
@@ -231,9 +162,9 @@ def _extra_to_sdk(extra: bytes, raw: Any) -> None:
     if parts.data is not None:
         raw._data_body, raw._body_type = [bytes(d) for d in parts.data], kind.DATA
     elif parts.sequence is not None:
-        raw._sequence_body, raw._body_type = [_texts(s) for s in parts.sequence], kind.SEQUENCE
+        raw._sequence_body, raw._body_type = [resend(s) for s in parts.sequence], kind.SEQUENCE
     elif parts.value is not None:
-        raw._value_body, raw._body_type = _texts(parts.value), kind.VALUE
+        raw._value_body, raw._body_type = resend(parts.value), kind.VALUE
     if parts.header is not None:
         if raw.header is None:
             raw.header = amqp.AmqpMessageHeader()
@@ -242,16 +173,16 @@ def _extra_to_sdk(extra: bytes, raw: Any) -> None:
             if value is not None:
                 setattr(raw.header, name, value)
     if parts.delivery_annotations:
-        raw.delivery_annotations = _texts(dict(parts.delivery_annotations))
+        raw.delivery_annotations = resend(dict(parts.delivery_annotations))
     if parts.message_annotations:
-        raw.annotations = {**(raw.annotations or {}), **_texts(dict(parts.message_annotations))}
+        raw.annotations = {**(raw.annotations or {}), **resend(dict(parts.message_annotations))}
     if parts.properties is not None:
         for name in (*_PROPERTIES_KEPT, *_IDS):
             value = getattr(parts.properties, name)
             if value is not None:
                 setattr(raw.properties, name, _texts(value))
     if parts.footer:
-        raw.footer = _texts(dict(parts.footer))
+        raw.footer = resend(dict(parts.footer))
 
 
 def _extra_from_sdk(sdk_message: Any) -> bytes | None:
@@ -278,9 +209,9 @@ def _extra_from_sdk(sdk_message: Any) -> bytes | None:
             v is not None for v in kept.values()) else None
     data = message.data if message.data is not None and len(message.data) != 1 else None
     extra = amqp_message(
-        header=header, delivery_annotations=_texts(delivery), message_annotations=_texts(notes),
-        properties=props, data=data, sequence=_texts(message.sequence),
-        value=_texts(message.value), footer=_texts(message.footer),
+        header=header, delivery_annotations=resend(delivery), message_annotations=resend(notes),
+        properties=props, data=data, sequence=resend(message.sequence),
+        value=resend(message.value), footer=resend(message.footer),
     )
     return bytes(encode_payload(bytearray(), extra)) or None
 
@@ -306,9 +237,7 @@ def _property_from_sdk(value: Any) -> Any:
             value = float(value)
         elif isinstance(value, bytes):
             value = bytes(value)
-    if isinstance(value, AmqpBinary):
-        return bytes(value)
-    return _text(value)
+    return from_sdk(value)
 
 
 def _body(sdk_message: Any) -> bytes:

@@ -141,12 +141,13 @@ def test_dead_letter_and_deferred_state_come_through():
         (uuid.UUID(int=5), uuid.UUID(int=5)),
         (b"utf8 bytes", b"utf8 bytes"),  # the SDK alone sends bytes as a string
         (b"\x00\xff", b"\x00\xff"),  # ...and fails on bytes that are not UTF-8
-        (_dt.datetime(2030, 1, 1, tzinfo=UTC), 1893456000000),  # epoch milliseconds
+        (_dt.datetime(2030, 1, 1, tzinfo=UTC), _dt.datetime(2030, 1, 1, tzinfo=UTC)),
         (_dt.timedelta(seconds=3, microseconds=7), _dt.timedelta(seconds=3, microseconds=7)),
     ],
 )
 def test_application_property_types_over_the_wire(sent, back):
-    """The fidelity the SDK allows, as the module docstring states it."""
+    """The fidelity the SDK allows, as the module docstring states it (a timestamp came
+    back as epoch milliseconds before #47)."""
     message = Message(b"x", application_properties={"p": sent})
     got = message_from_sdk(received(sdk_message=message_to_sdk(message)), "q", locked=False)
     assert got.application_properties == {"p": back}
@@ -156,3 +157,25 @@ def test_application_property_types_over_the_wire(sent, back):
 def test_a_received_value_body_is_read_as_bytes():
     sdk_received = received(sdk_message=ServiceBusMessage("text body"))
     assert message_from_sdk(sdk_received, "q", locked=False).body == b"text body"
+
+
+def test_each_amqp_type_goes_through_the_sdk_as_its_bytes():
+    """#47: what aiosb's AMQP transport sends through the SDK's encoder is, value by
+    value, what aiosb's own codec writes for each AMQP type; and the SDK's decoder, as
+    the transport teaches it, reads each back as the same typed value."""
+    from amqp_server.typed import PAYLOAD, READ, TYPED, WIRE, properties_of
+    from azure.servicebus._pyamqp._decode import decode_payload
+    from azure.servicebus._pyamqp._encode import encode_payload
+    from azure.servicebus._transport._pyamqp_transport import PyamqpTransport
+
+    sdk_message = message_to_sdk(Message(b"x", application_properties=TYPED))
+    amqp = PyamqpTransport.to_outgoing_amqp_message(sdk_message.raw_amqp_message)
+    sent = properties_of(bytes(encode_payload(bytearray(), amqp)))
+    assert sent.pop("boolean") == b"\x56\x01"  # true, in the SDK's (longer) encoding
+    assert sent == {k: v for k, v in WIRE.items() if k != "boolean"}
+    got = message_from_sdk(received(sdk_message=sdk_message), "q", locked=False)
+    assert {k: (v, type(v)) for k, v in got.application_properties.items()} == {
+        k: (v, type(v)) for k, v in READ.items()}
+    from_wire = decode_payload(memoryview(PAYLOAD)).application_properties
+    assert {k.decode(): type(v).__name__ for k, v in from_wire.items()}["long"] == "Long"
+

@@ -25,6 +25,7 @@ from aiosb.amqp.codec import (
     ULong,
     UShort,
     decode,
+    decode_typed,
     elements,
     encode,
 )
@@ -73,3 +74,8 @@ def properties_of(payload: bytes) -> dict[str, bytes]:
                                                             strict=True)}
         _, pos = decode(payload, pos)
     return {}
+
+
+#: What aiosb reads each as (a plain value where its type is the plain type's: an int
+#: that is an AMQP int is an ``int``).
+READ = {name: decode_typed(wire)[0] for name, wire in WIRE.items()}
