@@ -212,7 +212,12 @@ class Message:
         reply_to: Address to reply to.
         reply_to_session_id: Session to reply to.
         to: Address the message is for.
-        application_properties: Custom properties (str keys; simple values).
+        application_properties: Custom properties (str keys; simple values). Each
+            travels as an AMQP type: a plain value as its Python type's (an ``int`` as
+            an int when it fits 32 bits, else a long; :mod:`aiosb.values`), a typed
+            value of :mod:`aiosb.values` (``Long``, ``UByte``, ``Symbol`` ...) as its
+            own, which is what a property an AMQP client sent is, so that it goes back
+            to AMQP receivers as it came (#47).
         amqp_extra: What an AMQP sender put in the message that no field above holds,
             as AMQP-encoded sections (``None``: nothing): a value or sequence body, or
             several data sections (:attr:`body` then holds them flattened: the data

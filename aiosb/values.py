@@ -4,23 +4,22 @@ reading a property sees an ordinary ``int``, ``float``, ``str`` or ``bytes`` (#4
 
 A plain value travels as its AMQP type by this rule, the same on every path aiosb has:
 
-==================  ==============================================================
-Python value        AMQP type
-==================  ==============================================================
-``int``             int when it fits 32 bits, else long (what the Python SDK sends)
-``float``           double
-``str``             string
-``bytes``           binary
-``bool``            boolean
-``None``            null
-``datetime``        timestamp (milliseconds)
-``uuid.UUID``       uuid
-``timedelta``       ``com.microsoft:timespan`` (a described long of ticks)
-==================  ==============================================================
+| Python value | AMQP type |
+| --- | --- |
+| ``int`` | int when it fits 32 bits, else long (what the Python SDK sends) |
+| ``float`` | double |
+| ``str`` | string |
+| ``bytes`` | binary |
+| ``bool`` | boolean |
+| ``None`` | null |
+| ``datetime`` | timestamp (milliseconds) |
+| ``uuid.UUID`` | uuid |
+| ``timedelta`` | ``com.microsoft:timespan`` (a described long of ticks) |
 
 A value of any other AMQP type is one of the classes below: a property an AMQP client
 sent as ``long`` 1 is ``Long(1)``, equal to ``1``, and goes back to any AMQP client as a
-long, after a durable restart or a move by a pairing's syphon too. :data:`TYPE_NAMES`
+long, after a durable restart or a move by a pairing's syphon too; an aiosb sender picks
+a type so (``Message(application_properties={"n": Long(1)})``). :data:`TYPE_NAMES`
 names each class's AMQP type. The vocabulary of :mod:`aiosb` (imports nothing above it);
 the AMQP codec (:mod:`aiosb.amqp.codec`) encodes each as its type.
 """
@@ -30,8 +29,10 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import uuid
+from typing import Any
 
 __all__ = [
+    "TYPED",
     "TYPE_NAMES",
     "Byte",
     "Char",
@@ -48,6 +49,7 @@ __all__ = [
     "ULong",
     "UShort",
     "amqp_type",
+    "plain",
 ]
 
 
@@ -209,3 +211,27 @@ def amqp_type(value: object) -> str:
         if isinstance(value, kind):
             return name
     raise TypeError(f"{type(value).__name__} is not an application property's type.")
+
+
+def _decimal_number(value: _Decimal) -> float:
+    return float(value.as_decimal())
+
+
+#: The plain Python type each typed value computes as (:func:`plain`).
+_PLAIN: dict[type, Any] = {
+    **dict.fromkeys((Byte, Short, Int, Long, UByte, UShort, UInt, ULong), int),
+    Float32: float, Char: str, Symbol: str,
+    **dict.fromkeys((Decimal32, Decimal64, Decimal128), _decimal_number),
+}
+#: The typed values' classes (a ``set`` to test a value's class against).
+TYPED = frozenset(_PLAIN)
+
+
+def plain(value: Any) -> Any:
+    """``value`` as the plain Python value it stands for (an ``int`` for a ``Long``, a
+    ``float`` for a decimal ...): what SQL filters and correlation filters compute and
+    compare with, as they did before properties kept their AMQP types; any other value
+    as it is."""
+    convert = _PLAIN.get(value.__class__)
+    return value if convert is None else convert(value)
+

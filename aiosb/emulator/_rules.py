@@ -31,6 +31,7 @@ from ..rules import (
     TrueRuleFilter,
 )
 from ..sql import Action, Filter, MessageView, compile_action, compile_filter
+from ..values import plain
 from ._record import INF, _Record, _seconds
 
 __all__ = ["MAX_CORRELATION_FILTERS", "MAX_SQL_FILTERS", "Rules", "check_quota"]
@@ -78,9 +79,8 @@ def _correlation(rule_filter: CorrelationRuleFilter) -> Match:
             if not props:
                 return False
             for key, value in wanted:
-                if key not in props or props[key] != value or type(props[key]) is not type(
-                    value
-                ):
+                if key not in props or props[key] != value or type(plain(props[key])) is not \
+                        type(value):  # a Long an AMQP client sent matches an int (#47)
                     return False
         return True
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from lark import Token, Tree
 
+from ..values import TYPED, plain
 from ._compiled import Fn, Statement
 from ._errors import FilterEvaluationError
 from ._values import (
@@ -57,10 +58,10 @@ def _unquote(token: Token) -> str:
 
 def _fold_case(props: dict[str, Any], lower: str) -> Any:
     """The value of the key equal to ``lower`` ignoring case (property names are
-    case-insensitive), or None."""
+    case-insensitive), or None; a typed value as its plain value."""
     for key, value in props.items():
         if key.lower() == lower:
-            return value
+            return plain(value) if value.__class__ in TYPED else value
     return None
 
 
@@ -81,6 +82,8 @@ def _user_reader(name: str) -> Fn:
         value = props.get(name)
         if value is None and name not in props:
             return _fold_case(props, lower)
+        if value.__class__ in TYPED:  # a long an AMQP client sent ...: its number (#47)
+            return plain(value)
         return value
 
     return read
@@ -142,6 +145,8 @@ def _compare_user(name: str, op: str, constant: Any) -> Fn:
                     return None
             if type(value) is fast:
                 return value == constant
+            if value.__class__ in TYPED:  # #47: computed as its plain value
+                value = plain(value)
             return compare_values("=", value, constant)
 
         return equals
@@ -158,6 +163,8 @@ def _compare_user(name: str, op: str, constant: Any) -> Fn:
                 return None
         if type(value) is fast:
             return function(value, constant)
+        if value.__class__ in TYPED:  # #47: computed as its plain value
+            value = plain(value)
         return compare_values(op, value, constant)
 
     return compare

@@ -23,6 +23,7 @@ from aiosb.amqp.codec import (
     Byte,
     Char,
     Float32,
+    Int,
     Long,
     Short,
     Symbol,
@@ -30,6 +31,7 @@ from aiosb.amqp.codec import (
     UInt,
     ULong,
     UShort,
+    encode,
 )
 from aiosb.amqp.messages import messages_of
 from aiosb.amqp.server import serve_amqp
@@ -167,3 +169,32 @@ async def test_the_amqp_transport_receives_and_sends_each_type_again(server):
             k: (v, type(v)) for k, v in READ.items()}
         await ns.sender("q1").send(got)
     assert properties_of(await receive_raw(server)) == WIRE
+
+
+async def test_filters_see_a_typed_propertys_plain_value():
+    """A long an AMQP client sent is a Long: SQL filters compute with its number and a
+    correlation filter's int matches it, as when it was read as an int; a rule's action
+    leaves the other properties' types alone."""
+    from aiosb import CorrelationRuleFilter, RuleProperties, SqlRuleAction, SqlRuleFilter
+
+    async with aiosb.connect("memory://typedrules") as ns:
+        await ns.create_topic("t")
+        await ns.create_subscription("t", "sql", default_rule=RuleProperties(
+            "r", SqlRuleFilter("long = 1 AND long + 1 = 2 AND symbol = 'sym' AND "
+                               "decimal128 > 1 AND ubyte IN (200, 201) AND char = 'é'"),
+            SqlRuleAction("SET added = 5")))
+        await ns.create_subscription("t", "correlation", default_rule=RuleProperties(
+            "r", CorrelationRuleFilter(properties={"long": 1, "symbol": "sym"})))
+        await ns.create_subscription("t", "none", default_rule=RuleProperties(
+            "r", SqlRuleFilter("long = 2")))
+        await ns.sender("t").send(messages_of(PAYLOAD, 0))
+        got = {}
+        for name in ("sql", "correlation", "none"):
+            async with ns.receiver(f"t/subscriptions/{name}", mode="receive_and_delete") as r:
+                got[name] = await r.receive(max_messages=2, max_wait=0)
+    assert not got["none"]
+    assert properties_of(delivery_payload(got["correlation"][0])) == WIRE
+    sql = properties_of(delivery_payload(got["sql"][0]))
+    assert sql.pop("added") == encode(Int(5))
+    assert sql.pop("RuleName") == encode("r")  # what an action adds, as Service Bus does
+    assert sql == WIRE

@@ -76,7 +76,11 @@ bytes and costs more than the rest of a 1 KB message's encoding.
 
 Property values are JSON where JSON has the type, else tagged: ``{"bytes": BASE64}``,
 ``{"datetime": ISO_8601}``, ``{"timedelta": MICROSECONDS}``, ``{"uuid": TEXT}``,
-``{"float": "nan"|"inf"|"-inf"}``. The operations:
+``{"float": "nan"|"inf"|"-inf"}``; a typed value of :mod:`aiosb.values` (a property of
+an AMQP type no plain value names, as an AMQP client sent it) under its AMQP type's name,
+``{"long": 1}``, ``{"ubyte": 200}``, ``{"symbol": TEXT}``, ``{"char": TEXT}``,
+``{"float32": NUMBER|"nan"|...}``, ``{"decimal128": BASE64}`` ... (#47). An aiosb
+client older than these tags refuses such a value with a sentence. The operations:
 
 * ``POST /{ns}/{entity}/$aiosb/send`` ``{"messages": [...], "transaction": false}`` or
   ``{"batch": {...}, ...}`` (``201``; a transaction is held to PT-16 to PT-18);
