@@ -127,13 +127,14 @@ def _dec_sym32(buf: bytes, pos: int) -> tuple[Any, int]:
 
 
 def _items(buf: bytes, pos: int, count: int, end: int,
-           table: list[Decoder] | None = None) -> tuple[list[Any], int]:
+           decoders: list[Decoder] | None = None) -> tuple[list[Any], int]:
     _span(buf, pos, end - pos)
     if count > end - pos:  # each item takes a byte at least (its constructor)
         raise DecodeError(f"a compound value of {end - pos} bytes says it holds {count} items.")
     items: list[Any] = []
     append = items.append
-    decoders = _DECODERS if table is None else table
+    if decoders is None:
+        decoders = _DECODERS
     for _ in range(count):
         code = buf[pos]
         value, pos = decoders[code](buf, pos + 1)
@@ -328,28 +329,25 @@ def _typed_decimal(kind: type, width: int) -> Decoder:
     return dec
 
 
-def _typed_compound(decoder: Callable[..., tuple[Any, int]]) -> Decoder:
-    def dec(buf: bytes, pos: int) -> tuple[Any, int]:
-        return decoder(buf, pos, _TYPED)
-    return dec
+# Lists and maps whose items are read typed: written out, not wrapped (#36: a call less
+# per application-properties section).
+def _typed_list8(buf: bytes, pos: int) -> tuple[Any, int]:
+    return _items(buf, pos + 2, buf[pos + 1], pos + 1 + buf[pos], _TYPED)
 
 
-def _list8(buf: bytes, pos: int, table: list[Decoder]) -> tuple[Any, int]:
-    return _items(buf, pos + 2, buf[pos + 1], pos + 1 + buf[pos], table)
-
-
-def _list32(buf: bytes, pos: int, table: list[Decoder]) -> tuple[Any, int]:
+def _typed_list32(buf: bytes, pos: int) -> tuple[Any, int]:
     size, count = _II.unpack_from(buf, pos)
-    return _items(buf, pos + 8, count, pos + 4 + size, table)
+    return _items(buf, pos + 8, count, pos + 4 + size, _TYPED)
 
 
-def _map8(buf: bytes, pos: int, table: list[Decoder]) -> tuple[Any, int]:
-    items, end = _list8(buf, pos, table)
+def _typed_map8(buf: bytes, pos: int) -> tuple[Any, int]:
+    items, end = _items(buf, pos + 2, buf[pos + 1], pos + 1 + buf[pos], _TYPED)
     return _pairs(items), end
 
 
-def _map32(buf: bytes, pos: int, table: list[Decoder]) -> tuple[Any, int]:
-    items, end = _list32(buf, pos, table)
+def _typed_map32(buf: bytes, pos: int) -> tuple[Any, int]:
+    size, count = _II.unpack_from(buf, pos)
+    items, end = _items(buf, pos + 8, count, pos + 4 + size, _TYPED)
     return _pairs(items), end
 
 
@@ -367,10 +365,10 @@ _TYPED[0x81] = _typed_long(_DECODERS[0x81])
 _TYPED[0x74] = _typed_decimal(Decimal32, 4)
 _TYPED[0x84] = _typed_decimal(Decimal64, 8)
 _TYPED[0x94] = _typed_decimal(Decimal128, 16)
-_TYPED[0xC0] = _typed_compound(_list8)
-_TYPED[0xD0] = _typed_compound(_list32)
-_TYPED[0xC1] = _typed_compound(_map8)
-_TYPED[0xD1] = _typed_compound(_map32)
+_TYPED[0xC0] = _typed_list8
+_TYPED[0xD0] = _typed_list32
+_TYPED[0xC1] = _typed_map8
+_TYPED[0xD1] = _typed_map32
 
 
 def decode_typed(buf: bytes, pos: int = 0) -> tuple[Any, int]:
