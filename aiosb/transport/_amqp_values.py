@@ -13,8 +13,9 @@ process (:func:`prepare`):
   type, a binary as :class:`AmqpBinary` (everywhere, not only in maps), a symbol as
   :class:`AmqpSymbol`, a timestamp as :class:`AmqpTimestamp` (``bytes`` and ``int``
   subclasses: the SDK's own code, which compares and reads them, sees what it saw);
-- its encoder gains an entry for bytes aiosb encoded itself (a char, a decimal), and
-  every other typed value is handed to it with its AMQP type named (:func:`to_sdk`).
+- its encoder gains an entry for bytes aiosb encoded itself (a char, a decimal, a
+  boolean in its one-byte form, as aiosb's codec writes it), and every other typed value
+  is handed to it with its AMQP type named (:func:`to_sdk`).
 
 The SDK's lists and performatives are decoded as before.
 """
@@ -187,7 +188,9 @@ def to_sdk(value: Any) -> Any:
     name = _SDK_TYPES.get(kind)
     if name is not None:
         return _typed(name.upper(), kind.__mro__[1](value))
-    if value is None or kind is bool or kind is str or kind is float:
+    if kind is bool:  # the SDK writes the longer form (0x56), the same value
+        return _typed(_RAW, b"\x41" if value else b"\x42")
+    if value is None or kind is str or kind is float:
         return value
     if kind is int:  # the SDK alone would send every int as a 32-bit int
         return value if value in _INT32 else _typed("LONG", value)

@@ -170,9 +170,7 @@ def test_each_amqp_type_goes_through_the_sdk_as_its_bytes():
 
     sdk_message = message_to_sdk(Message(b"x", application_properties=TYPED))
     amqp = PyamqpTransport.to_outgoing_amqp_message(sdk_message.raw_amqp_message)
-    sent = properties_of(bytes(encode_payload(bytearray(), amqp)))
-    assert sent.pop("boolean") == b"\x56\x01"  # true, in the SDK's (longer) encoding
-    assert sent == {k: v for k, v in WIRE.items() if k != "boolean"}
+    assert properties_of(bytes(encode_payload(bytearray(), amqp))) == WIRE
     got = message_from_sdk(received(sdk_message=sdk_message), "q", locked=False)
     assert {k: (v, type(v)) for k, v in got.application_properties.items()} == {
         k: (v, type(v)) for k, v in READ.items()}

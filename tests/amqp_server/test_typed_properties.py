@@ -39,7 +39,7 @@ from aiosb.auth import SasCredential
 from aiosb.emulator.server import serve
 
 from .test_hostile import Raw, _receiver, _sender
-from .typed import PAYLOAD, READ, TYPED, WHEN, WIRE, properties_of
+from .typed import PAYLOAD, READ, TYPED, WHEN, WIRE, annotations_of, properties_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -73,7 +73,8 @@ async def receive_raw(server: Any) -> bytes:
 
 async def test_each_type_comes_back_over_amqp_as_it_was_sent(server):
     await send_raw(server)
-    assert properties_of(await receive_raw(server)) == WIRE
+    back = await receive_raw(server)
+    assert (properties_of(back), annotations_of(back)) == (WIRE, WIRE)
 
 
 async def test_each_type_is_kept_through_a_durable_restart(tmp_path):
@@ -87,7 +88,8 @@ async def test_each_type_is_kept_through_a_durable_restart(tmp_path):
                     await ns.create_queue("q1")
                 await send_raw(server)
             else:
-                assert properties_of(await receive_raw(server)) == WIRE
+                back = await receive_raw(server)
+                assert (properties_of(back), annotations_of(back)) == (WIRE, WIRE)
         emulator.reset()  # what a restart leaves of the memory: nothing
 
 
@@ -143,7 +145,8 @@ async def test_what_http_gives_for_each_type():
     props = message.application_properties
     assert {k: (v, type(v)) for k, v in props.items()} == {
         name: (value, type(value)) for name, (_, value) in HTTP.items()}
-    assert properties_of(delivery_payload(message)) == WIRE
+    back = delivery_payload(message)
+    assert (properties_of(back), annotations_of(back)) == (WIRE, WIRE)
 
 
 def test_rest_headers_read_back_as_plain_values():
@@ -168,7 +171,8 @@ async def test_the_amqp_transport_receives_and_sends_each_type_again(server):
         assert {k: (v, type(v)) for k, v in got.application_properties.items()} == {
             k: (v, type(v)) for k, v in READ.items()}
         await ns.sender("q1").send(got)
-    assert properties_of(await receive_raw(server)) == WIRE
+    back = await receive_raw(server)
+    assert (properties_of(back), annotations_of(back)) == (WIRE, WIRE)
 
 
 async def test_filters_see_a_typed_propertys_plain_value():

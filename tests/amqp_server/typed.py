@@ -60,20 +60,33 @@ TYPED: dict[str, Any] = {
 #: The bytes each value is on the wire (its constructor first).
 WIRE = {name: encode(value) for name, value in TYPED.items()}
 APP = encode(Described(ULong(0x74), TYPED))
-PAYLOAD = encode(Described(ULong(0x73), ["typed-1"])) + APP + encode(
+#: The same values as message annotations (symbol keys), which travel in amqp_extra.
+NOTES = encode(Described(ULong(0x72), {Symbol(name): value for name, value in TYPED.items()}))
+PAYLOAD = encode(Described(ULong(0x73), ["typed-1"])) + NOTES + APP + encode(
     Described(ULong(0x75), b"body"))
 
 
-def properties_of(payload: bytes) -> dict[str, bytes]:
-    """The application properties of an encoded message: each value's bytes by name."""
+def _entries(payload: bytes, code: int) -> dict[str, bytes]:
+    """The map of section ``code`` of an encoded message: each value's bytes by key."""
     pos = 0
     while pos < len(payload):
-        if payload.startswith(b"\x00\x53\x74", pos):
+        if payload.startswith(bytes((0x00, 0x53, code)), pos):
             items, _ = elements(payload, pos + 3)
             return {decode(k)[0]: bytes(v) for k, v in zip(items[::2], items[1::2],
                                                             strict=True)}
         _, pos = decode(payload, pos)
     return {}
+
+
+def properties_of(payload: bytes) -> dict[str, bytes]:
+    """The application properties of an encoded message: each value's bytes by name."""
+    return _entries(payload, 0x74)
+
+
+def annotations_of(payload: bytes) -> dict[str, bytes]:
+    """The message annotations of an encoded message but the broker's (``x-opt-``):
+    each value's bytes by key."""
+    return {k: v for k, v in _entries(payload, 0x72).items() if not k.startswith("x-opt-")}
 
 
 #: What aiosb reads each as (a plain value where its type is the plain type's: an int

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from types import SimpleNamespace
 
 import pytest
-from amqp_server.typed import PAYLOAD, WIRE, properties_of
+from amqp_server.typed import PAYLOAD, WIRE, annotations_of, properties_of
 
 import aiosb
 from aiosb import emulator
@@ -63,4 +63,5 @@ async def test_the_syphon_moves_each_type_home_as_it_was_sent(transport):
             await asyncio.sleep(15)  # a ping lands, the syphon moves the message home
             assert paired.stats.syphon_moved == 1
         (got,) = await drain(primary, "orders")
-    assert properties_of(delivery_payload(got)) == WIRE
+    back = delivery_payload(got)
+    assert (properties_of(back), annotations_of(back)) == (WIRE, WIRE)
