@@ -77,11 +77,16 @@ _SDK_TYPES: dict[type, str] = {
     UShort: "ushort", UInt: "uint", ULong: "ulong", Float32: "float",
 }
 _DECIMALS: dict[type, int] = {Decimal32: 0x74, Decimal64: 0x84, Decimal128: 0x94}
+_prepared = False
 
 
 def prepare() -> None:
     """Teach the SDK's codec the typed values (see the module's doc); once per process.
     An SDK without these tables is left as it is (its values then lose their types)."""
+    global _prepared
+    if _prepared:  # called for every message the transport converts
+        return
+    _prepared = True
     try:
         from azure.servicebus._pyamqp import _decode, _encode
     except ImportError:  # pragma: no cover - a future SDK without pyamqp
