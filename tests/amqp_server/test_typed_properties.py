@@ -43,6 +43,7 @@ from .typed import PAYLOAD, READ, TYPED, WHEN, WIRE, annotations_of, properties_
 
 pytestmark = pytest.mark.timeout(60)
 
+
 def test_the_table_is_every_amqp_type_a_property_can_have():
     """The constructor of each entry: the test sends what it says it sends."""
     assert {WIRE[name][0] for name in WIRE} == {
@@ -52,6 +53,7 @@ def test_the_table_is_every_amqp_type_a_property_can_have():
 
 
 async def send_raw(server: Any, payload: bytes = PAYLOAD) -> None:
+    """Send ``payload`` to q1 on a connection written frame by frame; accepted."""
     raw = await _sender(server)
     raw.send(0, p.performative(p.TRANSFER, UInt(0), UInt(0), b"t0", UInt(0), False), payload)
     async with asyncio.timeout(10):
@@ -72,6 +74,8 @@ async def receive_raw(server: Any) -> bytes:
 
 
 async def test_each_type_comes_back_over_amqp_as_it_was_sent(server):
+    """#47: a long 1 came back as an int; now every value of the properties and of the
+    annotations is delivered as the bytes it was sent as."""
     await send_raw(server)
     back = await receive_raw(server)
     assert (properties_of(back), annotations_of(back)) == (WIRE, WIRE)
