@@ -228,7 +228,7 @@ def test_sigkill_mid_stream_loses_nothing_acknowledged(tmp_path):
     def start() -> tuple[subprocess.Popen[str], str]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "aiosb.cli", "serve", "--port", "0", "--amqp-port", "0",
-             "--data-dir", str(data)],
+             "--amqps-port", "0", "--data-dir", str(data)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

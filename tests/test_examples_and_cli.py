@@ -116,7 +116,8 @@ def test_serve_prints_how_to_connect_and_serves_until_stopped():
     from aiosb.emulator.server import DEV_KEY
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "aiosb.cli", "serve", "--port", "0", "--amqp-port", "0"],
+        [sys.executable, "-m", "aiosb.cli", "serve", "--port", "0", "--amqp-port", "0",
+         "--amqps-port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -204,7 +205,8 @@ def test_serve_stops_cleanly_on_sigterm_and_says_bye():
     import signal
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "aiosb", "serve", "--port", "0", "--amqp-port", "0"],
+        [sys.executable, "-m", "aiosb", "serve", "--port", "0", "--amqp-port", "0",
+         "--amqps-port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     assert "listening on" in proc.stdout.readline()  # type: ignore[union-attr]

@@ -581,7 +581,8 @@ def test_port_variables_are_only_microsofts_and_flags_win(tmp_path):
         http, amqp = _free_port(), _free_port()
         proc = subprocess.Popen(
             [sys.executable, "-m", "aiosb.cli", "serve", "--quiet", "--port", str(http),
-             "--amqp-port", str(amqp), "--tls-dir", str(tmp_path / "tls"), *extra],
+             "--amqp-port", str(amqp), "--amqps-port", "0", "--tls-dir", str(tmp_path / "tls"),
+             *extra],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             text = _banner(proc, "AMQP 1.0 (the official SDKs)", "error")
