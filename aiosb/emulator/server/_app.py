@@ -30,6 +30,7 @@ from ._http import (
     Route,
     bounded,
     budget_of,
+    encoded_slash_first,
     error_response,
     reads_at_root,
     right_needed,
@@ -126,7 +127,8 @@ class EmulatorServer:
         root = self.root
         if root is None:
             return split(raw_path)
-        if reads_at_root(segments_of(raw_path), exists, self._root_has):
+        if reads_at_root(segments_of(raw_path), exists, self._root_has,
+                         whole=encoded_slash_first(raw_path)):
             return split(raw_path, root)
         return split(raw_path)
 
