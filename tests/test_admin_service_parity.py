@@ -227,3 +227,50 @@ def test_authorization_rules_survive_the_durable_store():
     (rule,) = props.authorization_rules
     assert rule.primary_key and rule.secondary_key  # made, as Service Bus makes them
     assert decode_props("queue", encode_props(props)) == props
+
+
+async def test_the_amqp_ports_management_serves_one_namespace_whole_paths(certificate):
+    """At the AMQP port (one namespace: what the data plane's connection string reaches,
+    #34) a path is an entity path whole, as on Service Bus, also unencoded as the
+    JavaScript administration client sends it: ``PUT /txt/a`` makes queue ``txt/a``.
+    The HTTP port still reads ``/txt/a`` as queue ``a`` of namespace ``txt``, and
+    ``/NAME/...`` at the AMQP port still names its own namespace (aiosb's address)."""
+    import ssl
+
+    import aiohttp
+
+    from aiosb import SasCredential
+    from aiosb.amqp import serve_amqp
+
+    cert, key = certificate
+    name = f"parityns{next(_names)}"
+    other, elsewhere = f"otherns{next(_names)}", f"elsewherens{next(_names)}"
+    emulator.namespace(name)
+    body = ('<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml">'
+            '<QueueDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/'
+            'servicebus/connect"/></content></entry>')
+    trust = ssl.create_default_context(cafile=str(cert))
+    credential = SasCredential(DEV_KEY_NAME, DEV_KEY)
+    async with serve(ssl_context=_tls.context(cert, key), root=name) as server, serve_amqp(
+            namespace=name, management=(server.protocol_factory, _tls.context(cert, key))
+    ) as amqp, aiohttp.ClientSession() as session:
+
+        async def put(port: int, path: str) -> int:
+            url = f"https://localhost:{port}{path}"
+            headers = {"Authorization": credential.token(url),
+                       "Content-Type": "application/atom+xml"}
+            async with session.put(url, data=body, headers=headers, ssl=trust) as answer:
+                return answer.status
+
+        assert await put(amqp.port, "/txt/a") == 201
+        assert await put(amqp.port, f"/{other}/b") == 201  # an entity of this namespace
+        assert await put(amqp.port, f"/{name}/c") == 201  # aiosb's address of it
+        port = int(server.url.rsplit(":", 1)[1])
+        assert await put(port, f"/{elsewhere}/d") == 201  # the HTTP port: a namespace
+    async with aiosb.connect(f"memory://{name}") as ns:
+        assert sorted(q.name for q in await ns.list_queues()) == sorted(
+            ["txt/a", f"{other}/b", "c"])
+    assert not emulator.exists("txt")
+    assert not emulator.exists(other)
+    async with aiosb.connect(f"memory://{elsewhere}") as ns:
+        assert [q.name for q in await ns.list_queues()] == ["d"]
