@@ -274,3 +274,13 @@ async def test_the_amqp_ports_management_serves_one_namespace_whole_paths(certif
     assert not emulator.exists(other)
     async with aiosb.connect(f"memory://{elsewhere}") as ns:
         assert [q.name for q in await ns.list_queues()] == ["d"]
+
+
+def test_the_explorer_shows_authorization_rules_without_their_keys():
+    """The explorer's settings of an entity name each rule and its rights; the keys,
+    which a Listen-only visitor must not read, are left out."""
+    from aiosb.emulator.server._explorer_ops import plain
+    from aiosb.entities import AuthorizationRule
+
+    shown = plain((AuthorizationRule("reader", ("Listen",), "secret1", "secret2"),))
+    assert shown == ["reader (Listen)"]
