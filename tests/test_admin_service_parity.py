@@ -284,3 +284,14 @@ def test_the_explorer_shows_authorization_rules_without_their_keys():
 
     shown = plain((AuthorizationRule("reader", ("Listen",), "secret1", "secret2"),))
     assert shown == ["reader (Listen)"]
+
+
+async def test_aiosb_over_http_reads_a_forwarding_address_as_the_name():
+    """The server answers ``sb://HOST/a``; aiosb's HTTP transport gives ``a``, as its
+    memory transport does (and as it reads a real namespace's answer)."""
+    async with serve() as server, aiosb.connect(server.namespace_url("fwdreadns")) as ns:
+        await ns.create_queue("a")
+        await ns.create_queue("b", forward_to="a", forward_dead_lettered_messages_to="a")
+        got = await ns.get_queue("b")
+        assert (got.forward_to, got.forward_dead_lettered_messages_to) == ("a", "a")
+        assert [q.forward_to for q in await ns.list_queues()] == [None, "a"]
