@@ -295,3 +295,24 @@ async def test_aiosb_over_http_reads_a_forwarding_address_as_the_name():
         got = await ns.get_queue("b")
         assert (got.forward_to, got.forward_dead_lettered_messages_to) == ("a", "a")
         assert [q.forward_to for q in await ns.list_queues()] == [None, "a"]
+
+
+def test_aiosb_over_amqp_hands_authorization_rules_to_the_sdk_and_back():
+    """aiosb's AMQP transport manages through the SDK's administration client: the rules
+    go to it as its AuthorizationRule and come back as aiosb's."""
+    import inspect
+
+    from aiosb.entities import AuthorizationRule, QueueProperties
+    from aiosb.transport._amqp_convert import entity_from_sdk, entity_kwargs
+
+    props = QueueProperties("orders", authorization_rules=(
+        AuthorizationRule("reader", ("Listen",), "cHJpbWFyeQ==", "c2Vjb25kYXJ5"),)
+    ).normalised()
+    kwargs = entity_kwargs("queue", props)
+    (sdk_rule,) = kwargs["authorization_rules"]
+    assert isinstance(sdk_rule, models.AuthorizationRule)
+    assert (sdk_rule.key_name, sdk_rule.rights) == ("reader", ["Listen"])
+    names = inspect.signature(models.QueueProperties).parameters
+    sdk_props = models.QueueProperties("orders", **{
+        n: kwargs.get(n) for n in names if n != "name" and names[n].kind is names[n].KEYWORD_ONLY})
+    assert entity_from_sdk("queue", sdk_props).authorization_rules == props.authorization_rules
