@@ -363,7 +363,9 @@ class QueueProperties(_EntityProperties):
 
     Durations are ``timedelta``; :data:`NEVER` means no limit. ``max_size_in_megabytes``
     is per fragment when given and reported as the whole entity's size (16 fragments on
-    standard, PT-4) when read back.
+    standard, PT-4) when read back. ``max_message_size_in_kilobytes`` is a premium
+    namespace's setting (1024 to 102400; refused on the other tiers); ``forward_to``
+    may name the queue itself; ``authorization_rules`` are kept and reported.
     """
 
     kind: ClassVar[str] = "queue"
