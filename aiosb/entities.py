@@ -7,10 +7,12 @@ so code written against the SDK reads the same here.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime as _dt
 import math
 import re
+import secrets
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
@@ -18,6 +20,8 @@ from typing import Any, ClassVar, Self
 from .errors import InvalidArgument
 
 __all__ = [
+    "ACCESS_RIGHTS",
+    "AuthorizationRule",
     "DEAD_LETTER_SUFFIX",
     "NEVER",
     "time_to_live_seconds",
@@ -26,6 +30,7 @@ __all__ = [
     "RuntimeProperties",
     "SubscriptionProperties",
     "TopicProperties",
+    "forward_target_name",
     "parse_entity_path",
 ]
 
@@ -58,6 +63,8 @@ DEAD_LETTER_SUFFIX = "/$DeadLetterQueue"
 _MIN = _dt.timedelta(minutes=1)
 _STANDARD_SIZES = (1024, 2048, 3072, 4096, 5120)
 _PREMIUM_SIZES = (*_STANDARD_SIZES, 10240, 20480, 40960, 81920)
+#: A premium entity's largest message, in kilobytes: the default (and least) and most.
+_PREMIUM_MESSAGE_KB = (1024, 102400)
 #: Fragments of a partitioned entity per tier (PT-4).
 FRAGMENTS = {"standard": 16, "premium": 2, "basic": 1}
 TIERS = ("basic", "standard", "premium")
@@ -65,6 +72,23 @@ STATUSES = ("Active", "Disabled", "SendDisabled", "ReceiveDisabled")
 
 _ENTITY_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._\-/]*[A-Za-z0-9])?")
 _SUBSCRIPTION_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._\-]*[A-Za-z0-9])?")
+
+
+def forward_target_name(what: str, target: Any) -> str:
+    """The entity a forwarding setting (``what``) names: ``orders``, or the address
+    ``sb://HOST/orders`` that the official clients send and Service Bus answers with.
+
+    Raises:
+        InvalidArgument: Not a non-empty string, or an address without an entity.
+    """
+    if not isinstance(target, str) or not target:
+        raise InvalidArgument(f"{what} must be an entity name, not {target!r}.")
+    if "://" not in target:
+        return target
+    name = urllib.parse.urlsplit(target).path.strip("/")
+    if not name:
+        raise InvalidArgument(f"{what} is a URI without an entity name.")
+    return name
 
 
 def _check_name(kind: str, name: Any) -> str:
@@ -125,6 +149,67 @@ def check_known(kind: str, props: dict[str, Any], known: set[str]) -> None:
             f"unknown {kind} propert{'y' if len(unknown) == 1 else 'ies'} "
             f"{', '.join(unknown)}; known: {', '.join(sorted(known - {'name'}))}."
         )
+
+
+ACCESS_RIGHTS = ("Manage", "Send", "Listen")
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizationRule:
+    """A shared access rule of one queue or topic (``authorization_rules``; the fields of
+    ``azure.servicebus.management.AuthorizationRule``): a key name, its rights (of
+    ``Manage``, ``Send``, ``Listen``) and two keys, made when not given. aiosb keeps and
+    reports them, as Service Bus does; the emulator signs requests with its namespace's
+    keys only (docs/sdks.md)."""
+
+    key_name: str
+    rights: tuple[str, ...]
+    primary_key: str | None = None
+    secondary_key: str | None = None
+    claim_type: str = "SharedAccessKey"
+    claim_value: str = "None"
+
+    def checked(self) -> AuthorizationRule:
+        """This rule with its keys made where absent.
+
+        Raises:
+            InvalidArgument: A key name, right or key Service Bus refuses.
+        """
+        name = self.key_name
+        if not isinstance(name, str) or not 0 < len(name) <= 256 or not name.isprintable():
+            raise InvalidArgument(f"an authorization rule's key_name is {name!r:.60}; it "
+                                  "must be text of 1 to 256 characters.")
+        rights = tuple(self.rights) if isinstance(self.rights, (list, tuple)) else ()
+        if not rights or not set(rights) <= set(ACCESS_RIGHTS) or len(set(rights)) != len(
+                rights):
+            raise InvalidArgument(f"the rights of authorization rule {name!r} are "
+                                  f"{self.rights!r:.80}; give some of {', '.join(ACCESS_RIGHTS)}"
+                                  ", each once.")
+        if "Manage" in rights and not {"Send", "Listen"} <= set(rights):
+            raise InvalidArgument(f"authorization rule {name!r} has Manage without Send and "
+                                  "Listen; Manage needs both.")
+        keys = [self.primary_key, self.secondary_key]
+        for i, key in enumerate(keys):
+            if key is None:
+                keys[i] = base64.b64encode(secrets.token_bytes(32)).decode()
+            elif not isinstance(key, str) or not 0 < len(key) <= 256:
+                raise InvalidArgument(f"a key of authorization rule {name!r} must be text "
+                                      "of 1 to 256 characters.")
+        return dataclasses.replace(self, rights=rights, primary_key=keys[0],
+                                   secondary_key=keys[1])
+
+
+def _check_rules(rules: Any) -> tuple[AuthorizationRule, ...]:
+    if not isinstance(rules, (list, tuple)) or not all(
+            isinstance(r, AuthorizationRule) for r in rules):
+        raise InvalidArgument(f"authorization_rules must be AuthorizationRules, not "
+                              f"{rules!r:.80}.")
+    if len(rules) > 12:
+        raise InvalidArgument(f"an entity has at most 12 authorization rules, not {len(rules)}.")
+    names = [r.key_name.lower() for r in rules if isinstance(r.key_name, str)]
+    if len(set(names)) != len(names):
+        raise InvalidArgument("two authorization rules of the entity have the same key_name.")
+    return tuple(r.checked() for r in rules)
 
 
 @dataclass
@@ -211,21 +296,43 @@ class _EntityProperties:
                 )
         if hasattr(self, "max_size_in_megabytes"):
             self._check_size(tier)
+        if hasattr(self, "max_message_size_in_kilobytes"):
+            self._check_message_size(tier)
+        if hasattr(self, "authorization_rules"):
+            self._set_field("authorization_rules", _check_rules(self._field(
+                "authorization_rules")))
         status = self._field("status")
         if status not in STATUSES:
             raise InvalidArgument(f"status is {status!r}; it must be one of {', '.join(STATUSES)}.")
         for name in ("forward_to", "forward_dead_lettered_messages_to"):
             target = getattr(self, name, None)
             if target is not None:
-                if not isinstance(target, str) or not target:
-                    raise InvalidArgument(f"{name} must be an entity name, not {target!r}.")
-                if "://" in target:  # sb://host/orders, as the official clients give it
-                    target = urllib.parse.urlsplit(target).path.strip("/")
-                    if not target:
-                        raise InvalidArgument(f"{name} is a URI without an entity name.")
-                    self._set_field(name, target)
-                if target.lower() == self._field("name").lower():
-                    raise InvalidArgument(f"{name} names the entity itself ({target!r}).")
+                # An entity may forward to itself, as on Service Bus: a message then goes
+                # round until its hops run out and is dead-lettered (#47).
+                self._set_field(name, forward_target_name(name, target))
+
+    def _check_message_size(self, tier: str) -> None:
+        """``max_message_size_in_kilobytes``: a premium namespace's, from 1024 (its
+        default) to 102400; the other tiers have none to set (Service Bus refuses it
+        there, #47)."""
+        size = self._field("max_message_size_in_kilobytes")
+        if tier != "premium":
+            if size is not None:
+                raise InvalidArgument(
+                    f"max_message_size_in_kilobytes is {size!r}; only a premium namespace "
+                    f"has it, and this one is {tier}."
+                )
+            return
+        if size is None:
+            size = _PREMIUM_MESSAGE_KB[0]
+        if isinstance(size, bool) or not isinstance(size, int) or not (
+            _PREMIUM_MESSAGE_KB[0] <= size <= _PREMIUM_MESSAGE_KB[1]
+        ):
+            raise InvalidArgument(
+                f"max_message_size_in_kilobytes is {size!r}; it must be between "
+                f"{_PREMIUM_MESSAGE_KB[0]} and {_PREMIUM_MESSAGE_KB[1]}."
+            )
+        self._set_field("max_message_size_in_kilobytes", size)
 
     def _check_size(self, tier: str) -> None:
         size = self._field("max_size_in_megabytes")
@@ -256,7 +363,9 @@ class QueueProperties(_EntityProperties):
 
     Durations are ``timedelta``; :data:`NEVER` means no limit. ``max_size_in_megabytes``
     is per fragment when given and reported as the whole entity's size (16 fragments on
-    standard, PT-4) when read back.
+    standard, PT-4) when read back. ``max_message_size_in_kilobytes`` is a premium
+    namespace's setting (1024 to 102400; refused on the other tiers); ``forward_to``
+    may name the queue itself; ``authorization_rules`` are kept and reported.
     """
 
     kind: ClassVar[str] = "queue"
@@ -288,6 +397,7 @@ class QueueProperties(_EntityProperties):
     forward_to: str | None = None
     forward_dead_lettered_messages_to: str | None = None
     max_message_size_in_kilobytes: int | None = None
+    authorization_rules: tuple[AuthorizationRule, ...] = ()
     status: str = "Active"
     user_metadata: str | None = None
     created_at_utc: _dt.datetime | None = None
@@ -318,6 +428,7 @@ class TopicProperties(_EntityProperties):
     requires_duplicate_detection: bool = False
     support_ordering: bool = False
     max_message_size_in_kilobytes: int | None = None
+    authorization_rules: tuple[AuthorizationRule, ...] = ()
     status: str = "Active"
     user_metadata: str | None = None
     created_at_utc: _dt.datetime | None = None
@@ -376,6 +487,9 @@ class RuntimeProperties:
         subscription_count: For a topic, its number of subscriptions.
         accessed_at_utc: Last activity (what auto-delete on idle measures).
         available_fragments: Fragments up, of ``fragment_count`` (PT-14).
+        sql_filter_count: For a topic, the SQL filters of its subscriptions' rules
+            (true and false filters are SQL filters).
+        correlation_filter_count: For a topic, their correlation filters.
     """
 
     name: str
@@ -393,6 +507,8 @@ class RuntimeProperties:
     accessed_at_utc: _dt.datetime | None = None
     fragment_count: int = 1
     available_fragments: int = 1
+    sql_filter_count: int = 0
+    correlation_filter_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)

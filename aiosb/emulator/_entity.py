@@ -236,10 +236,16 @@ class _Entity:
         if self.deleted:
             return
         forward = getattr(self.props, "forward_to", None)
-        if forward and hops < _MAX_FORWARD_HOPS:
+        if forward:
             target = self.ns._entities.get(forward.lower())
             if target is not None and target.kind != "subscription":
                 self.stamp_expiry(rec)
+                if hops >= _MAX_FORWARD_HOPS:  # a loop (an entity may forward to itself)
+                    frag = rec.frag = fragment_for(self, rec)
+                    self.dead_letter(frag, rec, "MaxTransferHopCountExceeded",
+                                     f"the message was forwarded {hops} times, the most "
+                                     "Service Bus forwards one.", now, forward=False)
+                    return
                 target.touch(now)
                 rec.frag = fragment_for(target, rec)  # PT-19: the key carries over
                 target.deliver(rec, now, hops + 1)
@@ -310,9 +316,12 @@ class _Entity:
         reason: str | None,
         description: str | None,
         now: float,
+        *,
+        forward: bool = True,
     ) -> None:
         """Move ``rec`` (already removed from a store of ``fragment``) to the fragment's
-        dead-letter queue, or where ``forward_dead_lettered_messages_to`` says."""
+        dead-letter queue, or (``forward``) where ``forward_dead_lettered_messages_to``
+        says."""
         copy = rec.clone()
         copy.dl_reason = reason
         copy.dl_desc = description
@@ -320,7 +329,7 @@ class _Entity:
         copy.expires = None  # dead letters do not expire
         copy.delivery_count = rec.delivery_count
         target_name = getattr(self.props, "forward_dead_lettered_messages_to", None)
-        if target_name:
+        if target_name and forward:
             target = self.ns._entities.get(target_name.lower())
             if target is not None and target.kind != "subscription":
                 copy.ttl = INF

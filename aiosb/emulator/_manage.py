@@ -21,7 +21,7 @@ from ..errors import (
     QuotaExceeded,
 )
 from ..protocol import ManagementRequest
-from ..rules import RuleProperties, split_rule_path
+from ..rules import CorrelationRuleFilter, RuleProperties, split_rule_path
 from ._entity import _Entity
 from ._namespace import Namespace
 from ._record import _utc
@@ -102,7 +102,7 @@ def create(ns: Namespace, kind: str, props: Any, now: float, first: Any = None) 
         )
     for target_name in ("forward_to", "forward_dead_lettered_messages_to"):
         target = getattr(props, target_name, None)
-        if target is not None:
+        if target is not None and target.lower() != path.lower():  # itself: allowed
             forward_target(ns, target, target_name)
     if kind != "subscription":
         if ns.tier != "premium" and len(entities) >= _MAX_ENTITIES:
@@ -229,6 +229,9 @@ def runtime(ns: Namespace, path: str) -> RuntimeProperties:
     if entity.kind == "topic":
         size += sum(sub.bytes for sub in entity.subscriptions.values())
     down = ns._down("receive", entity.path) or ns._down("send", entity.path) or {}
+    filters = [rule.filter for sub in entity.subscriptions.values() if sub.rules is not None
+               for rule in sub.rules.listing()]
+    correlation = sum(isinstance(f, CorrelationRuleFilter) for f in filters)
     return RuntimeProperties(
         name=entity.path,
         active_message_count=active,
@@ -243,4 +246,6 @@ def runtime(ns: Namespace, path: str) -> RuntimeProperties:
         accessed_at_utc=_utc(entity.activity),
         fragment_count=entity.nfrag,
         available_fragments=entity.nfrag - len(down),
+        sql_filter_count=len(filters) - correlation,  # true and false filters are SQL's
+        correlation_filter_count=correlation,
     )

@@ -26,7 +26,12 @@ import pickle
 import struct
 from typing import Any
 
-from ..entities import QueueProperties, SubscriptionProperties, TopicProperties
+from ..entities import (
+    AuthorizationRule,
+    QueueProperties,
+    SubscriptionProperties,
+    TopicProperties,
+)
 from ..errors import InvalidArgument
 from ..rules import (
     CorrelationRuleFilter,
@@ -246,9 +251,24 @@ def decode_record(data: bytes) -> dict[str, Any]:
 
 
 def encode_props(props: Any) -> bytes:
-    """An entity's properties (a Queue/Topic/SubscriptionProperties)."""
-    fields = {f.name: encode_value(getattr(props, f.name)) for f in dataclasses.fields(props)}
+    """An entity's properties (a Queue/Topic/SubscriptionProperties); its authorization
+    rules as a list of their fields."""
+    fields = {f.name: encode_value(getattr(props, f.name)) for f in dataclasses.fields(props)
+              if f.name != _ACCESS}
+    rules = getattr(props, _ACCESS, ())
+    if rules:
+        fields[_ACCESS] = [{**dataclasses.asdict(r), "rights": list(r.rights)} for r in rules]
     return FORMAT + _dumps(fields)
+
+
+_ACCESS = "authorization_rules"
+
+
+def _access(raw: Any) -> tuple[AuthorizationRule, ...]:
+    if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+        raise InvalidArgument("the authorization rules of an entity row are not a list.")
+    return tuple(AuthorizationRule(**{**r, "rights": tuple(r.get("rights", ()))})
+                 for r in raw)
 
 
 def decode_props(kind: str, data: bytes) -> Any:
@@ -259,7 +279,8 @@ def decode_props(kind: str, data: bytes) -> Any:
         return raw
     cls = _KINDS[kind]
     known = {f.name for f in dataclasses.fields(cls) if f.init}
-    return cls(**{k: decode_value(k, v) for k, v in raw.items() if k in known})
+    return cls(**{k: _access(v) if k == _ACCESS else decode_value(k, v)
+                  for k, v in raw.items() if k in known})
 
 
 _FILTERS: dict[str, type[Any]] = {

@@ -23,6 +23,7 @@ from typing import Any
 from .. import errors
 from ..entities import (
     NEVER,
+    AuthorizationRule,
     QueueProperties,
     SubscriptionProperties,
     TopicProperties,
@@ -330,11 +331,24 @@ def entity_kwargs(kind: str, props: Any) -> dict[str, Any]:
         param = accepted.get(field.name)
         if param is None or param.kind is not inspect.Parameter.KEYWORD_ONLY:
             continue
-        value = getattr(props, field.name)
+        value = _to_sdk_value(field.name, getattr(props, field.name))
         if value is None or (isinstance(value, _dt.timedelta) and value >= NEVER):
             continue
         out[field.name] = value
     return out
+
+
+def _to_sdk_value(name: str, value: Any) -> Any:
+    """A description's value as the SDK takes it: authorization rules as its own."""
+    if name != "authorization_rules":
+        return value
+    if not value:
+        return None
+    made = sdk().management.AuthorizationRule
+    return [made(type="SharedAccessAuthorizationRule", key_name=r.key_name,
+                 rights=list(r.rights), primary_key=r.primary_key,
+                 secondary_key=r.secondary_key, claim_type=r.claim_type,
+                 claim_value=r.claim_value) for r in value]
 
 
 def apply_to_sdk(sdk_props: Any, props: Any) -> Any:
@@ -342,7 +356,7 @@ def apply_to_sdk(sdk_props: Any, props: Any) -> Any:
     for field in dataclasses.fields(props):
         if field.name in _NOT_SENT or not hasattr(sdk_props, field.name):
             continue
-        value = getattr(props, field.name)
+        value = _to_sdk_value(field.name, getattr(props, field.name))
         if isinstance(value, _dt.timedelta) and value >= NEVER:
             value = None
         setattr(sdk_props, field.name, value)
@@ -366,7 +380,15 @@ def entity_from_sdk(kind: str, sdk_props: Any, *, topic: str = "") -> Any:
         if field.name == "topic_name":
             continue
         value = getattr(sdk_props, field.name, None)
-        if value is not None:
+        if field.name == "authorization_rules":
+            value = tuple(AuthorizationRule(
+                key_name=r.key_name, rights=tuple(str(getattr(x, "value", x)) for x in r.rights
+                                                  or ()),
+                primary_key=r.primary_key, secondary_key=r.secondary_key,
+                claim_type=r.claim_type or "SharedAccessKey",
+                claim_value=r.claim_value or "None") for r in value or ())
+            values[field.name] = value
+        elif value is not None:
             values[field.name] = _from_sdk_value(value)
     if kind == "subscription":
         values["topic_name"] = topic

@@ -29,11 +29,14 @@ from ..entities import (
     SubscriptionProperties,
     TopicProperties,
     _duration,
+    forward_target_name,
 )
 from ..errors import InvalidArgument
+from .atom_access import access_xml, read_access
 
 __all__ = [
     "Entry",
+    "addressed",
     "entry_xml",
     "feed_xml",
     "namespace_info_xml",
@@ -46,6 +49,14 @@ __all__ = [
 ATOM = "http://www.w3.org/2005/Atom"
 #: The management protocol's version, as the official clients send it.
 API_VERSION = "2021-05"
+#: Elements newer than the oldest version (2017-04), and the version that brought each:
+#: an answer has them only when its request asked for that version or a later one, and
+#: a PUT of an older version may not set them (Service Bus refuses it, #47).
+SINCE = {
+    "MaxMessageSizeInKilobytes": "2021-05",
+    "SqlFilterCount": "2024-05",
+    "CorrelationFilterCount": "2024-05",
+}
 SB = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"
 COUNTS_NS = "http://schemas.microsoft.com/netservices/2011/06/servicebus"
 XSI = "http://www.w3.org/2001/XMLSchema-instance"
@@ -55,6 +66,7 @@ _MAX_DOCUMENT = 256 * 1024
 # (element, field of the properties dataclass or None for read-only, type). A read-only
 # element with a ``None`` field is written from the runtime counts, or not at all.
 _C = "counts"
+_ACCESS = "access"  # authorization rules (:mod:`aiosb.wire.atom_access`)
 _QUEUE = [
     ("LockDuration", "lock_duration", "duration"),
     ("MaxSizeInMegabytes", "max_size_in_megabytes", "int"),
@@ -69,7 +81,7 @@ _QUEUE = [
     ("SizeInBytes", None, _C),
     ("MessageCount", None, _C),
     ("IsAnonymousAccessible", None, "ignored"),
-    ("AuthorizationRules", None, "ignored"),
+    ("AuthorizationRules", "authorization_rules", _ACCESS),
     ("Status", "status", "str"),
     ("ForwardTo", "forward_to", "str"),
     ("UserMetadata", "user_metadata", "str"),
@@ -95,7 +107,7 @@ _TOPIC = [
     ("SizeInBytes", None, _C),
     ("FilteringMessagesBeforePublishing", None, "ignored"),
     ("IsAnonymousAccessible", None, "ignored"),
-    ("AuthorizationRules", None, "ignored"),
+    ("AuthorizationRules", "authorization_rules", _ACCESS),
     ("Status", "status", "str"),
     ("CreatedAt", "created_at_utc", "datetime"),
     ("UpdatedAt", "updated_at_utc", "datetime"),
@@ -103,6 +115,8 @@ _TOPIC = [
     ("SupportOrdering", "support_ordering", "bool"),
     ("CountDetails", None, _C),
     ("SubscriptionCount", None, _C),
+    ("SqlFilterCount", None, _C),
+    ("CorrelationFilterCount", None, _C),
     ("AutoDeleteOnIdle", "auto_delete_on_idle", "duration"),
     ("EnablePartitioning", "enable_partitioning", "bool"),
     ("EntityAvailabilityStatus", None, "ignored"),
@@ -139,6 +153,12 @@ KINDS: dict[str, tuple[str, list[tuple[str, str | None, str]], type]] = {
     "subscription": ("SubscriptionDescription", _SUBSCRIPTION, SubscriptionProperties),
 }
 _KIND_OF = {tag: kind for kind, (tag, _, _) in KINDS.items()}
+#: A topic's counts, each an element of its own, and the RuntimeProperties field of each.
+_COUNT_FIELDS = {
+    "SubscriptionCount": "subscription_count",
+    "SqlFilterCount": "sql_filter_count",
+    "CorrelationFilterCount": "correlation_filter_count",
+}
 #: CountDetails children, in order, and the RuntimeProperties field of each. The last
 #: three are aiosb additions (Service Bus does not report deferred messages or fragment
 #: availability here; PT-14).
@@ -243,17 +263,20 @@ def _parse_value(name: str, kind: str, text: str) -> Any:
 
 
 def description_xml(kind: str, props: Any, counts: RuntimeProperties | None = None,
-                    *, answer: bool = False) -> str:
+                    *, answer: bool = False, version: str = API_VERSION) -> str:
     """The ``<QueueDescription>`` (or topic, subscription) element, in Service Bus order.
 
     Args:
         kind: ``queue``, ``topic`` or ``subscription``.
         props: The properties dataclass.
         counts: Runtime counts to include (answers only; requests leave them out).
+        version: The api-version asked for: elements of later versions are left out.
     """
     tag, fields, _ = KINDS[kind]
     parts = [f'<{tag} xmlns="{SB}" xmlns:i="{XSI}">']
     for element, field, vkind in fields:
+        if SINCE.get(element, "") > version:
+            continue
         if vkind == _C:
             if counts is None:
                 continue
@@ -266,10 +289,9 @@ def description_xml(kind: str, props: Any, counts: RuntimeProperties | None = No
                 parts.append(f"<SizeInBytes>{counts.size_in_bytes}</SizeInBytes>")
             elif element == "MessageCount":
                 parts.append(f"<MessageCount>{counts.total_message_count}</MessageCount>")
-            elif element == "SubscriptionCount":
-                parts.append(
-                    f"<SubscriptionCount>{counts.subscription_count}</SubscriptionCount>"
-                )
+            elif element in _COUNT_FIELDS:
+                value = getattr(counts, _COUNT_FIELDS[element])
+                parts.append(f"<{element}>{value}</{element}>")
             continue
         if element == "EntityAvailabilityStatus" and answer:  # clients read it
             parts.append("<EntityAvailabilityStatus>Available</EntityAvailabilityStatus>")
@@ -278,6 +300,10 @@ def description_xml(kind: str, props: Any, counts: RuntimeProperties | None = No
             continue
         value = getattr(props, field, None)
         if value is None:
+            continue
+        if vkind == _ACCESS:
+            if value:
+                parts.append(access_xml(value))
             continue
         parts.append(f"<{element}>{escape(_format_value(vkind, value, field))}</{element}>")
     parts.append(f"</{tag}>")
@@ -294,33 +320,34 @@ def request_xml(kind: str, props: Any) -> bytes:
 
 
 def _entry(kind: str, props: Any, counts: RuntimeProperties | None, url: str, title: str,
-           now: str) -> str:
+           now: str, version: str = API_VERSION) -> str:
+    described = description_xml(kind, props, counts, answer=True, version=version)
     return (
         f"<entry><id>{escape(url)}</id><title type=\"text\">{escape(title)}</title>"
         f"<published>{now}</published><updated>{now}</updated>"
         f'<link rel="self" href="{escape(url)}"/>'
-        f'<content type="application/xml">{description_xml(kind, props, counts, answer=True)}'
-        "</content></entry>"
+        f'<content type="application/xml">{described}</content></entry>'
     )
 
 
 def entry_xml(kind: str, props: Any, counts: RuntimeProperties | None, url: str,
-              title: str) -> bytes:
-    """An Atom entry describing one entity (what GET and PUT answer)."""
+              title: str, version: str = API_VERSION) -> bytes:
+    """An Atom entry describing one entity (what GET and PUT answer), in the elements
+    of api-version ``version``."""
     now = _format_value("datetime", _dt.datetime.now(_dt.UTC))
-    body = _entry(kind, props, counts, url, title, now)
+    body = _entry(kind, props, counts, url, title, now, version)
     return ('<?xml version="1.0" encoding="utf-8"?>'
             + body.replace("<entry>", f'<entry xmlns="{ATOM}">', 1)).encode()
 
 
 def feed_xml(
     items: Sequence[tuple[str, Any, RuntimeProperties | None, str, str]], url: str, title: str,
-    following: str | None = None,
+    following: str | None = None, version: str = API_VERSION,
 ) -> bytes:
     """An Atom feed of entries ``(kind, props, counts, url, title)`` (what lists answer),
     with a ``next`` link to ``following`` when the listing goes on."""
     now = _format_value("datetime", _dt.datetime.now(_dt.UTC))
-    entries = "".join(_entry(*item, now) for item in items)
+    entries = "".join(_entry(*item, now, version) for item in items)
     more = "" if following is None else f'<link rel="next" href="{escape(following)}"/>'
     return (
         f'<?xml version="1.0" encoding="utf-8"?><feed xmlns="{ATOM}">'
@@ -412,6 +439,8 @@ def _read_entry(entry: ET.Element) -> Entry:
         field, vkind = known[element]
         if vkind == _C:
             _read_counts(element, child, counts)
+        elif vkind == _ACCESS and field is not None:
+            fields[field] = read_access(child)
         elif field is not None:
             if len(child):
                 raise InvalidArgument(f"<{element}> must hold a value, not elements.")
@@ -434,8 +463,8 @@ def _read_counts(element: str, node: ET.Element, counts: dict[str, int]) -> None
             counts["size_in_bytes"] = int((node.text or "0").strip())
         elif element == "MessageCount":
             counts["total_message_count"] = int((node.text or "0").strip())
-        elif element == "SubscriptionCount":
-            counts["subscription_count"] = int((node.text or "0").strip())
+        elif element in _COUNT_FIELDS:
+            counts[_COUNT_FIELDS[element]] = int((node.text or "0").strip())
     except ValueError:
         raise InvalidArgument(f"<{element}> must hold whole numbers.") from None
 
@@ -463,10 +492,27 @@ def parse_feed(data: bytes) -> list[Entry] | Entry:
     return [_read_entry(child) for child in root if _local(child.tag) == "entry"]
 
 
+_FORWARDS = ("forward_to", "forward_dead_lettered_messages_to")
+
+
 def build_properties(kind: str, name: str, fields: dict[str, Any], **extra: Any) -> Any:
-    """The properties dataclass of ``kind`` from parsed fields."""
+    """The properties dataclass of ``kind`` from parsed fields; a forwarding target
+    given as an address (``sb://HOST/orders``, as Service Bus writes it) is read as the
+    entity it names, as aiosb's descriptions hold it."""
     cls = KINDS[kind][2]
-    return cls(name=name, **{**fields, **extra})
+    fields = {**fields, **extra}
+    for field in _FORWARDS:
+        if fields.get(field) is not None:
+            fields[field] = forward_target_name(field, fields[field])
+    return cls(name=name, **fields)
+
+
+def addressed(props: Any, host: str) -> Any:
+    """``props`` with its forwarding targets as Service Bus answers them: the address
+    ``sb://HOST/NAME`` (the official administration clients' tests check its end)."""
+    changes = {field: f"sb://{host}/{getattr(props, field)}" for field in _FORWARDS
+               if getattr(props, field, None)}
+    return dataclasses.replace(props, **changes) if changes else props
 
 
 def runtime_properties(name: str, entry: Entry) -> RuntimeProperties:
@@ -483,7 +529,8 @@ def runtime_properties(name: str, entry: Entry) -> RuntimeProperties:
 
 _TIMES = {"CreatedAt": "created_at_utc", "UpdatedAt": "updated_at_utc",
           "AccessedAt": "accessed_at_utc"}
-_COUNT_ELEMENTS = frozenset({"CountDetails", "SizeInBytes", "MessageCount", "SubscriptionCount"})
+_COUNT_ELEMENTS = frozenset({"CountDetails", "SizeInBytes", "MessageCount",
+                             "SubscriptionCount", "SqlFilterCount", "CorrelationFilterCount"})
 
 
 def read_runtime(name: str, data: bytes) -> RuntimeProperties | None:

@@ -12,6 +12,7 @@ type (``d6p1:string``, ``int``, ``long``, ``double``, ``boolean``, ``dateTime``,
 from __future__ import annotations
 
 import datetime as _dt
+import re
 import xml.etree.ElementTree as ET
 from xml.sax.saxutils import escape, quoteattr
 
@@ -29,6 +30,7 @@ from ..rules import (
 from .atom import ATOM, SB, XSI, _format_value, _local, _parse, _parse_value
 
 __all__ = [
+    "Unzoned",
     "default_rule_of",
     "parse_rule",
     "parse_rules",
@@ -51,6 +53,15 @@ _CORRELATION = [
     ("ContentType", "content_type"),
 ]
 _INT32 = 2**31
+_ZONED = re.compile(r".*(?:Z|[+-]\d\d:\d\d)", re.IGNORECASE)
+
+
+class Unzoned(_dt.datetime):
+    """A rule's time that came without a time zone (the official clients send a naive
+    ``datetime`` so): held as that time in UTC, the instant rules compare, and written
+    back without a zone, as Service Bus echoes it (#47)."""
+
+    __slots__ = ()
 
 
 # -- writing ------------------------------------------------------------------------------
@@ -63,6 +74,8 @@ def _value_xml(value: PropertyValue) -> str:
         kind, text = ("int" if -_INT32 <= value < _INT32 else "long"), str(value)
     elif isinstance(value, float):
         kind, text = "double", repr(value)
+    elif isinstance(value, Unzoned):
+        kind, text = "dateTime", value.replace(tzinfo=None).isoformat()
     elif isinstance(value, _dt.datetime):
         kind, text = "dateTime", _format_value("datetime", value)
     elif isinstance(value, _dt.timedelta):
@@ -215,6 +228,8 @@ def _read_value(key: str, node: ET.Element) -> PropertyValue:
         raise InvalidArgument(f"parameter {key!r} has the type {kind[:40]!r}, which a rule "
                               "cannot hold.")
     value: PropertyValue = _parse_value(key, _TYPES[kind], text)
+    if isinstance(value, _dt.datetime) and not _ZONED.fullmatch(text.strip()):
+        return Unzoned.combine(value.date(), value.timetz())
     return value
 
 

@@ -62,12 +62,26 @@ def test_a_forwarded_message_keeps_its_key_into_a_partitioned_target() -> None:
     assert rec.seq in target.fragments[home("order-42", 16)].records
 
 
-def test_a_forwarding_loop_ends_after_four_hops() -> None:
+def test_a_forwarding_loop_ends_after_four_hops_in_a_dead_letter_queue() -> None:
+    """#47: as on Service Bus, a message forwarded four times is dead-lettered where it
+    is, with the reason MaxTransferHopCountExceeded."""
     ns = Host()
     a = ns.add("queue", QueueProperties("a", forward_to="b"))
     b = ns.add("queue", QueueProperties("b", forward_to="a"))
-    a.deliver(record(), now=0.0, hops=0)  # a -> b -> a -> b -> a: kept there
-    assert (held(a), held(b)) == (["m"], [])
+    a.deliver(record(), now=0.0, hops=0)  # a -> b -> a -> b -> a: dead-lettered there
+    assert (held(a), held(b), dead(b)) == ([], [], [])
+    assert dead(a) == [("m", "MaxTransferHopCountExceeded")]
+
+
+def test_an_entity_forwarding_to_itself_dead_letters_after_four_hops() -> None:
+    """#47: Service Bus lets an entity forward to itself (Microsoft's own tests set it);
+    a message then goes round four times and is dead-lettered, even when its dead
+    letters are forwarded to itself too (they are not forwarded again)."""
+    ns = Host()
+    loop = ns.add("queue", QueueProperties("loop", forward_to="loop",
+                                           forward_dead_lettered_messages_to="loop"))
+    loop.deliver(record(), now=0.0, hops=0)
+    assert (held(loop), dead(loop)) == ([], [("m", "MaxTransferHopCountExceeded")])
 
 
 def test_a_message_without_a_session_forwarded_to_a_session_queue_is_dead_lettered() -> None:

@@ -30,6 +30,7 @@ from ._http import (
     Route,
     bounded,
     budget_of,
+    encoded_slash_first,
     error_response,
     reads_at_root,
     right_needed,
@@ -90,6 +91,10 @@ class EmulatorServer:
         #: The namespace served at the root (paths name entities, not namespaces), as a
         #: namespace's own host serves it; None: the first segment names the namespace.
         self.root = root
+        #: The port the HTTP site listens at (:func:`serve` sets it): a request that came
+        #: in at another was handed over by the AMQP port, an endpoint of the root
+        #: namespace alone, where the whole path is the entity, as on Service Bus.
+        self.port: int | None = None
         #: How many client connections are open (the serving code sets it).
         self.open_connections: Callable[[], int] = lambda: 0
         self._observer = None
@@ -120,15 +125,31 @@ class EmulatorServer:
         for ns in namespaces.values():
             ns.detach()
 
-    def _split(self, raw_path: str) -> Route:
+    def _split(self, raw_path: str, one: bool = False) -> Route:
         """The route of a request: at the root (the default namespace's) or under the
-        namespace its first segment names (:func:`reads_at_root` says which)."""
+        namespace its first segment names (:func:`reads_at_root` says which). At an
+        endpoint of ``one`` namespace (the root), the whole path is the entity, as on
+        Service Bus, but for aiosb's address of that namespace, ``/NAME/...``."""
         root = self.root
         if root is None:
             return split(raw_path)
-        if reads_at_root(segments_of(raw_path), exists, self._root_has):
+        if one:
+            segments = segments_of(raw_path)
+            named = len(segments) > 1 and segments[0].lower() == root.lower()
+            return split(raw_path) if named else split(raw_path, root)
+        if reads_at_root(segments_of(raw_path), exists, self._root_has,
+                         whole=encoded_slash_first(raw_path)):
             return split(raw_path, root)
         return split(raw_path)
+
+    def _one_namespace(self, request: web.Request) -> bool:
+        """Whether the request came in at an endpoint of one namespace: a port other
+        than the HTTP site's (:attr:`port`), which only the AMQP port hands connections
+        to, and it serves the root namespace alone (#47)."""
+        if self.port is None or request.transport is None:
+            return False
+        local = request.transport.get_extra_info("sockname")
+        return isinstance(local, tuple) and len(local) > 1 and local[1] != self.port
 
     def _root_has(self, first: str) -> bool:
         return namespace(self.root or "").has_entity_under(first)
@@ -156,7 +177,7 @@ class EmulatorServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         try:
-            route = self._split(request.raw_path)
+            route = self._split(request.raw_path, self._one_namespace(request))
             headers = request.headers
             self._auth.check(
                 headers.get("Authorization") or headers.get("ServiceBusAuthorization"),

@@ -17,6 +17,7 @@ import math
 from typing import Any
 
 from ... import emulator
+from ...entities import AuthorizationRule
 from ...errors import InvalidArgument, MessageNotFound
 from ...message import Message, ReceivedMessage
 from ...protocol import (
@@ -50,6 +51,9 @@ def plain(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, bytes):
         return value.hex()
+    if isinstance(value, tuple):  # authorization rules: names and rights, never keys
+        return [f"{r.key_name} ({', '.join(r.rights)})" if isinstance(r, AuthorizationRule)
+                else plain(r) for r in value]
     return str(value)
 
 

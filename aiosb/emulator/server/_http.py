@@ -105,22 +105,36 @@ def split(raw_path: str, root: str | None = None) -> Route:
     return Route(segments[0], segments[1:])
 
 
+def encoded_slash_first(raw_path: str) -> bool:
+    """Whether the request path's first segment holds an encoded slash (``/txt%2Fa``):
+    an entity path sent whole, as the official administration clients send every entity
+    name (a namespace's name has no slash)."""
+    first = raw_path.split("?", 1)[0].lstrip("/").split("/", 1)[0]
+    return "%2f" in first.lower()
+
+
 def reads_at_root(
     segments: tuple[str, ...],
     namespace_exists: Callable[[str], bool],
     root_has: Callable[[str], bool],
+    *,
+    whole: bool = False,
 ) -> bool:
     """Whether a server with a default namespace reads a path of ``segments`` at the
     root, as the default namespace's, rather than as ``/{namespace}/...``.
 
-    The first segment names a namespace when it is one the server has, or when it could
-    be one and is not an entity of the default namespace; the path is the default
-    namespace's when it is empty, starts with a ``$`` name (``$Resources``,
-    ``$namespaceinfo``, ``$faults``), has one segment (``PUT /orders``), names an entity
-    of the default namespace first, or starts with what no namespace is called. A
-    namespace is named on its first use only when none of these holds.
+    The path is the default namespace's, the whole of it an entity path as on Service
+    Bus, when its first segment was sent with an encoded slash (``whole``: the official
+    administration clients send ``txt/a`` as ``/txt%2Fa``, #47; see
+    :func:`encoded_slash_first`). Otherwise the first segment names a namespace when it
+    is one the server has, or when it could be one and is not an entity of the default
+    namespace; the path is the default namespace's when it is empty, starts with a ``$``
+    name (``$Resources``, ``$namespaceinfo``, ``$faults``), has one segment (``PUT
+    /orders``), names an entity of the default namespace first, or starts with what no
+    namespace is called. A namespace is named on its first use only when none of these
+    holds.
     """
-    if not segments or segments[0].startswith("$"):
+    if whole or not segments or segments[0].startswith("$"):
         return True
     first = segments[0]
     if namespace_exists(first):

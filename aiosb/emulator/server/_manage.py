@@ -38,7 +38,7 @@ async def manage(
         kind = entity_kind(segs[1].lower()[:-1])
         page = page_of(request)  # a bad $skip is a 400 whatever the listing
         items = await ns.manage(ManagementRequest("list", kind))
-        return await _feed(ns, kind, items, page, f"{url}/$Resources/{segs[1]}",
+        return await _feed(request, ns, kind, items, page, f"{url}/$Resources/{segs[1]}",
                            segs[1].capitalize(), url)
     path = "/".join(segs)
     if [s.lower() for s in segs] == ["$namespaceinfo"]:
@@ -51,7 +51,7 @@ async def manage(
         topic = "/".join(segs[:-1])
         page = page_of(request)
         items = await ns.manage(ManagementRequest("list", "subscription", topic))
-        return await _feed(ns, "subscription", items, page, f"{url}/{path}",
+        return await _feed(request, ns, "subscription", items, page, f"{url}/{path}",
                            "Subscriptions", url)
     parsed = parse_entity_path(path)
     if parsed.sub_queue is not None:
@@ -68,8 +68,8 @@ async def manage(
     if method == "GET":
         props = await ns.manage(ManagementRequest("get", kind, parsed.path))
         counts = await ns.manage(ManagementRequest("runtime", None, parsed.path))
-        return _entry(kind, props, counts, f"{url}/{_shown(parsed.path)}", parsed.path,
-                           status=200)
+        return _entry(request, kind, props, counts, f"{url}/{_shown(parsed.path)}",
+                      parsed.path, status=200)
     if method == "DELETE":
         await ns.manage(ManagementRequest("delete", kind, parsed.path))
         return web.Response(status=200)
@@ -99,6 +99,12 @@ async def _put(request: web.Request, ns: EmulatorNamespace, parsed: Any, url: st
     body = await request.read()
     entry = _atom.parse_entry(body)
     kind = entity_kind(entry.kind)
+    version = _version(request)
+    too_new = [element for element, field, _ in _atom.KINDS[kind][1]
+               if field in entry.fields and _atom.SINCE.get(element, "") > version]
+    if too_new:  # Service Bus refuses them (#47)
+        raise InvalidArgument(f"{', '.join(too_new)} came with api-version {version}; "
+                              f"it is part of api-version {_atom.SINCE[too_new[0]]} and later.")
     if (kind == "subscription") != (parsed.subscription is not None):
         raise InvalidArgument(
             f"a {kind} description was PUT at {parsed.path!r}; subscriptions live at "
@@ -118,22 +124,30 @@ async def _put(request: web.Request, ns: EmulatorNamespace, parsed: Any, url: st
     # A subscription made with <DefaultRuleDescription> has that rule, not $Default.
     first = default_rule_of(body) if kind == "subscription" and not update else None
     result = await ns.manage(ManagementRequest(action, kind, parsed.path, props, first))
-    return _entry(kind, result, None, f"{url}/{_shown(parsed.path)}", parsed.path,
-                       status=200 if update else 201)
+    return _entry(request, kind, result, None, f"{url}/{_shown(parsed.path)}", parsed.path,
+                  status=200 if update else 201)
 
 
-def _entry(kind: str, props: Any, counts: Any, url: str, title: str, *, status: int
-           ) -> web.Response:
+def _version(request: web.Request) -> str:
+    """The api-version a request asks for (aiosb's own, 2021-05, when it names none)."""
+    return request.query.get("api-version") or API_VERSION
+
+
+def _entry(request: web.Request, kind: str, props: Any, counts: Any, url: str, title: str,
+           *, status: int) -> web.Response:
+    """An entity's entry, in the elements of the request's api-version, its forwarding
+    targets as addresses on the request's host (as Service Bus answers)."""
     return web.Response(
         status=status,
-        body=_atom.entry_xml(kind, props, counts, url, title),
+        body=_atom.entry_xml(kind, _atom.addressed(props, request.host), counts, url, title,
+                             _version(request)),
         content_type="application/atom+xml",
         charset="utf-8",
     )
 
 
-async def _feed(ns: EmulatorNamespace, kind: str, items: list[Any], page: slice, url: str,
-                title: str, base: str) -> web.Response:
+async def _feed(request: web.Request, ns: EmulatorNamespace, kind: str, items: list[Any],
+                page: slice, url: str, title: str, base: str) -> web.Response:
     """A page of a listing, each entry with its counts (as Service Bus lists them), and
     a ``next`` link while more remain (what the official clients follow)."""
     entries = []
@@ -142,10 +156,11 @@ async def _feed(ns: EmulatorNamespace, kind: str, items: list[Any], page: slice,
             f"{props.topic_name}/subscriptions/{props.name}"
         )
         counts = await ns.manage(ManagementRequest("runtime", None, path))
-        entries.append((kind, props, counts, f"{base}/{_shown(path)}", props.name))
+        entries.append((kind, _atom.addressed(props, request.host), counts,
+                        f"{base}/{_shown(path)}", props.name))
     following = _next_page(url, page, len(items))
     return web.Response(
-        body=_atom.feed_xml(entries, url, title, following),
+        body=_atom.feed_xml(entries, url, title, following, _version(request)),
         content_type="application/atom+xml",
         charset="utf-8",
     )
