@@ -26,7 +26,7 @@ from . import performatives as p
 from ._cbs import Tokens
 from ._framing import Framing
 from ._links import ProtocolViolation
-from .codec import Array, DecodeError, Symbol, UByte
+from .codec import SASL_HEADER, Array, DecodeError, Symbol, UByte
 
 __all__ = ["MECHANISMS", "SignedIn", "sasl"]
 
@@ -51,7 +51,7 @@ async def sasl(conn: Framing, tokens: Tokens) -> SignedIn | None:
     """Run the SASL layer, its header read already: offer :data:`MECHANISMS`, read the
     client's sasl-init, answer with the outcome. A PLAIN key signs ``tokens`` in.
     ``None``: the client failed (told so by the outcome)."""
-    conn.writer.write(p_header())
+    conn.writer.write(SASL_HEADER)
     offered = Array(Symbol, [Symbol(m) for m in MECHANISMS])
     conn._send(0, p.performative(p.SASL_MECHANISMS, offered), kind=1)
     try:  # what is not a sasl-init fails the SASL layer (sys-perm), not AMQP's
@@ -79,13 +79,6 @@ async def sasl(conn: Framing, tokens: Tokens) -> SignedIn | None:
     _outcome(conn, OK)
     await conn.writer.drain()
     return SignedIn(hostname if isinstance(hostname, str) else None)
-
-
-def p_header() -> bytes:
-    """The SASL protocol header the server answers with."""
-    from .codec import SASL_HEADER
-
-    return SASL_HEADER
 
 
 def _plain(response: Any) -> tuple[str, str]:

@@ -1,5 +1,6 @@
-"""One AMQP connection: the SASL layer, then the open/begin/attach/transfer/detach/end/close
-state machine, run as a task of the server's event loop.
+"""One AMQP connection: the SASL layer (:mod:`._sasl`), then the
+open/begin/attach/transfer/detach/end/close state machine, run as a task of the server's
+event loop.
 
 Frames are handled one at a time, in order: a transfer to an entity awaits the broker's
 ``send`` before the next frame is read, so a client's messages reach the broker in the
@@ -94,7 +95,7 @@ class Connection(ReceiverLinks):
 
     Args:
         ns: The namespace every link of the connection addresses.
-        checker: Checks the tokens put on ``$cbs``.
+        checker: Checks the tokens put on ``$cbs`` and a key given with SASL PLAIN.
         reader: The socket's reader.
         writer: The socket's writer.
     """
