@@ -211,6 +211,24 @@ class SasChecker:
                 f"rights; this operation needs {needs}."
             )
 
+    def key_rights(self, key_name: str, key: str) -> frozenset[str]:
+        """The rights of the key ``key_name`` when ``key`` is its key (one of its keys,
+        while a second one is given): how a client that signs in with the pair itself,
+        not with a token made from it (AMQP's SASL PLAIN), is let in.
+
+        Raises:
+            Unauthorized: No key of that name, or not that key.
+        """
+        entry = self.keys.get(key_name)
+        if entry is None or not any(
+            hmac.compare_digest(one.encode(), key.encode("utf-8", "replace"))
+            for one in (entry[0] if isinstance(entry[0], tuple) else (entry[0],))
+        ):
+            raise Unauthorized(
+                f"the key name {key_name[:60]!r} and key given are not a key of this server."
+            )
+        return entry[1]
+
     def _verify(self, token: str) -> tuple[int, str, frozenset[str], str]:
         scheme, _, rest = token.strip().partition(" ")
         if scheme != "SharedAccessSignature" or not rest:

@@ -5,6 +5,9 @@ A client puts a ``SharedAccessSignature`` for an audience (``sb://host:port/q1``
 ``$cbs`` node; every link it then attaches to an entity needs a put token whose audience
 covers the entity, valid now, signed with a key holding the right the link needs
 (``Send`` for a sender, ``Listen`` for a receiver): :class:`aiosb.auth.SasChecker` decides.
+
+A connection that signed in with a key itself (SASL PLAIN, :mod:`._sasl`) has that key's
+rights on every entity without a token; a token it puts adds to them.
 """
 
 from __future__ import annotations
@@ -43,11 +46,21 @@ def entity_of(address: str) -> tuple[str, str | None]:
 
 
 class Tokens:
-    """The tokens one connection put, by audience path."""
+    """The tokens one connection put, by audience path, and the key it signed in with."""
 
     def __init__(self, checker: SasChecker) -> None:
         self._checker = checker
         self._tokens: dict[str, tuple[str, str]] = {}  # path -> (host, token)
+        #: The key the connection signed in with (SASL PLAIN): its name and rights.
+        self.key: tuple[str, frozenset[str]] | None = None
+
+    def sign_in(self, key_name: str, key: str) -> None:
+        """Give the connection the rights of ``key_name``, whose key ``key`` is.
+
+        Raises:
+            Unauthorized: The pair is not a key of the server's.
+        """
+        self.key = (key_name, self._checker.key_rights(key_name, key))
 
     def put(self, audience: str, token: str, host: str | None) -> None:
         """Keep ``token`` for ``audience`` if it is good for some right there.
@@ -77,8 +90,11 @@ class Tokens:
         or an address) do what ``needs`` (``Send``, ``Listen`` or ``Manage``) says.
 
         Raises:
-            Unauthorized: No token covers the entity, or none is good for ``needs`` now.
+            Unauthorized: No token covers the entity, or none is good for ``needs`` now,
+                and the key the connection signed in with (if any) has not that right.
         """
+        if self.key is not None and needs in self.key[1]:
+            return
         path = audience_path(entity)
         last: Unauthorized | None = None
         for scope, (host, token) in self._tokens.items():
@@ -91,6 +107,12 @@ class Tokens:
                 last = exc
         if last is not None:
             raise last
+        if self.key is not None:  # as a token signed with the key is refused
+            name, rights = self.key
+            raise Unauthorized(
+                f"the key {name[:60]!r} this connection signed in with has "
+                f"{', '.join(sorted(rights))} rights; this operation needs {needs}."
+            )
         raise Unauthorized(
             f"no token was put on $cbs for {path!r}: put a SharedAccessSignature for it "
             "before attaching a link."

@@ -1,5 +1,6 @@
-"""One AMQP connection: the SASL layer, then the open/begin/attach/transfer/detach/end/close
-state machine, run as a task of the server's event loop.
+"""One AMQP connection: the SASL layer (:mod:`._sasl`), then the
+open/begin/attach/transfer/detach/end/close state machine, run as a task of the server's
+event loop.
 
 Frames are handled one at a time, in order: a transfer to an entity awaits the broker's
 ``send`` before the next frame is read, so a client's messages reach the broker in the
@@ -62,10 +63,10 @@ from ._links import (
 )
 from ._management import Management
 from ._pump import SESSION_FILTER, ReceiverLinks
+from ._sasl import sasl
 from .codec import (
     AMQP_HEADER,
     SASL_HEADER,
-    Array,
     DecodeError,
     Described,
     Symbol,
@@ -84,8 +85,6 @@ HANDSHAKE_SECONDS = 30.0
 #: Seconds a closing connection's last bytes are given to reach the client.
 CLOSE_SECONDS = 5.0
 
-#: The SASL mechanisms offered: the Python SDK uses ANONYMOUS, .NET and Rust MSSBCBS.
-MECHANISMS = ("MSSBCBS", "ANONYMOUS", "PLAIN", "EXTERNAL")
 _MANAGEMENT = "/$management"
 
 _ACCEPTED = p.performative(p.ACCEPTED)
@@ -96,7 +95,7 @@ class Connection(ReceiverLinks):
 
     Args:
         ns: The namespace every link of the connection addresses.
-        checker: Checks the tokens put on ``$cbs``.
+        checker: Checks the tokens put on ``$cbs`` and a key given with SASL PLAIN.
         reader: The socket's reader.
         writer: The socket's writer.
     """
@@ -170,28 +169,14 @@ class Connection(ReceiverLinks):
         self.reader.feed_eof()
 
     async def _negotiate(self) -> bool:
-        """The protocol header and, if asked for, SASL. False: the client gave up."""
+        """The protocol header and, if asked for, SASL (:mod:`._sasl`). False: the client
+        gave up or failed."""
         header = await self.reader.readexactly(8)
         if header == SASL_HEADER:
-            self.writer.write(SASL_HEADER)
-            offered = Array(Symbol, [Symbol(m) for m in MECHANISMS])
-            self._send(0, p.performative(p.SASL_MECHANISMS, offered), kind=1)
-            try:  # what is not a sasl-init fails the SASL layer (sys-perm), not AMQP's
-                kind, _channel, body = await self._read_frame()
-                code, fields, _end = p.parse(body)
-                if kind != 1 or code != p.SASL_INIT or not fields:
-                    raise DecodeError("expected a sasl-init.")
-            except (DecodeError, ProtocolViolation) as exc:
-                log.info("an AMQP client failed SASL: %s", exc)
-                self._send(0, p.performative(p.SASL_OUTCOME, UByte(3)), kind=1)
-                self._flush()
+            signed_in = await sasl(self, self.tokens)
+            if signed_in is None:
                 return False
-            fields += [None] * (3 - len(fields))
-            self.hostname = fields[2] if isinstance(fields[2], str) else None
-            # Every mechanism passes: the $cbs tokens are what is checked.
-            self._send(0, p.performative(p.SASL_OUTCOME, UByte(0)), kind=1)
-            self._flush()
-            await self.writer.drain()
+            self.hostname = signed_in.hostname
             header = await self.reader.readexactly(8)
         if header != AMQP_HEADER:
             self.writer.write(AMQP_HEADER)
@@ -336,6 +321,10 @@ class Connection(ReceiverLinks):
                       properties: dict[Any, Any] | None = None) -> None:
         """Answer ``link``'s attach; with ``refusal``, detach it at once with the error.
 
+        The answer carries our role, the opposite of the client's (AMQP 2.6.3: receiver,
+        true, on a link the client sends on): Qpid Proton matches it by name and role,
+        and took one with its own role for a new link of ours (#47).
+
         A refused attach carries no terminus of ours (AMQP 2.6.3: no source when we are
         the sender), as Service Bus sends it: the SDK then raises the detach's error from
         its open, not from the first operation after it.
@@ -352,7 +341,7 @@ class Connection(ReceiverLinks):
             else:
                 source = None
         self._send(session.channel, p.performative(
-            p.ATTACH, link.name, UInt(link.our_handle), not receiving, UByte(fields[3] or 0),
+            p.ATTACH, link.name, UInt(link.our_handle), receiving, UByte(fields[3] or 0),
             UByte(0 if receiving else fields[4] or 0), source, target, None, None,
             None if receiving else UInt(0),
             ULong(self.ns.max_message_size), None, None, properties,
