@@ -7,7 +7,8 @@ that holds one release of azure-servicebus (tests/releases/venvs.py), against
 An admin round trip (ServiceBusAdministrationClient over HTTPS at the AMQP port, the
 server's certificate trusted with ``connection_verify``: create, get, list, delete), a
 batch sent, peek, peek-lock receive and complete, a message scheduled and cancelled, a
-session with state (set and get). It prints one JSON line, what each step saw; a step
+session with state (set and get), a send to a queue that does not exist (the refused
+link's detach carries the error). It prints one JSON line, what each step saw; a step
 that raised ends the scenario and the line names it and the error. It imports only
 the SDK: not aiosb, not pytest.
 """
@@ -25,6 +26,7 @@ from typing import Any
 from azure.servicebus import ServiceBusMessage, TransportType
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.aio.management import ServiceBusAdministrationClient
+from azure.servicebus.exceptions import ServiceBusError
 
 RELEASE = importlib.metadata.version("azure-servicebus")
 #: seconds: the longest wait for messages that are there.
@@ -107,6 +109,13 @@ async def scenario(connection: str, certificate: str, prefix: str,
                 await receiver.complete_message(message)
             report["session"] = {"id": session.session_id, "state": state.decode(),
                                  "received": [str(m) for m in got_now]}
+
+        report["step"] = "missing"  # a refused link: the detach's error, read whole
+        try:
+            async with client.get_queue_sender(f"{prefix}-missing") as sender:
+                await sender.send_messages(ServiceBusMessage("nowhere"))
+        except ServiceBusError as exc:
+            report["missing"] = type(exc).__name__
     report["step"] = "done"
 
 
