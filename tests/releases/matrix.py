@@ -125,7 +125,7 @@ class MatrixRun:
             return {"error": "stopped", "release": release}
         child = subprocess.Popen(
             [str(python), str(SCENARIO), server.amqp_connection_string, server.certificate,
-             prefix(release)],
+             prefix(name)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True,
         )
@@ -143,6 +143,7 @@ class MatrixRun:
         return found
 
 
-def prefix(release: str) -> str:
-    """The prefix of the entities release ``release``'s scenario makes (its own)."""
-    return "r" + release.replace(".", "-")
+def prefix(name: str) -> str:
+    """The prefix of the entities the scenario of release ``name`` (a key of
+    :data:`RELEASES`) makes: its own, even where two names resolve to one release."""
+    return "m-" + name.replace(".", "-")
