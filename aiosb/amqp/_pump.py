@@ -29,7 +29,7 @@ from . import performatives as p
 from ._framing import Framing
 from ._links import LONG_POLL, Link, ProtocolViolation, Session, after, since
 from ._receiving import delivery_payload, delivery_tag, settlement_of
-from .codec import Described, Symbol, UInt, ULong
+from .codec import Described, Symbol, UInt
 
 if TYPE_CHECKING:
     from ..emulator import EmulatorNamespace, Journal
@@ -134,14 +134,14 @@ class ReceiverLinks(Framing):
         link.session_id, link.session_lock = info.session_id, info.lock
         assert info.lock is not None
         self.held[(link.path.lower(), info.session_id)] = info.lock
-        terminus = list(source.value) if isinstance(source, Described) else [link.address]
-        terminus += [None] * (11 - len(terminus))
+        ours = p.performative(p.SOURCE, *(source.value if isinstance(source, Described)
+                                            else [link.address]))
+        terminus = ours.value
         filters = dict(terminus[7]) if isinstance(terminus[7], dict) else {}
         filters[SESSION_FILTER] = info.session_id
         terminus[7] = filters
         until = info.locked_until if info.locked_until is not None else self.ns.now()
-        self._attach_reply(session, link, fields, None,
-                           source=Described(ULong(p.SOURCE), terminus),
+        self._attach_reply(session, link, fields, None, source=ours,
                            properties={LOCKED_UNTIL: ticks(until)})
         await self._pump_receive(session, link)
 

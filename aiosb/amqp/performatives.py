@@ -3,7 +3,8 @@ map from :mod:`aiosb.errors` to the AMQP conditions the official SDKs turn into 
 own exceptions.
 
 A performative travels as a described list; :func:`parse` gives its code and its fields
-(padded with ``None`` to the full count), :func:`performative` builds one from fields.
+(padded with ``None`` to the full count), :func:`performative` builds one from fields,
+with every field on the wire (:data:`WRITTEN_FIELDS`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "SOURCE",
     "TARGET",
     "TRANSFER",
+    "WRITTEN_FIELDS",
     "accepted",
     "address",
     "amqp_error",
@@ -61,11 +63,22 @@ SOURCE, TARGET = 0x28, 0x29
 #: The message format of a batch: one transfer whose data sections are messages.
 BATCH_FORMAT = 0x80013700
 
-#: How many fields each performative has (trailing ones may be left off the wire).
+#: How many fields each performative has (a peer may leave trailing ones off the wire).
 FIELD_COUNT = {
     OPEN: 10, BEGIN: 8, ATTACH: 14, FLOW: 11, TRANSFER: 11, DISPOSITION: 6, DETACH: 3,
     END: 1, CLOSE: 1, SASL_MECHANISMS: 1, SASL_INIT: 3, SASL_CHALLENGE: 1,
     SASL_RESPONSE: 1, SASL_OUTCOME: 2,
+}
+#: How many fields each described list aiosb writes carries: all of them, nulls where
+#: absent (#47). AMQP lets a sender leave trailing nulls off, but pyamqp before
+#: azure-servicebus 7.15 indexes the fields it reads: an open's properties (``frame[9]``),
+#: a detach's error (``frame[2]``), an end's or a close's error, a SASL outcome's
+#: additional data, an attach's properties (``frame[13]``), a transfer's payload (put
+#: after its eleventh field: a short transfer's payload is read as its ``more``), an
+#: error's info. Every performative, delivery state, terminus and error, whole.
+WRITTEN_FIELDS = {
+    **FIELD_COUNT, ERROR: 3, RECEIVED: 2, ACCEPTED: 0, REJECTED: 1, RELEASED: 0,
+    MODIFIED: 3, SOURCE: 11, TARGET: 7,
 }
 
 
@@ -149,40 +162,46 @@ def _quick(body: bytes) -> tuple[int, list[Any], int] | None:
 
 
 def performative(code: int, *fields: Any) -> Described:
-    """The performative ``code`` with ``fields`` (trailing ``None`` left off)."""
-    values = list(fields)
-    while values and values[-1] is None:
-        values.pop()
-    return Described(ULong(code), values)
+    """The performative (or delivery state, terminus, error) ``code`` with ``fields``,
+    followed by a null for each field not given (:data:`WRITTEN_FIELDS`)."""
+    missing = WRITTEN_FIELDS[code] - len(fields)
+    return Described(ULong(code), [*fields, *(None,) * missing] if missing > 0
+                     else list(fields))
+
+
+#: A transfer's last six fields: ``more`` (true, or null on a delivery's last frame),
+#: then rcv-settle-mode, state, resume, aborted and batchable, null.
+_MORE, _LAST = b"\x41" + b"\x40" * 5, b"\x40" * 6
 
 
 def transfer(handle: int, delivery_id: int, tag: bytes, settled: bool,
              more: bool = False) -> Raw:
     """A transfer performative as it goes on the wire: what
-    ``performative(TRANSFER, UInt(handle), UInt(delivery_id), tag, UInt(0), settled[,
-    True])`` encodes to, written directly (#36: one per delivery)."""
+    ``performative(TRANSFER, UInt(handle), UInt(delivery_id), tag, UInt(0), settled,
+    more or None)`` encodes to (all eleven fields), written directly (#36: one per
+    delivery)."""
     body = bytearray()
     put_uint(body, handle)
     put_uint(body, delivery_id)
     put_variable(body, 0xA0, 0xB0, tag)
     body += b"\x43\x41" if settled else b"\x43\x42"  # message-format 0, settled
-    if more:
-        body.append(0x41)
+    body += _MORE if more else _LAST
     out = bytearray(b"\x00\x53\x14")
-    put_compound(out, 0xC0, 0xD0, 6 if more else 5, body)
+    put_compound(out, 0xC0, 0xD0, 11, body)
     return Raw(out)
 
 
 def accepted(delivery_id: int) -> Raw:
     """A receiver's disposition settling ``delivery_id`` as accepted, as it goes on the
     wire: what ``performative(DISPOSITION, True, UInt(delivery_id), None, True,
-    performative(ACCEPTED))`` encodes to, written directly (#36: one per transfer an
-    SDK sends unsettled)."""
+    performative(ACCEPTED))`` encodes to (all six fields), written directly (#36: one per
+    transfer an SDK sends unsettled)."""
     body = bytearray(b"\x41")  # role: receiver
     put_uint(body, delivery_id)
-    body += b"\x40\x41\x00\x53\x24\x45"  # last: null, settled, accepted (an empty list)
+    # last: null, settled, accepted (an empty list), batchable: null
+    body += b"\x40\x41\x00\x53\x24\x45\x40"
     out = bytearray(b"\x00\x53\x15")
-    put_compound(out, 0xC0, 0xD0, 5, body)
+    put_compound(out, 0xC0, 0xD0, 6, body)
     return Raw(out)
 
 

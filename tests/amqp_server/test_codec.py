@@ -193,8 +193,12 @@ def test_a_frame_round_trips_with_its_payload():
     assert frame(0, p.performative(p.SASL_OUTCOME, UByte(0)), kind=1)[5] == 1
 
 
-def test_a_performative_leaves_off_trailing_nulls_and_errors_keep_three_fields():
-    assert encode(p.performative(p.END)) == b"\x00\x53\x17\x45"
+def test_a_performative_carries_every_field_and_errors_keep_three_fields():
+    """#47: the fields not given go on the wire as nulls (pyamqp before azure-servicebus
+    7.15 indexes them); a peer's short performative still parses."""
+    assert encode(p.performative(p.END)) == b"\x00\x53\x17\xc0\x02\x01\x40"
+    assert encode(p.performative(p.ACCEPTED)) == b"\x00\x53\x24\x45"  # it has none
+    assert p.parse(b"\x00\x53\x17\x45") == (p.END, [None], 4)
     error = decode(encode(p.amqp_error("amqp:not-found", "gone")))[0]
     assert error == Described(p.ERROR, ["amqp:not-found", "gone", None])
     with pytest.raises(DecodeError):

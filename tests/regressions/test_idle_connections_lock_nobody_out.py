@@ -19,7 +19,7 @@ def _serve_with_few_descriptors(limit: int) -> tuple[subprocess.Popen[str], str]
     code = (
         "import resource, runpy, sys\n"
         f"resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))\n"
-        "sys.argv = ['aiosb', 'serve', '--port', '0', '--amqp-port', '0']\n"
+        "sys.argv = ['aiosb', 'serve', '--port', '0', '--amqp-port', '0', '--amqps-port', '0']\n"
         "runpy.run_module('aiosb.cli', run_name='__main__')\n"
     )
     proc = subprocess.Popen(
