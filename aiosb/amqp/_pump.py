@@ -22,9 +22,9 @@ import logging
 from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ServiceBusError
+from ..errors import InvalidOperation, ServiceBusError
 from ..message import ReceivedMessage
-from ..protocol import ReceiveRequest, SessionRequest, Settlement
+from ..protocol import ManagementRequest, ReceiveRequest, SessionRequest, Settlement
 from . import performatives as p
 from ._framing import Framing
 from ._links import LONG_POLL, Link, ProtocolViolation, Session, after, since
@@ -82,6 +82,33 @@ class ReceiverLinks(Framing):
                           refusal: ServiceBusError | None, source: Any = None,
                           properties: dict[Any, Any] | None = None) -> None:
             ...
+
+    async def _session_mismatch(self, link: Link, filters: dict[Any, Any]
+                                ) -> ServiceBusError | None:
+        """Why a receiver link may not attach to its entity's sessions, or ``None``: one
+        without a session filter on an entity that requires sessions, or one with it on
+        an entity that does not. Service Bus refuses both attaches (amqp:not-allowed),
+        not the first receive after them."""
+        if link.kind != "entity" or link.receiving or link.sub_queue is not None:
+            return None
+        parts = link.path.strip("/").split("/")
+        kind = "subscription" if len(parts) == 3 and parts[1].lower() == "subscriptions" \
+            else "queue"
+        try:
+            description = await self.ns.manage(ManagementRequest("get", kind, link.path))
+        except ServiceBusError:
+            return None  # a topic, or an injected fault: the receives will meet it
+        sessionful = bool(getattr(description, "requires_session", False))
+        if sessionful and SESSION_FILTER not in filters:
+            return InvalidOperation(
+                f"It is not possible for an entity that requires sessions to create a "
+                f"non-sessionful message receiver: {link.path!r} requires sessions; "
+                "receive with a session receiver.")
+        if not sessionful and SESSION_FILTER in filters:
+            return InvalidOperation(
+                f"{link.path!r} does not require sessions: a session receiver cannot "
+                "receive from it; receive without a session id.")
+        return None
 
     def _pump(self, session: Session, link: Link) -> None:
         """Send what ``link`` has queued while the client's credit and window last."""
@@ -216,6 +243,18 @@ class ReceiverLinks(Framing):
                 self._drained(session, link)
             self._flush()
             await self.writer.drain()
+
+    @staticmethod
+    def _forget(session: Session, link: Link) -> None:
+        """Forget the deliveries of ``link`` (detached) the client had not settled: by
+        AMQP they end with their link (2.6.1), so a disposition sent for one after the
+        detach settles nothing. The messages stay locked until their locks end or a
+        settlement by lock token ($management), which the SDKs fall back to."""
+        if link.kind != "entity" or link.receiving:
+            return
+        gone = [d for d, (owner, _token) in session.unsettled.items() if owner is link]
+        for delivery_id in gone:
+            del session.unsettled[delivery_id]
 
     def _recheck(self, link: Link) -> None:
         """After the client's flow on ``link``: a receive waiting on credit the client

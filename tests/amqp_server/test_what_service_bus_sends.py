@@ -6,6 +6,7 @@ gone, a message with no body."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -18,9 +19,13 @@ from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import ServiceBusAuthenticationError, ServiceBusError
 
 from aiosb import emulator
+from aiosb.amqp import performatives as p
+from aiosb.amqp.codec import Described, UInt, ULong
 from aiosb.message import Message
+from aiosb.protocol import Settlement
 
 from .conftest import NAMESPACE, drain
+from .test_hostile import _receiver
 
 _LOCK_TOKEN = b"x-opt-lock-token"
 
@@ -76,3 +81,73 @@ async def test_a_senders_delivery_annotations_are_kept_beside_the_lock_token(ser
             assert notes[b"delivery_annotations"] == 3
             assert notes[_LOCK_TOKEN] == got.lock_token
             await receiver.complete_message(got)
+
+
+async def test_a_token_for_an_entity_that_does_not_exist_is_refused_with_404(server):
+    """Service Bus answers a put-token whose audience names no entity with 404, and the
+    SDK raises ServiceBusAuthenticationError from the link's open (#47; the SDK's
+    test_sb_client_bad_entity and test_session_connection_failure_is_idempotent)."""
+    async with ServiceBusClient.from_connection_string(
+            server.connection_string(), retry_total=0) as client:
+        with pytest.raises(ServiceBusAuthenticationError):
+            async with client.get_queue_sender("nosuch") as sender:
+                await sender.send_messages(ServiceBusMessage("lost"))
+        with pytest.raises(ServiceBusAuthenticationError):
+            async with client.get_queue_receiver("nosuch"):
+                pass
+        async with client.get_queue_sender("q1") as sender:  # one that exists still is
+            await sender.send_messages(ServiceBusMessage("kept"))
+    assert [m.body for m in await drain("q1")] == [b"kept"]
+
+
+async def test_a_receiver_whose_sessions_do_not_match_its_entity_is_refused_at_attach(server):
+    """A receiver without a session on a session-enabled queue, and a session receiver
+    on a queue without sessions, are refused when they attach (amqp:not-allowed), as
+    Service Bus refuses them, not at their first receive (#47; the SDK's
+    test_session_by_session_client_conn_str_receive_handler_peeklock and
+    test_queue_by_queue_client_conn_str_receive_handler_with_stop...)."""
+    await emulator.namespace(NAMESPACE).send("sq", [Message(b"s", session_id="a")])
+    async with ServiceBusClient.from_connection_string(
+            server.connection_string(), retry_total=0) as client:
+        with pytest.raises(ServiceBusError, match="requires sessions"):
+            await client.get_queue_receiver("sq", max_wait_time=5)._open_with_retry()
+        with pytest.raises(ServiceBusError, match="does not require sessions"):
+            await client.get_queue_receiver("q1", session_id="a")._open_with_retry()
+        with pytest.raises(ServiceBusError, match="does not require sessions"):
+            await client.get_queue_receiver(
+                "q1", session_id=NEXT_AVAILABLE_SESSION)._open_with_retry()
+        async with client.get_queue_receiver("sq", session_id="a") as receiver:
+            [got] = await receiver.receive_messages(max_wait_time=5)
+            await receiver.complete_message(got)
+        async with client.get_queue_receiver("sq", sub_queue="deadletter") as receiver:
+            assert await receiver.receive_messages(max_wait_time=0.5) == []
+
+
+async def test_a_disposition_for_a_detached_links_delivery_settles_nothing(server):
+    """The deliveries of a link end with it (AMQP 1.0 2.6.1): a disposition the client
+    sends after detaching the link is not applied, and the message stays locked, for
+    its lock to end or a settlement by lock token (what the SDK falls back to: had the
+    disposition been applied, that fallback met 410 for a message in fact completed)
+    (#47)."""
+    await emulator.namespace(NAMESPACE).send("q1", [Message(b"kept")])
+    raw = await _receiver(server, 0, credit=1)
+    async with asyncio.timeout(10):
+        while (got := await raw.read())[0] != p.TRANSFER:
+            pass
+    delivery_id, tag = got[1][1], got[1][2]
+    raw.send(0, p.performative(p.DETACH, UInt(0), True))
+    async with asyncio.timeout(10):
+        while (await raw.read())[0] != p.DETACH:
+            pass
+    raw.send(0, p.performative(p.DISPOSITION, True, UInt(delivery_id), None, True,
+                                Described(ULong(0x24), [])))  # accepted, settled
+    raw.send(1, p.performative(p.BEGIN, None, UInt(0), UInt(5000), UInt(5000)))
+    async with asyncio.timeout(10):  # answered once the disposition was acted on
+        while (await raw.read())[0] != p.BEGIN:
+            pass
+    [left] = await drain("q1", peek=True)
+    assert left.body == b"kept"
+    await emulator.namespace(NAMESPACE).settle("q1", Settlement(
+        "complete", [str(uuid.UUID(bytes_le=tag))]))  # the lock is the client's still
+    assert await drain("q1", peek=True) == []
+    raw.writer.close()
