@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidOperation, ServiceBusError
 from ..message import ReceivedMessage
-from ..protocol import ManagementRequest, ReceiveRequest, SessionRequest, Settlement
+from ..protocol import EntityKind, ManagementRequest, ReceiveRequest, SessionRequest, Settlement
 from . import performatives as p
 from ._framing import Framing
 from ._links import LONG_POLL, Link, ProtocolViolation, Session, after, since
@@ -92,8 +92,8 @@ class ReceiverLinks(Framing):
         if link.kind != "entity" or link.receiving or link.sub_queue is not None:
             return None
         parts = link.path.strip("/").split("/")
-        kind = "subscription" if len(parts) == 3 and parts[1].lower() == "subscriptions" \
-            else "queue"
+        kind: EntityKind = "subscription" if len(parts) == 3 \
+            and parts[1].lower() == "subscriptions" else "queue"
         try:
             description = await self.ns.manage(ManagementRequest("get", kind, link.path))
         except ServiceBusError:

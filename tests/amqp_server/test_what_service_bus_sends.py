@@ -7,6 +7,7 @@ gone, a message with no body."""
 from __future__ import annotations
 
 import asyncio
+import datetime as _dt
 import uuid
 
 import pytest
@@ -18,11 +19,13 @@ from azure.servicebus import (
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import ServiceBusAuthenticationError, ServiceBusError
 
+import aiosb
 from aiosb import emulator
 from aiosb.amqp import performatives as p
 from aiosb.amqp.codec import Described, UInt, ULong
+from aiosb.amqp.server import serve_amqp
 from aiosb.message import Message
-from aiosb.protocol import Settlement
+from aiosb.protocol import ReceiveRequest, Settlement
 
 from .conftest import NAMESPACE, drain
 from .test_hostile import _receiver
@@ -151,3 +154,53 @@ async def test_a_disposition_for_a_detached_links_delivery_settles_nothing(serve
         "complete", [str(uuid.UUID(bytes_le=tag))]))  # the lock is the client's still
     assert await drain("q1", peek=True) == []
     raw.writer.close()
+
+
+async def _batch_delete(receiver, count: int, before: _dt.datetime | None = None,
+                        **more) -> tuple[int, dict, str]:
+    """A com.microsoft:batch-delete-messages request on ``receiver``'s $management link
+    (the Python SDK has no such method: .NET's DeleteMessagesAsync and the JavaScript
+    beta's deleteMessages send it, tests/test_js_client.py); its status, body and
+    description."""
+    from azure.servicebus._pyamqp import types
+
+    body: dict = {"message-count": {"TYPE": types.AMQPTypes.int, "VALUE": count}}
+    body["enqueued-time-utc"] = before or _dt.datetime.now(_dt.UTC)
+    body.update(more)
+
+    def answer(status, message, description, **_):
+        return status, message.value or {}, description.decode()
+
+    return await receiver._mgmt_request_response_with_retry(
+        b"com.microsoft:batch-delete-messages", body, answer)
+
+
+async def test_a_batch_delete_takes_at_most_the_tiers_limit():
+    """Service Bus deletes at most 500 messages a batch-delete request, 4,000 on premium;
+    more is refused with the limit said, as is a count below 1 (#47)."""
+    async with aiosb.connect("memory://bdpremium", tier="premium") as ns:
+        await ns.create_queue("q")
+        await ns.create_queue("sq", requires_session=True)
+    await emulator.namespace("bdpremium").send("q", [Message(b"%d" % n) for n in range(3)])
+    async with serve_amqp(namespace="bdpremium") as running:
+        async with ServiceBusClient.from_connection_string(
+                running.connection_string(), retry_total=0) as client:
+            async with client.get_queue_receiver("q") as receiver:
+                status, body, _ = await _batch_delete(receiver, 4000)
+                assert (status, body) == (200, {b"message-count": 3})
+                status, _, _ = await _batch_delete(receiver, 4000)
+                assert status == 204  # none left: the SDKs read 0
+                for count in (4001, 0):
+                    status, _, said = await _batch_delete(receiver, count)
+                    assert status == 400 and "from 1 to 4000" in said
+            await emulator.namespace("bdpremium").send("sq", [
+                Message(b"a", session_id="a"), Message(b"b", session_id="b")])
+            async with client.get_queue_receiver("sq", session_id="a") as receiver:
+                status, body, _ = await _batch_delete(receiver, 10, **{"session-id": "a"})
+                assert (status, body) == (200, {b"message-count": 1})
+    assert [m.session_id for m in await drain_of("bdpremium", "sq")] == ["b"]
+
+
+async def drain_of(namespace: str, path: str) -> list:
+    return await emulator.namespace(namespace).receive(path, ReceiveRequest(
+        mode="receive_and_delete", max_messages=100, max_wait=0, peek=True))
