@@ -53,6 +53,7 @@ from .messages import (
     DATA,
     DELIVERY_ANNOTATIONS,
     HEADER,
+    NO_BODY,
     PARTITION_KEY,
     PROPERTIES,
     SCHEDULED_AT,
@@ -244,7 +245,7 @@ def _payload_kept(m: ReceivedMessage, count: int, extra: Sections, delivered: bo
                   None if m.content_type is None else Symbol(m.content_type), None, None,
                   None, m.session_id, None, m.reply_to_session_id]
     _put(header, extra.raw_header)
-    notes.update(notes_kept(extra.raw_annotations, frozenset(notes)))
+    notes.update(notes_kept(extra.raw_annotations, frozenset((*notes, NO_BODY))))
     _put(properties, extra.raw_properties)
     while properties and properties[-1] is None:
         properties.pop()
@@ -260,7 +261,10 @@ def _payload_kept(m: ReceivedMessage, count: int, extra: Sections, delivered: bo
     app = _application(m)
     if app:
         out += encode(Described(ULong(APP_PROPERTIES), app))
-    out += extra.raw_body if extra.raw_body else encode(Described(ULong(DATA), m.body))
+    if extra.raw_body:
+        out += extra.raw_body
+    elif not extra.bodyless:
+        out += encode(Described(ULong(DATA), m.body))
     if extra.raw_footer:
         out += extra.raw_footer
     return bytes(out)

@@ -204,3 +204,28 @@ async def test_a_batch_delete_takes_at_most_the_tiers_limit():
 async def drain_of(namespace: str, path: str) -> list:
     return await emulator.namespace(namespace).receive(path, ReceiveRequest(
         mode="receive_and_delete", max_messages=100, max_wait=0, peek=True))
+
+
+async def test_a_message_sent_with_no_body_comes_back_with_none(server):
+    """A message with no body section (the SDK's ServiceBusMessage(body=None)) is received
+    and peeked with none, as Service Bus keeps it, not with an empty data section; one
+    with an empty data section keeps that, and a reader without AMQP (HTTP, aiosb's
+    Message) sees an empty body either way (#47; the SDK's
+    test_queue_send_and_receive_empty_body... checks ``message.body is None``)."""
+    async with ServiceBusClient.from_connection_string(server.connection_string()) as client:
+        async with client.get_queue_sender("q1") as sender:
+            await sender.send_messages([ServiceBusMessage(body=None, subject="none"),
+                                        ServiceBusMessage(body=b"", subject="empty")])
+        [none, empty] = await drain("q1", peek=True)
+        assert (none.body, empty.body) == (b"", b"")
+        async with client.get_queue_receiver("q1") as receiver:
+            peeked = await receiver.peek_messages(2)
+            got = await receiver.receive_messages(max_message_count=2, max_wait_time=5)
+            for messages in (peeked, got):
+                assert [m.subject for m in messages] == ["none", "empty"]
+                assert messages[0].body is None
+                assert list(messages[1].body) == [b""]
+                assert b"x-opt-aiosb-no-body" not in (
+                    messages[0].raw_amqp_message.annotations or {})
+            for message in got:
+                await receiver.complete_message(message)
