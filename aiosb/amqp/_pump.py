@@ -111,10 +111,21 @@ class ReceiverLinks(Framing):
         return None
 
     def _pump(self, session: Session, link: Link) -> None:
-        """Send what ``link`` has queued while the client's credit and window last."""
+        """Send the replies ``link`` (a ``$cbs`` or ``$management`` reply link) has queued
+        while the client's credit and window last.
+
+        Once the client has given the link credit and used it up, each reply it asked
+        for is sent on the request that asked (as if it stood for the reply's credit):
+        the Python SDK gives its reply links 10,000 credit once and never more, and
+        Service Bus keeps answering it; held, its 10,001st request on one link waited
+        for ever (#47). A client that never gave the link credit has its replies held,
+        up to :data:`~._links.MOST_REPLIES`.
+        """
         outbox = link.outbox
-        while outbox and link.credit > 0 \
+        link.given = link.given or link.credit > 0
+        while outbox and (link.credit > 0 or link.given) \
                 and session.remote_incoming_window >= self._frames_of(len(outbox[0])):
+            link.credit = max(link.credit, 1)
             self._transfer(session, link, outbox.popleft(), link.delivery_count.to_bytes(4, "big"))
 
     def _frames_of(self, size: int) -> int:
