@@ -247,3 +247,16 @@ async def test_management_requests_past_the_credit_the_sdk_gave_once_are_answere
                     [again] = await receiver.peek_messages(
                         1, sequence_number=first.sequence_number)
             assert again.sequence_number == first.sequence_number
+
+
+async def test_the_sdk_settles_through_management_once_its_link_is_detached(server):
+    """The SDK's test_queue_message_settle_through_mgmt_link_due_to_broken_receiver_link:
+    the receiver's link detached under it, complete_message settles by lock token on
+    $management, which finds the message still locked (#47)."""
+    await emulator.namespace(NAMESPACE).send("q1", [Message(b"Test")])
+    async with ServiceBusClient.from_connection_string(server.connection_string()) as client:
+        async with client.get_queue_receiver("q1") as receiver:
+            [got] = await receiver.receive_messages(max_wait_time=5)
+            await receiver._handler._link.detach()
+            await receiver.complete_message(got)
+    assert await drain("q1", peek=True) == []
