@@ -15,6 +15,7 @@ from azure.servicebus import (
     NEXT_AVAILABLE_SESSION,
     ServiceBusMessage,
     ServiceBusReceiveMode,
+    ServiceBusSubQueue,
 )
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import ServiceBusAuthenticationError, ServiceBusError
@@ -198,12 +199,24 @@ async def test_a_batch_delete_takes_at_most_the_tiers_limit():
             async with client.get_queue_receiver("sq", session_id="a") as receiver:
                 status, body, _ = await _batch_delete(receiver, 10, **{"session-id": "a"})
                 assert (status, body) == (200, {b"message-count": 1})
+            await emulator.namespace("bdpremium").send("q", [Message(b"dead")])
+            async with client.get_queue_receiver("q") as receiver:
+                [got] = await receiver.receive_messages(max_wait_time=5)
+                await receiver.dead_letter_message(got, reason="r")
+            async with client.get_queue_receiver(
+                    "q", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver:
+                status, body, _ = await _batch_delete(receiver, 10)
+                assert (status, body) == (200, {b"message-count": 1})
     assert [m.session_id for m in await drain_of("bdpremium", "sq")] == ["b"]
+    assert await drain_of("bdpremium", "q") == []
+    assert await drain_of("bdpremium", "q", "deadletter") == []
 
 
-async def drain_of(namespace: str, path: str) -> list:
+async def drain_of(namespace: str, path: str, sub_queue: str | None = None) -> list:
+    """What ``path`` (or its ``sub_queue``) of ``namespace`` holds, peeked."""
     return await emulator.namespace(namespace).receive(path, ReceiveRequest(
-        mode="receive_and_delete", max_messages=100, max_wait=0, peek=True))
+        mode="receive_and_delete", max_messages=100, max_wait=0, peek=True,
+        sub_queue=sub_queue))
 
 
 async def test_a_message_sent_with_no_body_comes_back_with_none(server):
