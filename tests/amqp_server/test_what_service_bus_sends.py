@@ -2,7 +2,8 @@
 (azure-servicebus 7.15, its sdist's ``tests/``) check, each found missing or different
 in aiosb serve (#47): delivery annotations, a put-token for a missing entity, a
 receiver whose sessions do not match its entity's, a disposition after its link is
-gone, a message with no body."""
+gone, a message with no body, batch delete's limits, and management replies past the
+credit the SDK gives once."""
 
 from __future__ import annotations
 
