@@ -7,17 +7,23 @@ covers the entity, valid now, signed with a key holding the right the link needs
 (``Send`` for a sender, ``Listen`` for a receiver): :class:`aiosb.auth.SasChecker` decides.
 
 A connection that signed in with a key itself (SASL PLAIN, :mod:`._sasl`) has that key's
-rights on every entity without a token; a token it puts adds to them.
+rights on every entity without a token; a token it puts adds to them. A token for an
+entity that does not exist is refused with 404, as Service Bus refuses it (the SDKs raise
+their authentication error from the link's open).
 """
 
 from __future__ import annotations
 
 import functools
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..auth import RIGHTS, SasChecker, hostname
-from ..errors import Unauthorized
+from ..errors import EntityNotFound, ServiceBusError, Unauthorized
+from ..protocol import ManagementRequest
+
+if TYPE_CHECKING:
+    from ..emulator import EmulatorNamespace
 
 __all__ = ["Tokens", "audience_path", "entity_of", "put_token_reply"]
 
@@ -32,6 +38,7 @@ def audience_path(audience: str) -> str:
 
 
 _DLQ = "/$deadletterqueue"
+_MANAGEMENT = "/$management"
 
 
 def entity_of(address: str) -> tuple[str, str | None]:
@@ -69,6 +76,16 @@ class Tokens:
             Unauthorized: The token is not signed by a known key, expired, or for
                 another host or resource.
         """
+        path, host = self.verify(audience, token, host)
+        self._tokens[path] = (host, token)
+
+    def verify(self, audience: str, token: str, host: str | None) -> tuple[str, str]:
+        """Check ``token`` for ``audience`` as :meth:`put` does, without keeping it;
+        the audience's path and the host the token was checked for.
+
+        Raises:
+            Unauthorized: As :meth:`put`.
+        """
         path = audience_path(audience)
         if "://" in audience:
             host = host or urllib.parse.urlsplit(audience).netloc
@@ -80,8 +97,7 @@ class Tokens:
             except Unauthorized as exc:
                 first = first or exc
                 continue
-            self._tokens[path] = (host, token)
-            return
+            return path, host
         assert first is not None
         raise first
 
@@ -129,10 +145,12 @@ class Tokens:
         return False
 
 
-def put_token_reply(request: dict[Any, Any], token: Any, tokens: Tokens,
-                    host: str | None) -> tuple[int, str]:
+async def put_token_reply(request: dict[Any, Any], token: Any, tokens: Tokens,
+                          host: str | None, ns: EmulatorNamespace) -> tuple[int, str]:
     """The status code and description answering a ``$cbs`` request (its application
-    properties and body)."""
+    properties and body): 200, 400 for a request that is not a put-token, 401 for a
+    token that is no good, 404 for one whose audience names an entity that does not
+    exist (checked after the token: who holds no key learns nothing of the entities)."""
     operation = request.get("operation")
     if operation != "put-token":
         return 400, f"the $cbs node does only put-token, not {operation!r}."
@@ -140,7 +158,18 @@ def put_token_reply(request: dict[Any, Any], token: Any, tokens: Tokens,
     if not isinstance(audience, str) or not isinstance(token, str):
         return 400, "put-token needs a name (the audience) and a token (the body)."
     try:
-        tokens.put(audience, token, host)
+        tokens.verify(audience, token, host)
     except Unauthorized as exc:
         return 401, exc.message
+    path, _ = entity_of(audience)
+    if path.lower().endswith(_MANAGEMENT):
+        path, _ = entity_of(path[: -len(_MANAGEMENT)])
+    if path:
+        try:
+            await ns.manage(ManagementRequest("runtime", None, path))
+        except EntityNotFound as exc:
+            return 404, exc.message
+        except ServiceBusError:
+            pass  # an injected fault: the links will meet it
+    tokens.put(audience, token, host)
     return 200, "OK"

@@ -93,6 +93,8 @@ class Link:
     #: Sending: the broker receive waiting for messages, and how many it asked for.
     poll: asyncio.Future[Any] | None = None
     asked: int = 0
+    #: A reply link: the client has given it credit (:meth:`~._pump.ReceiverLinks._pump`).
+    given: bool = False
     #: A session receiver: the session it holds and the broker's lock on it.
     session_id: str | None = None
     session_lock: str | None = None

@@ -22,9 +22,9 @@ import logging
 from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ServiceBusError
+from ..errors import InvalidOperation, ServiceBusError
 from ..message import ReceivedMessage
-from ..protocol import ReceiveRequest, SessionRequest, Settlement
+from ..protocol import EntityKind, ManagementRequest, ReceiveRequest, SessionRequest, Settlement
 from . import performatives as p
 from ._framing import Framing
 from ._links import LONG_POLL, Link, ProtocolViolation, Session, after, since
@@ -83,11 +83,49 @@ class ReceiverLinks(Framing):
                           properties: dict[Any, Any] | None = None) -> None:
             ...
 
+    async def _session_mismatch(self, link: Link, filters: dict[Any, Any]
+                                ) -> ServiceBusError | None:
+        """Why a receiver link may not attach to its entity's sessions, or ``None``: one
+        without a session filter on an entity that requires sessions, or one with it on
+        an entity that does not. Service Bus refuses both attaches (amqp:not-allowed),
+        not the first receive after them."""
+        if link.kind != "entity" or link.receiving or link.sub_queue is not None:
+            return None
+        parts = link.path.strip("/").split("/")
+        kind: EntityKind = "subscription" if len(parts) == 3 \
+            and parts[1].lower() == "subscriptions" else "queue"
+        try:
+            description = await self.ns.manage(ManagementRequest("get", kind, link.path))
+        except ServiceBusError:
+            return None  # a topic, or an injected fault: the receives will meet it
+        sessionful = bool(getattr(description, "requires_session", False))
+        if sessionful and SESSION_FILTER not in filters:
+            return InvalidOperation(
+                f"It is not possible for an entity that requires sessions to create a "
+                f"non-sessionful message receiver: {link.path!r} requires sessions; "
+                "receive with a session receiver.")
+        if not sessionful and SESSION_FILTER in filters:
+            return InvalidOperation(
+                f"{link.path!r} does not require sessions: a session receiver cannot "
+                "receive from it; receive without a session id.")
+        return None
+
     def _pump(self, session: Session, link: Link) -> None:
-        """Send what ``link`` has queued while the client's credit and window last."""
+        """Send the replies ``link`` (a ``$cbs`` or ``$management`` reply link) has queued
+        while the client's credit and window last.
+
+        Once the client has given the link credit and used it up, each reply it asked
+        for is sent on the request that asked (as if it stood for the reply's credit):
+        the Python SDK gives its reply links 10,000 credit once and never more, and
+        Service Bus keeps answering it; held, its 10,001st request on one link waited
+        for ever (#47). A client that never gave the link credit has its replies held,
+        up to :data:`~._links.MOST_REPLIES`.
+        """
         outbox = link.outbox
-        while outbox and link.credit > 0 \
+        link.given = link.given or link.credit > 0
+        while outbox and (link.credit > 0 or link.given) \
                 and session.remote_incoming_window >= self._frames_of(len(outbox[0])):
+            link.credit = max(link.credit, 1)
             self._transfer(session, link, outbox.popleft(), link.delivery_count.to_bytes(4, "big"))
 
     def _frames_of(self, size: int) -> int:
@@ -216,6 +254,18 @@ class ReceiverLinks(Framing):
                 self._drained(session, link)
             self._flush()
             await self.writer.drain()
+
+    @staticmethod
+    def _forget(session: Session, link: Link) -> None:
+        """Forget the deliveries of ``link`` (detached) the client had not settled: by
+        AMQP they end with their link (2.6.1), so a disposition sent for one after the
+        detach settles nothing. The messages stay locked until their locks end or a
+        settlement by lock token ($management), which the SDKs fall back to."""
+        if link.kind != "entity" or link.receiving:
+            return
+        gone = [d for d, (owner, _token) in session.unsettled.items() if owner is link]
+        for delivery_id in gone:
+            del session.unsettled[delivery_id]
 
     def _recheck(self, link: Link) -> None:
         """After the client's flow on ``link``: a receive waiting on credit the client

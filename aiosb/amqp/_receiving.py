@@ -3,6 +3,9 @@ dispositions as settlements.
 
 - A delivery's tag is its lock token (a UUID, little-endian bytes, as the SDKs read it);
   receive-and-delete deliveries are sent settled.
+- Delivery annotations, as Service Bus writes them: ``x-opt-lock-token`` (the lock token
+  as a uuid) on a locked delivery, an empty map on one that holds no lock (received and
+  deleted, or peeked); a sender's own delivery annotations are kept beside it.
 - Broker state travels as message annotations (``x-opt-sequence-number``,
   ``x-opt-enqueued-time``, ``x-opt-locked-until``, ``x-opt-message-state``, ...) and the
   dead-letter reason and description as application properties.
@@ -35,6 +38,7 @@ from .codec import (
     Symbol,
     UInt,
     ULong,
+    decode,
     elements,
     encode,
     encode_into,
@@ -47,7 +51,9 @@ from .messages import (
     ANNOTATIONS,
     APP_PROPERTIES,
     DATA,
+    DELIVERY_ANNOTATIONS,
     HEADER,
+    NO_BODY,
     PARTITION_KEY,
     PROPERTIES,
     SCHEDULED_AT,
@@ -77,10 +83,25 @@ _STATE_VALUES = {name: encode(value) for name, value in _STATES.items()}
 _TIMESTAMP = struct.Struct(">Bq")
 _HEADER_HEAD, _ANNOTATIONS_HEAD, _PROPERTIES_HEAD, _DATA_HEAD = (
     bytes((0x00, 0x53, code)) for code in (HEADER, ANNOTATIONS, PROPERTIES, DATA))
+_LOCK_TOKEN = Symbol("x-opt-lock-token")
+#: The delivery annotations of a delivery without a lock (an empty map), and those of
+#: one with a lock up to its token's 16 bytes (one entry: x-opt-lock-token, a uuid).
+_NO_NOTES = bytes((0x00, 0x53, DELIVERY_ANNOTATIONS, 0xC1, 0x01, 0x00))
+_LOCK_NOTE_HEAD = bytes((0x00, 0x53, DELIVERY_ANNOTATIONS, 0xC1, 36, 0x02)) \
+    + encode(_LOCK_TOKEN) + b"\x98"
 
 
 def _instant(seconds: float) -> _dt.datetime:
     return _dt.datetime.fromtimestamp(seconds, _dt.UTC)
+
+
+def _token_bytes(token: str) -> bytes:
+    """A lock token's 16 bytes, big-endian (an AMQP uuid)."""
+    try:
+        raw = bytes.fromhex(token.replace("-", ""))  # the canonical form, quickly
+    except ValueError:
+        raw = b""
+    return raw if len(raw) == 16 else uuid.UUID(token).bytes
 
 
 def delivery_tag(message: ReceivedMessage) -> bytes:
@@ -88,12 +109,7 @@ def delivery_tag(message: ReceivedMessage) -> bytes:
     token = message.lock_token
     if token is None:
         return bytes(16)
-    try:
-        raw = bytes.fromhex(token.replace("-", ""))  # the canonical form, quickly
-    except ValueError:
-        raw = b""
-    if len(raw) != 16:
-        return uuid.UUID(token).bytes_le
+    raw = _token_bytes(token)
     return raw[3::-1] + raw[5:3:-1] + raw[7:5:-1] + raw[8:]
 
 
@@ -101,6 +117,8 @@ def delivery_payload(m: ReceivedMessage, *, delivered: bool = True) -> bytes:
     """A received message as the sections of an AMQP message; ``delivered``: handed out
     now (a receive), not peeked.
 
+    A locked delivery names its lock token in its delivery annotations
+    (``x-opt-lock-token``), as Service Bus's do; one without a lock has an empty map.
     The header's delivery-count is, as AMQP defines it, the number of earlier deliveries:
     Service Bus writes its count less this delivery, so the Python and JavaScript SDKs
     read 0 on a first receive and .NET adds the one back. A peek hands nothing out.
@@ -114,7 +132,7 @@ def delivery_payload(m: ReceivedMessage, *, delivered: bool = True) -> bytes:
     if m.amqp_extra is not None:
         extra = _extra(m)
         if extra is not None:
-            return _payload_kept(m, count, extra)
+            return _payload_kept(m, count, extra, delivered)
     ttl = m.time_to_live
     out = bytearray(_HEADER_HEAD)
     head = bytearray(b"\x40\x40")
@@ -125,6 +143,12 @@ def delivery_payload(m: ReceivedMessage, *, delivered: bool = True) -> bytes:
     head.append(0x40)
     put_uint(head, count)
     put_compound(out, 0xC0, 0xD0, 5, head)
+    token = m.lock_token
+    if delivered and token is not None:
+        out += _LOCK_NOTE_HEAD
+        out += _token_bytes(token)
+    else:
+        out += _NO_NOTES
     notes = bytearray(_SEQUENCE_KEY)
     put_long(notes, m.sequence_number)
     notes += _ENQUEUED_KEY
@@ -198,7 +222,7 @@ def _application(m: ReceivedMessage) -> dict[str, Any]:
     return app
 
 
-def _payload_kept(m: ReceivedMessage, count: int, extra: Sections) -> bytes:
+def _payload_kept(m: ReceivedMessage, count: int, extra: Sections, delivered: bool) -> bytes:
     """:func:`delivery_payload` for a message with sections no field holds: what the
     sender put goes back in place (:mod:`aiosb.amqp.messages`)."""
     ttl = m.time_to_live
@@ -221,19 +245,26 @@ def _payload_kept(m: ReceivedMessage, count: int, extra: Sections) -> bytes:
                   None if m.content_type is None else Symbol(m.content_type), None, None,
                   None, m.session_id, None, m.reply_to_session_id]
     _put(header, extra.raw_header)
-    notes.update(notes_kept(extra.raw_annotations, frozenset(notes)))
+    notes.update(notes_kept(extra.raw_annotations, frozenset((*notes, NO_BODY))))
     _put(properties, extra.raw_properties)
     while properties and properties[-1] is None:
         properties.pop()
     out = bytearray(encode(Described(ULong(HEADER), header)))
-    if extra.raw_delivery_annotations:
-        out += extra.raw_delivery_annotations
+    kept = notes_kept(_map_of(extra.raw_delivery_annotations), frozenset((_LOCK_TOKEN,)))
+    delivery_notes: dict[Any, Any] = {}
+    if delivered and m.lock_token is not None:
+        delivery_notes[_LOCK_TOKEN] = uuid.UUID(bytes=_token_bytes(m.lock_token))
+    delivery_notes.update(kept)
+    out += encode(Described(ULong(DELIVERY_ANNOTATIONS), delivery_notes))
     out += encode(Described(ULong(ANNOTATIONS), notes))
     out += encode(Described(ULong(PROPERTIES), properties))
     app = _application(m)
     if app:
         out += encode(Described(ULong(APP_PROPERTIES), app))
-    out += extra.raw_body if extra.raw_body else encode(Described(ULong(DATA), m.body))
+    if extra.raw_body:
+        out += extra.raw_body
+    elif not extra.bodyless:
+        out += encode(Described(ULong(DATA), m.body))
     if extra.raw_footer:
         out += extra.raw_footer
     return bytes(out)
@@ -250,6 +281,15 @@ def _extra(m: ReceivedMessage) -> Sections | None:
         _log.warning("message %s: its amqp_extra is not AMQP sections (%s); delivered "
                      "without them.", m.sequence_number, exc)
         return None
+
+
+def _map_of(section: bytes | None) -> bytes | None:
+    """The encoded map of a whole annotations section (past its descriptor)."""
+    if section is None:
+        return None
+    if section[1] == 0x53:
+        return section[3:]
+    return section[decode(section, 1)[1]:]
 
 
 def _put(fields: list[Any], raw: bytes | None) -> None:

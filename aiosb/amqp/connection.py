@@ -303,7 +303,7 @@ class Connection(ReceiverLinks):
         source_fields = fields[5].value if isinstance(fields[5], Described) else []
         filters = source_fields[7] if len(source_fields) > 7 else None
         filters = filters if isinstance(filters, dict) else {}
-        refusal = await self._refusal(link)
+        refusal = await self._refusal(link) or await self._session_mismatch(link, filters)
         if refusal is None and not receiving and link.kind == "entity":
             link.mode = "receive_and_delete" if fields[3] == 1 else "peek_lock"
             if SESSION_FILTER in filters:
@@ -394,6 +394,7 @@ class Connection(ReceiverLinks):
         it delivered); what had no disposition yet is dropped, even the transfer being
         served (PN-6: the client takes it for failed, and sends it again or elsewhere)."""
         kept = [t for t in link.inbox if t[3]] if link.kind == "entity" else []
+        self._forget(session, link)
         link.inbox.clear()
         link.inbox.extend(kept)
         if link.pump is not None and not (link.receiving and link.serving_settled):
@@ -485,7 +486,7 @@ class Connection(ReceiverLinks):
                 f"a transfer on handle {link.handle} beyond the credit it was given.",
             )
         if link.kind == "cbs":
-            self._settle(session, link, delivery_id, settled, self._on_cbs(session, payload))
+            self._settle(session, link, delivery_id, settled, await self._on_cbs(session, payload))
             return
         link.inbox.append((payload, delivery_id, fmt, settled, over))
         if link.pump is None or link.pump.done():
@@ -558,14 +559,14 @@ class Connection(ReceiverLinks):
             return p.rejected_with(exc, link.path)
         return _ACCEPTED
 
-    def _on_cbs(self, session: Session, payload: bytes) -> Described:
+    async def _on_cbs(self, session: Session, payload: bytes) -> Described:
         try:
             request = sections_of(payload)
         except DecodeError as exc:
             return p.rejected("amqp:decode-error", str(exc))
-        status, description = put_token_reply(
+        status, description = await put_token_reply(
             request.application_properties or {}, request.value, self.tokens, self.hostname,
-        )
+            self.ns)
         message_id = request.properties[0] if request.properties else None
         reply = reply_payload(message_id, {"status-code": status,
                                            "status-description": description})

@@ -24,8 +24,11 @@ The map, field by field (``MESSAGE_FIELDS``)::
                             first-acquirer; delivery annotations; message annotations
                             but the broker's; user-id, content-encoding, group-sequence
                             (and an id that is not a string); the body sections unless
-                            one data section;
-                            the footer. Written back in place on delivery (_receiving).
+                            one data section, and a message with no body section at all
+                            marked so (the message annotation ``x-opt-aiosb-no-body``,
+                            never delivered: the message goes back with no body, as
+                            Service Bus keeps it); the footer. Written back in place on
+                            delivery (_receiving).
 
 A batch (message format ``0x80013700``) is one transfer whose data sections are each a
 whole encoded message.
@@ -70,6 +73,9 @@ SECTION_CODES = {
 }
 _APP_HEAD = bytes((0x00, 0x53, APP_PROPERTIES))
 PARTITION_KEY = Symbol("x-opt-partition-key")
+#: aiosb's mark, in ``amqp_extra``'s message annotations, of a message sent with no body
+#: section (``body`` is then empty): it is delivered back with none.
+NO_BODY = Symbol("x-opt-aiosb-no-body")
 SCHEDULED_AT = Symbol("x-opt-scheduled-enqueue-time")
 TIMESPAN = "com.microsoft:timespan"
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
@@ -102,6 +108,11 @@ class Sections:
     raw_body: bytes = b""
     #: The whole footer section.
     raw_footer: bytes | None = None
+
+    @property
+    def bodyless(self) -> bool:
+        """Whether these are ``amqp_extra``'s sections of a message sent with no body."""
+        return self.annotations is not None and NO_BODY in self.annotations
 
 
 def sections_of(payload: bytes) -> Sections:
@@ -235,7 +246,7 @@ def _body(sections: Sections) -> bytes:
 _BROKER_NOTES = frozenset(map(Symbol, (
     PARTITION_KEY, SCHEDULED_AT, "x-opt-sequence-number", "x-opt-enqueued-time",
     "x-opt-locked-until", "x-opt-message-state", "x-opt-deadletter-source",
-    "x-opt-enqueue-sequence-number", "x-opt-lock-token",
+    "x-opt-enqueue-sequence-number", "x-opt-lock-token", NO_BODY,
 )))
 #: The header's fields kept as sent: durable, priority, first-acquirer (the time to
 #: live is a field; the delivery count is the broker's).
@@ -247,6 +258,7 @@ PROPERTIES_KEPT = frozenset((1, 7, 11))
 #: The ids, kept as sent when they are not strings (a uuid, ulong or binary id).
 PROPERTIES_IDS = (0, 5)
 _NULL = Raw(b"\x40")
+_NO_BODY_KEY, _TRUE = Raw(encode(NO_BODY)), Raw(b"\x41")
 
 
 def _kept(raw: bytes | None, keep: frozenset[int]) -> list[Raw | None] | None:
@@ -293,10 +305,13 @@ def _extra(sections: Sections) -> bytes | None:
             out += encode(Described(ULong(HEADER), header))
     if sections.raw_delivery_annotations is not None:
         out += sections.raw_delivery_annotations
-    if sections.annotations and not sections.annotations.keys() <= _BROKER_NOTES:
-        notes = notes_kept(sections.raw_annotations)
-        if notes:
-            out += encode(Described(ULong(ANNOTATIONS), notes))
+    notes = notes_kept(sections.raw_annotations) if sections.annotations and not \
+        sections.annotations.keys() <= _BROKER_NOTES else {}
+    bodyless = not sections.data and not sections.has_value and sections.sequence is None
+    if bodyless:
+        notes[_NO_BODY_KEY] = _TRUE
+    if notes:
+        out += encode(Described(ULong(ANNOTATIONS), notes))
     props = sections.properties
     if props:
         keep = PROPERTIES_KEPT | {

@@ -132,9 +132,11 @@ _BROKER_NOTES = frozenset(
     f"x-opt-{name}".encode() for name in (
         "partition-key", "scheduled-enqueue-time", "sequence-number", "enqueued-time",
         "locked-until", "message-state", "deadletter-source", "enqueue-sequence-number",
-        "lock-token",
+        "lock-token", "aiosb-no-body",
     )
 )
+#: The mark of a message with no body section in ``amqp_extra`` (aiosb.amqp.messages).
+_NO_BODY = b"x-opt-aiosb-no-body"
 _HEADER_KEPT = ("durable", "priority", "first_acquirer")
 #: Not absolute_expiry_time and creation_time: the SDK derives them from the time to live.
 _PROPERTIES_KEPT = ("user_id", "content_encoding", "group_sequence")
@@ -175,8 +177,11 @@ def _extra_to_sdk(extra: bytes, raw: Any) -> None:
                 setattr(raw.header, name, value)
     if parts.delivery_annotations:
         raw.delivery_annotations = resend(dict(parts.delivery_annotations))
-    if parts.message_annotations:
-        raw.annotations = {**(raw.annotations or {}), **resend(dict(parts.message_annotations))}
+    notes = dict(parts.message_annotations or {})
+    if notes.pop(_NO_BODY, None):  # sent with no body: the SDK writes none for a None value
+        raw._value_body, raw._body_type = None, kind.VALUE
+    if notes:
+        raw.annotations = {**(raw.annotations or {}), **resend(notes)}
     if parts.properties is not None:
         for name in (*_PROPERTIES_KEPT, *_IDS):
             value = getattr(parts.properties, name)
@@ -200,7 +205,9 @@ def _extra_from_sdk(sdk_message: Any) -> bytes | None:
     delivery = {k: v for k, v in (message.delivery_annotations or {}).items()
                 if k not in _BROKER_NOTES} or None
     notes = {k: v for k, v in (message.message_annotations or {}).items()
-             if k not in _BROKER_NOTES} or None
+             if k not in _BROKER_NOTES}
+    if message.data is None and message.sequence is None and message.value is None:
+        notes[_NO_BODY] = True  # received with no body section
     props = message.properties
     if props is not None:
         kept = {n: getattr(props, n) for n in _PROPERTIES_KEPT}
@@ -210,7 +217,8 @@ def _extra_from_sdk(sdk_message: Any) -> bytes | None:
             v is not None for v in kept.values()) else None
     data = message.data if message.data is not None and len(message.data) != 1 else None
     extra = amqp_message(
-        header=header, delivery_annotations=resend(delivery), message_annotations=resend(notes),
+        header=header, delivery_annotations=resend(delivery),
+        message_annotations=resend(notes or None),
         properties=props, data=data, sequence=resend(message.sequence),
         value=resend(message.value), footer=resend(message.footer),
     )

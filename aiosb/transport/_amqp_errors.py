@@ -92,7 +92,7 @@ def _rows() -> list[tuple[type[BaseException], Target]]:
         (ex.MessagingEntityDisabledError, errors.EntityUnavailable),
         (ex.ServiceBusQuotaExceededError, errors.QuotaExceeded),
         # Credentials: the SDK retries these; a wrong key does not heal by itself.
-        (ex.ServiceBusAuthenticationError, errors.Unauthorized),
+        (ex.ServiceBusAuthenticationError, _from_token_failure),
         (ex.ServiceBusAuthorizationError, errors.Unauthorized),
         # Passing conditions: the client retries them within the operation timeout,
         # and a namespace that stays unreachable ends in OperationTimeout (an outage).
@@ -134,6 +134,16 @@ _CONDITIONS: dict[str, type[errors.ServiceBusError]] = {
 
 def _from_condition(text: str, exc: BaseException) -> errors.ServiceBusError:
     return _CONDITIONS.get(condition_of(exc) or "", errors.MessagingError)(text)
+
+
+def _from_token_failure(text: str, exc: BaseException) -> errors.ServiceBusError:
+    """A token the ``$cbs`` node refused: with 404, for an entity that does not exist
+    (Service Bus, and aiosb serve, answer a put-token so), else a credential refused."""
+    for candidate in _chain(exc, ("inner_exception", "__cause__")):
+        if getattr(candidate, "status_code", None) == 404:
+            said = str(candidate).rpartition("Description: ")[2].strip()
+            return errors.EntityNotFound(f"{text} ({said})" if said not in text else text)
+    return errors.Unauthorized(text)
 
 
 def _from_request_error(text: str, exc: BaseException) -> errors.ServiceBusError:

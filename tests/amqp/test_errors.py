@@ -202,3 +202,20 @@ def test_the_class_an_aiosb_server_names_wins_over_the_condition():
     got = map_error(outage, "get queue 'q'")
     assert type(got) is errors.EntityUnavailable and not got.retryable
     assert type(map_error(http_error(core.HttpResponseError, 503))) is errors.ServerBusy
+
+
+def test_a_put_token_refused_with_404_is_a_missing_entity():
+    """Service Bus (and aiosb serve) answer a put-token for an entity that does not exist
+    with 404; the SDK raises its authentication error, whose cause says 404 (#47)."""
+    from azure.servicebus._pyamqp.error import TokenAuthFailure
+
+    said = "The messaging entity 'nosuch' could not be found."
+    raised = PyamqpTransport.create_servicebus_exception(
+        logging.getLogger("test"), TokenAuthFailure(404, said))
+    assert isinstance(raised, sdk.ServiceBusAuthenticationError)
+    mapped = map_error(raised)
+    assert type(mapped) is errors.EntityNotFound
+    assert "'nosuch'" in str(mapped)
+    refused = PyamqpTransport.create_servicebus_exception(
+        logging.getLogger("test"), TokenAuthFailure(401, "a bad signature"))
+    assert type(map_error(refused)) is errors.Unauthorized

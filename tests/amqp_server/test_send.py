@@ -13,7 +13,6 @@ from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import (
     MessageSizeExceededError,
-    MessagingEntityNotFoundError,
     ServiceBusAuthenticationError,
     ServiceBusAuthorizationError,
     ServiceBusError,
@@ -169,11 +168,14 @@ async def test_a_key_without_send_rights_may_not_attach_a_sender(server):
     assert await drain("q1") == []
 
 
-async def test_a_missing_entity_is_the_sdk_not_found_error(server):
+async def test_a_missing_entity_is_refused_at_its_token_as_service_bus_does(server):
+    """Service Bus answers the put-token for an entity that does not exist with 404, which
+    the Python SDK raises as its authentication error (#47); aiosb's own AMQP transport
+    reads it as EntityNotFound (tests/amqp/test_errors.py)."""
     async with ServiceBusClient.from_connection_string(
         server.connection_string(), retry_total=0
     ) as client:
-        with pytest.raises(MessagingEntityNotFoundError):
+        with pytest.raises(ServiceBusAuthenticationError, match="client-error"):
             async with client.get_queue_sender("nosuch") as sender:
                 await sender.send_messages(ServiceBusMessage("lost"))
 

@@ -65,7 +65,8 @@ def received(draw: st.DrawFn) -> ReceivedMessage:
 def test_a_delivery_is_what_the_general_encoder_writes(m: ReceivedMessage,
                                                        delivered: bool) -> None:
     count = m.delivery_count - 1 if delivered and m.delivery_count else m.delivery_count
-    assert delivery_payload(m, delivered=delivered) == _payload_kept(m, count, Sections())
+    assert delivery_payload(m, delivered=delivered) == _payload_kept(m, count, Sections(),
+                                                                   delivered)
 
 
 @settings(max_examples=200, deadline=None)
