@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidOperation, ServiceBusError
 from ..message import ReceivedMessage
-from ..protocol import EntityKind, ManagementRequest, ReceiveRequest, SessionRequest, Settlement
+from ..protocol import ReceiveRequest, SessionRequest, Settlement
 from . import performatives as p
 from ._framing import Framing
 from ._links import LONG_POLL, Link, ProtocolViolation, Session, after, since
@@ -83,22 +83,20 @@ class ReceiverLinks(Framing):
                           properties: dict[Any, Any] | None = None) -> None:
             ...
 
-    async def _session_mismatch(self, link: Link, filters: dict[Any, Any]
-                                ) -> ServiceBusError | None:
+    def _session_mismatch(self, link: Link, filters: dict[Any, Any]
+                          ) -> ServiceBusError | None:
         """Why a receiver link may not attach to its entity's sessions, or ``None``: one
         without a session filter on an entity that requires sessions, or one with it on
         an entity that does not. Service Bus refuses both attaches (amqp:not-allowed),
         not the first receive after them."""
         if link.kind != "entity" or link.receiving or link.sub_queue is not None:
             return None
-        parts = link.path.strip("/").split("/")
-        kind: EntityKind = "subscription" if len(parts) == 3 \
-            and parts[1].lower() == "subscriptions" else "queue"
         try:
-            description = await self.ns.manage(ManagementRequest("get", kind, link.path))
+            kind, sessionful = self.ns.lookup(link.path)
         except ServiceBusError:
-            return None  # a topic, or an injected fault: the receives will meet it
-        sessionful = bool(getattr(description, "requires_session", False))
+            return None  # _refusal said why
+        if kind == "topic":
+            return None  # the receives say why
         if sessionful and SESSION_FILTER not in filters:
             return InvalidOperation(
                 f"It is not possible for an entity that requires sessions to create a "
@@ -118,8 +116,9 @@ class ReceiverLinks(Framing):
         for is sent on the request that asked (as if it stood for the reply's credit):
         the Python SDK gives its reply links 10,000 credit once and never more, and
         Service Bus keeps answering it; held, its 10,001st request on one link waited
-        for ever (#47). A client that never gave the link credit has its replies held,
-        up to :data:`~._links.MOST_REPLIES`.
+        for ever (#47). A client that never gave the link credit, or whose last flow
+        gave it none (to stop the link, AMQP 2.6.7), has its replies held, up to
+        :data:`~._links.MOST_REPLIES`.
         """
         outbox = link.outbox
         link.given = link.given or link.credit > 0

@@ -35,7 +35,7 @@ from ..errors import (
     ServiceBusError,
     Unauthorized,
 )
-from ..protocol import ManagementRequest, check_columns
+from ..protocol import check_columns
 from . import performatives as p
 from ._cbs import Tokens, entity_of, put_token_reply
 from ._columns import read_columns
@@ -303,7 +303,7 @@ class Connection(ReceiverLinks):
         source_fields = fields[5].value if isinstance(fields[5], Described) else []
         filters = source_fields[7] if len(source_fields) > 7 else None
         filters = filters if isinstance(filters, dict) else {}
-        refusal = await self._refusal(link) or await self._session_mismatch(link, filters)
+        refusal = await self._refusal(link) or self._session_mismatch(link, filters)
         if refusal is None and not receiving and link.kind == "entity":
             link.mode = "receive_and_delete" if fields[3] == 1 else "peek_lock"
             if SESSION_FILTER in filters:
@@ -374,7 +374,10 @@ class Connection(ReceiverLinks):
                     self.tokens.check(link.address, "Listen")  # raises, saying why
             else:
                 self.tokens.check(link.address, "Send" if link.receiving else "Listen")
-            await self.ns.manage(ManagementRequest("runtime", None, link.path))
+            self.ns.lookup(link.path)
+            if self.ns.faults.active:  # what the link will do meets its faults first
+                await self.ns.faults.check("manage" if link.kind == "management" else
+                                           "send" if link.receiving else "receive", link.path)
         except (Unauthorized, EntityNotFound) as exc:
             return exc
         except ServiceBusError:
@@ -430,6 +433,7 @@ class Connection(ReceiverLinks):
             count = int(fields[5]) if fields[5] is not None else link.delivery_count
             link.credit = int(fields[6]) - max(0, since(link.delivery_count, count))
             link.drain = bool(fields[8])
+            link.given = False  # a reply link's credit is what this flow says (_pump)
             link.wake.set()
             self._recheck(link)
             self._pump(session, link)
@@ -564,7 +568,7 @@ class Connection(ReceiverLinks):
             request = sections_of(payload)
         except DecodeError as exc:
             return p.rejected("amqp:decode-error", str(exc))
-        status, description = await put_token_reply(
+        status, description = put_token_reply(
             request.application_properties or {}, request.value, self.tokens, self.hostname,
             self.ns)
         message_id = request.properties[0] if request.properties else None

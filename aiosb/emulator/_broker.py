@@ -329,6 +329,17 @@ class EmulatorNamespace:
         below = key + "/"
         return any(path.startswith(below) for path in self._entities)
 
+    def lookup(self, path: str) -> tuple[str, bool]:
+        """The kind (``queue``, ``topic``, ``subscription``) of the entity ``path`` names
+        and whether it requires sessions, read without a management operation: no fault
+        applies and nothing is counted (an AMQP attach and a ``$cbs`` put-token ask it).
+
+        Raises:
+            EntityNotFound: No entity has that path.
+        """
+        entity, _ = self._resolve(path)
+        return entity.kind, entity.sessionful
+
     def _resolve(self, path: str, sub_queue: str | None = None) -> tuple[_Entity, bool]:
         """The entity for ``path`` and whether its dead-letter queue is meant."""
         cached = self._paths.get((path, sub_queue))

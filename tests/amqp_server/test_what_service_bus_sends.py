@@ -274,3 +274,66 @@ async def test_the_sdk_settles_through_management_once_its_link_is_detached(serv
             await receiver._handler._link.detach()
             await receiver.complete_message(got)
     assert await drain("q1", peek=True) == []
+
+
+async def test_a_reply_link_whose_client_takes_its_credit_back_is_held_again(server):
+    """Answering past the credit is for a client that gave credit once and went quiet
+    (the SDK); a client whose flow then gives its reply link no credit has stopped the
+    link (AMQP 1.0 2.6.7): its next reply waits for credit again, and comes with it
+    (#47)."""
+    from .test_hostile import Raw
+
+    raw = await Raw.to(server)
+    await raw.open()
+    await raw.begin()
+    for handle, receiving in ((0, False), (1, True)):
+        raw.send(0, p.performative(
+            p.ATTACH, f"c{handle}", UInt(handle), receiving, None, None,
+            Described(ULong(0x28), ["$cbs"]), Described(ULong(0x29), ["$cbs"]),
+            None, None, None if receiving else UInt(0)))
+
+    def flow(credit: int, delivery_count: int) -> None:
+        raw.send(0, p.performative(p.FLOW, UInt(0), UInt(5000), UInt(0), UInt(5000),
+                                   UInt(1), UInt(delivery_count), UInt(credit)))
+
+    def request(n: int) -> None:  # an amqp-value of null: answered with a 400
+        raw.send(0, p.performative(p.TRANSFER, UInt(0), UInt(n), b"%d" % n, UInt(0), True),
+                 bytes.fromhex("00537740"))
+
+    async def replies(within: float) -> int:
+        count = 0
+        try:
+            async with asyncio.timeout(within):
+                while True:
+                    code, fields = await raw.read()
+                    count += code == p.TRANSFER and fields[0] == 1
+        except TimeoutError:
+            return count
+
+    flow(1, 0)
+    request(0)
+    request(1)  # past the credit given once: answered (the SDK's case)
+    assert await replies(1.0) == 2
+    flow(0, 2)  # the client takes the credit back
+    request(2)
+    assert await replies(0.5) == 0
+    flow(1, 2)
+    assert await replies(1.0) == 1
+    raw.writer.close()
+
+
+async def test_a_fault_on_management_does_not_hold_up_tokens_or_links(server):
+    """A put-token and an attach ask whether their entity exists (404, not-found,
+    sessions that do not match) from the broker's entity table, not through a
+    management operation: a delay injected on q1's management does not hold up a
+    client that only sends and receives (#47)."""
+    faults = emulator.namespace(NAMESPACE).faults
+    with faults.delay("q1", 60, operations=["manage"]):
+        async with ServiceBusClient.from_connection_string(
+                server.connection_string()) as client, asyncio.timeout(20):
+            async with client.get_queue_sender("q1") as sender:
+                await sender.send_messages(ServiceBusMessage(b"on time"))
+            async with client.get_queue_receiver(
+                    "q1", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+                [got] = await receiver.receive_messages(max_wait_time=5)
+    assert b"".join(got.body) == b"on time"
