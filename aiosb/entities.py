@@ -14,7 +14,7 @@ import math
 import re
 import secrets
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 from .errors import InvalidArgument
@@ -164,8 +164,8 @@ class AuthorizationRule:
 
     key_name: str
     rights: tuple[str, ...]
-    primary_key: str | None = None
-    secondary_key: str | None = None
+    primary_key: str | None = field(default=None, repr=False)  # no key in a log line
+    secondary_key: str | None = field(default=None, repr=False)
     claim_type: str = "SharedAccessKey"
     claim_value: str = "None"
 

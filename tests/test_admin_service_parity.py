@@ -227,6 +227,8 @@ def test_authorization_rules_survive_the_durable_store():
     (rule,) = props.authorization_rules
     assert rule.primary_key and rule.secondary_key  # made, as Service Bus makes them
     assert decode_props("queue", encode_props(props)) == props
+    assert rule.primary_key not in repr(props)  # nor in a log line of the description
+    assert rule.secondary_key not in repr(rule)
 
 
 async def test_the_amqp_ports_management_serves_one_namespace_whole_paths(certificate):
