@@ -318,3 +318,24 @@ def test_aiosb_over_amqp_hands_authorization_rules_to_the_sdk_and_back():
     sdk_props = models.QueueProperties("orders", **{
         n: kwargs.get(n) for n in names if n != "name" and names[n].kind is names[n].KEYWORD_ONLY})
     assert entity_from_sdk("queue", sdk_props).authorization_rules == props.authorization_rules
+
+
+def test_every_port_the_http_site_listens_at_serves_every_namespace():
+    """Port 0 on a host name of two addresses (``localhost``: 127.0.0.1 and ::1) binds
+    each address to a port of its own: a request at any of them is the HTTP site's,
+    where ``/NAME/...`` names a namespace; only a port the site does not listen at (the
+    AMQP port, which hands HTTP over) serves its one namespace whole (#47)."""
+    from types import SimpleNamespace
+
+    from aiosb.emulator.server._app import EmulatorServer
+
+    server = EmulatorServer()
+    server.ports = frozenset((5001, 5002))
+
+    def at(port: int) -> Any:
+        sockname = ("::1", port, 0, 0)
+        return SimpleNamespace(transport=SimpleNamespace(get_extra_info=lambda _: sockname))
+
+    assert not server._one_namespace(at(5001))
+    assert not server._one_namespace(at(5002))
+    assert server._one_namespace(at(5672))

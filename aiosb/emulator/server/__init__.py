@@ -344,7 +344,8 @@ async def serve(
         site = _CappedSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
         await site.start()
         bound = runner.addresses[0][1]  # (host, port, ...) of the listening socket
-        server.port = bound
+        # port 0 on a name of two addresses binds each to a port of its own
+        server.ports = frozenset(address[1] for address in runner.addresses)
         shown = f"[{host}]" if ":" in host else host
         scheme = "https" if ssl_context is not None else "http"
         served = ServedEmulator(f"{scheme}://{shown}:{bound}", key_name, key, journal,

@@ -91,10 +91,10 @@ class EmulatorServer:
         #: The namespace served at the root (paths name entities, not namespaces), as a
         #: namespace's own host serves it; None: the first segment names the namespace.
         self.root = root
-        #: The port the HTTP site listens at (:func:`serve` sets it): a request that came
+        #: The ports the HTTP site listens at (:func:`serve` sets them): a request that came
         #: in at another was handed over by the AMQP port, an endpoint of the root
         #: namespace alone, where the whole path is the entity, as on Service Bus.
-        self.port: int | None = None
+        self.ports: frozenset[int] = frozenset()
         #: How many client connections are open (the serving code sets it).
         self.open_connections: Callable[[], int] = lambda: 0
         self._observer = None
@@ -144,12 +144,13 @@ class EmulatorServer:
 
     def _one_namespace(self, request: web.Request) -> bool:
         """Whether the request came in at an endpoint of one namespace: a port other
-        than the HTTP site's (:attr:`port`), which only the AMQP port hands connections
-        to, and it serves the root namespace alone (#47)."""
-        if self.port is None or request.transport is None:
+        than the HTTP site's (:attr:`ports`: one for each address it listens on), which
+        only the AMQP port hands connections to, and it serves the root namespace alone
+        (#47)."""
+        if not self.ports or request.transport is None:
             return False
         local = request.transport.get_extra_info("sockname")
-        return isinstance(local, tuple) and len(local) > 1 and local[1] != self.port
+        return isinstance(local, tuple) and len(local) > 1 and local[1] not in self.ports
 
     def _root_has(self, first: str) -> bool:
         return namespace(self.root or "").has_entity_under(first)
