@@ -317,7 +317,7 @@ def settlement_of(state: Any, lock_token: str, sub_queue: str | None
     action: SettleAction
     reason = description = None
     props: dict[str, Any] | None = None
-    echo = state
+    echo = p.whole(state)
     if code == p.ACCEPTED:
         action = "complete"
     elif code == p.MODIFIED:

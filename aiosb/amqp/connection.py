@@ -333,8 +333,8 @@ class Connection(ReceiverLinks):
         if receiving and link.kind == "entity":
             properties = {Symbol("com.microsoft:max-message-batch-size"):
                           ULong(self.ns.max_message_size)}
-        source = fields[5] if source is None else source
-        target = fields[6]
+        source = p.whole(fields[5] if source is None else source)
+        target = p.whole(fields[6])
         if refusal is not None:  # the spec's refusal (2.6.3): no terminus of ours
             if receiving:
                 target = None

@@ -52,6 +52,7 @@ __all__ = [
     "parse",
     "performative",
     "rejected",
+    "whole",
 ]
 
 OPEN, BEGIN, ATTACH, FLOW, TRANSFER, DISPOSITION, DETACH, END, CLOSE = range(0x10, 0x19)
@@ -80,6 +81,19 @@ WRITTEN_FIELDS = {
     **FIELD_COUNT, ERROR: 3, RECEIVED: 2, ACCEPTED: 0, REJECTED: 1, RELEASED: 0,
     MODIFIED: 3, SOURCE: 11, TARGET: 7,
 }
+
+
+def whole(value: Any) -> Any:
+    """A described list a peer sent (a terminus, a delivery state) as aiosb writes its
+    own, with each field :data:`WRITTEN_FIELDS` counts (what the answering attach and a
+    disposition's echo send back); any other value as it is."""
+    if isinstance(value, Described) and isinstance(value.value, list):
+        count = WRITTEN_FIELDS.get(value.descriptor) if isinstance(
+            value.descriptor, int) else None
+        if count is not None and len(value.value) < count:
+            return Described(value.descriptor, [*value.value,
+                                                *[None] * (count - len(value.value))])
+    return value
 
 
 def parse(body: bytes) -> tuple[int, list[Any], int]:

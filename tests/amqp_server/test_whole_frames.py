@@ -20,9 +20,11 @@ from aiosb.amqp import _framing
 from aiosb.amqp import performatives as p
 from aiosb.amqp.codec import Described, decode
 
-#: The delivery states and the error: each written whole wherever it travels.
+#: The delivery states, the termini and the error: each written whole wherever it
+#: travels.
 _INSIDE = {code: p.WRITTEN_FIELDS[code] for code in (
-    p.ERROR, p.RECEIVED, p.ACCEPTED, p.REJECTED, p.RELEASED, p.MODIFIED)}
+    p.ERROR, p.RECEIVED, p.ACCEPTED, p.REJECTED, p.RELEASED, p.MODIFIED, p.SOURCE,
+    p.TARGET)}
 
 
 @pytest.fixture
@@ -111,4 +113,43 @@ async def test_every_frame_written_carries_every_field(server, written: list[byt
     # The conversation wrote every kind the SDKs read (the SASL ones too).
     assert set(seen) >= {p.SASL_MECHANISMS, p.SASL_OUTCOME, p.OPEN, p.BEGIN, p.ATTACH,
                          p.FLOW, p.TRANSFER, p.DISPOSITION, p.DETACH, p.END, p.CLOSE}
-    assert seen_inside >= {p.ERROR, p.ACCEPTED, p.REJECTED, p.MODIFIED}
+    assert seen_inside >= {p.ERROR, p.ACCEPTED, p.REJECTED, p.MODIFIED, p.SOURCE, p.TARGET}
+
+
+async def test_termini_and_outcomes_a_client_sent_short_come_back_whole(server):
+    """The answering attach carries the client's own source and target, and a
+    disposition echoes the client's outcome: a client that left their trailing nulls
+    off (as AMQP lets it, and as Proton and rhea do) gets them back whole, as aiosb
+    writes its own (#47)."""
+    from aiosb import emulator
+    from aiosb.amqp.codec import UInt, ULong
+    from aiosb.message import Message
+
+    from .conftest import NAMESPACE
+    from .test_hostile import Raw
+
+    await emulator.namespace(NAMESPACE).send("q1", [Message(b"x")])
+    raw = await Raw.to(server)
+    await raw.open()
+    await raw.begin()
+    await raw.put_token(server.port, "q1")
+    raw.send(0, p.performative(
+        p.ATTACH, "r", UInt(0), True, None, None, Described(ULong(p.SOURCE), ["q1"]),
+        Described(ULong(p.TARGET), ["me"])))
+    code, fields = await raw.read()
+    assert code == p.ATTACH
+    assert len(fields[5].value) == p.WRITTEN_FIELDS[p.SOURCE]
+    assert fields[5].value[0] == "q1"
+    assert len(fields[6].value) == p.WRITTEN_FIELDS[p.TARGET]
+    raw.send(0, p.performative(p.FLOW, UInt(1), UInt(5000), UInt(1), UInt(5000),
+                                UInt(0), UInt(0), UInt(1)))
+    while (got := await raw.read())[0] != p.TRANSFER:
+        pass
+    raw.send(0, p.performative(p.DISPOSITION, True, UInt(got[1][1]), None, False,
+                                Described(ULong(p.MODIFIED), [True])))  # short
+    while (got := await raw.read())[0] != p.DISPOSITION:
+        pass
+    state = got[1][4]
+    assert state.descriptor == p.MODIFIED
+    assert len(state.value) == p.WRITTEN_FIELDS[p.MODIFIED]
+    raw.writer.close()
