@@ -103,9 +103,9 @@ class ReceiverLinks(Framing):
                 f"non-sessionful message receiver: {link.path!r} requires sessions; "
                 "receive with a session receiver.")
         if not sessionful and SESSION_FILTER in filters:
-            return InvalidOperation(
-                f"{link.path!r} does not require sessions: a session receiver cannot "
-                "receive from it; receive without a session id.")
+            return InvalidOperation(  # the broker's words for it (emulator/_sessions.py)
+                f"{link.path!r} is not session-enabled: create it with "
+                "requires_session=True, or receive without a session_id.")
         return None
 
     def _pump(self, session: Session, link: Link) -> None:

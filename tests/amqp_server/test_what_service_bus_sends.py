@@ -116,9 +116,9 @@ async def test_a_receiver_whose_sessions_do_not_match_its_entity_is_refused_at_a
             server.connection_string(), retry_total=0) as client:
         with pytest.raises(ServiceBusError, match="requires sessions"):
             await client.get_queue_receiver("sq", max_wait_time=5)._open_with_retry()
-        with pytest.raises(ServiceBusError, match="does not require sessions"):
+        with pytest.raises(ServiceBusError, match="is not session-enabled"):
             await client.get_queue_receiver("q1", session_id="a")._open_with_retry()
-        with pytest.raises(ServiceBusError, match="does not require sessions"):
+        with pytest.raises(ServiceBusError, match="is not session-enabled"):
             await client.get_queue_receiver(
                 "q1", session_id=NEXT_AVAILABLE_SESSION)._open_with_retry()
         async with client.get_queue_receiver("sq", session_id="a") as receiver:
