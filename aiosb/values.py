@@ -20,8 +20,12 @@ A value of any other AMQP type is one of the classes below: a property an AMQP c
 sent as ``long`` 1 is ``Long(1)``, equal to ``1``, and goes back to any AMQP client as a
 long, after a durable restart or a move by a pairing's syphon too; an aiosb sender picks
 a type so (``Message(application_properties={"n": Long(1)})``). :data:`TYPE_NAMES`
-names each class's AMQP type. The vocabulary of :mod:`aiosb` (imports nothing above it);
-the AMQP codec (:mod:`aiosb.amqp.codec`) encodes each as its type.
+names each class's AMQP type. Each class holds only what its type can (an integer
+type its range, ``Float32`` single precision's, ``Char`` one code point, ``Symbol``
+ASCII, a decimal its width): anything else raises :class:`ValueError` when made, so
+that no value reaches a delivery that its encoding would fail on. The vocabulary of
+:mod:`aiosb` (imports nothing above it); the AMQP codec (:mod:`aiosb.amqp.codec`)
+encodes each as its type.
 """
 
 from __future__ import annotations

@@ -136,3 +136,12 @@ async def test_an_http_send_of_a_value_its_type_cannot_hold_is_refused_whole():
                                                                           text)
             async with ns.receiver("q", mode="receive_and_delete") as receiver:
                 assert await receiver.receive(max_wait=0) == []
+
+
+def test_a_symbol_the_sdk_read_that_is_not_ascii_is_still_a_symbol():
+    """aiosb's AMQP transport reads a symbol the SDK gave (bytes) as a Symbol; one that
+    is not ASCII (a peer's error) is escaped, not refused: a receive does not fail on it."""
+    from aiosb.transport._amqp_values import AmqpSymbol, from_sdk
+
+    got = from_sdk(AmqpSymbol("é".encode()))
+    assert (type(got), got) == (Symbol, "\\xc3\\xa9")

@@ -247,7 +247,7 @@ def from_sdk(value: Any) -> Any:
     if kind is AmqpBinary:
         return bytes(value)
     if kind is AmqpSymbol:
-        return Symbol(value.decode("ascii", "replace"))
+        return Symbol(value.decode("ascii", "backslashreplace"))  # a Symbol is ASCII
     if kind is AmqpTimestamp:
         try:
             return _EPOCH + _dt.timedelta(milliseconds=int(value))
