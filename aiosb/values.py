@@ -20,16 +20,21 @@ A value of any other AMQP type is one of the classes below: a property an AMQP c
 sent as ``long`` 1 is ``Long(1)``, equal to ``1``, and goes back to any AMQP client as a
 long, after a durable restart or a move by a pairing's syphon too; an aiosb sender picks
 a type so (``Message(application_properties={"n": Long(1)})``). :data:`TYPE_NAMES`
-names each class's AMQP type. The vocabulary of :mod:`aiosb` (imports nothing above it);
-the AMQP codec (:mod:`aiosb.amqp.codec`) encodes each as its type.
+names each class's AMQP type. Each class holds only what its type can (an integer
+type its range, ``Float32`` single precision's, ``Char`` one code point, ``Symbol``
+ASCII, a decimal its width): anything else raises :class:`ValueError` when made, so
+that no value reaches a delivery that its encoding would fail on. The vocabulary of
+:mod:`aiosb` (imports nothing above it); the AMQP codec (:mod:`aiosb.amqp.codec`)
+encodes each as its type.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import struct
 import uuid
-from typing import Any
+from typing import Any, Self, TypeVar
 
 __all__ = [
     "TYPED",
@@ -53,70 +58,163 @@ __all__ = [
 ]
 
 
+_I = TypeVar("_I", bound=int)
+
+
+def _in_range(kind: type[_I], value: Any) -> _I:
+    """``kind(value)`` for an integer type, or :class:`ValueError` if out of its range."""
+    number = int.__new__(kind, value)
+    span: range = kind.RANGE  # type: ignore[attr-defined]
+    if not span.start <= number < span.stop:  # `in` would iterate: number is no int
+        raise ValueError(f"an AMQP {kind.__name__.lower()} is from {span.start} to "
+                         f"{span.stop - 1}, not {int(number)}.")
+    return number
+
+
 class Symbol(str):
-    """An AMQP symbol (ASCII names: descriptors, conditions, annotation keys)."""
+    """An AMQP symbol (ASCII names: descriptors, conditions, annotation keys).
+
+    Raises:
+        ValueError: Not ASCII.
+    """
 
     __slots__ = ()
+
+    def __new__(cls, value: object = "") -> Self:
+        text = super().__new__(cls, value)
+        if not text.isascii():
+            raise ValueError(f"an AMQP symbol is ASCII, not {str(text)!r:.80}.")
+        return text
 
 
 class Char(str):
-    """An AMQP char: one Unicode code point, sent as UTF-32."""
+    """An AMQP char: one Unicode code point, sent as UTF-32.
+
+    Raises:
+        ValueError: Not exactly one code point.
+    """
 
     __slots__ = ()
+
+    def __new__(cls, value: object) -> Self:
+        text = super().__new__(cls, value)
+        if len(text) != 1:
+            raise ValueError(f"an AMQP char is one code point, not {len(text)}: "
+                             f"{str(text)!r:.80}.")
+        return text
 
 
 class UByte(int):
     """An AMQP ubyte (0 to 255)."""
 
     __slots__ = ()
+    #: The values it holds (out of it: :class:`ValueError`).
+    RANGE = range(2**8)
+
+    def __new__(cls, value: Any = 0) -> Self:
+        return _in_range(cls, value)
 
 
 class UShort(int):
     """An AMQP ushort (0 to 65,535)."""
 
     __slots__ = ()
+    #: The values it holds (out of it: :class:`ValueError`).
+    RANGE = range(2**16)
+
+    def __new__(cls, value: Any = 0) -> Self:
+        return _in_range(cls, value)
 
 
 class UInt(int):
     """An AMQP uint (0 to 2**32 - 1)."""
 
     __slots__ = ()
+    #: The values it holds (out of it: :class:`ValueError`).
+    RANGE = range(2**32)
+
+    def __new__(cls, value: Any = 0) -> Self:
+        return _in_range(cls, value)
 
 
 class ULong(int):
     """An AMQP ulong (0 to 2**64 - 1)."""
 
     __slots__ = ()
+    #: The values it holds (out of it: :class:`ValueError`).
+    RANGE = range(2**64)
+
+    def __new__(cls, value: Any = 0) -> Self:
+        return _in_range(cls, value)
 
 
 class Byte(int):
     """An AMQP byte (-128 to 127)."""
 
     __slots__ = ()
+    #: The values it holds (out of it: :class:`ValueError`).
+    RANGE = range(-(2**7), 2**7)
+
+    def __new__(cls, value: Any = 0) -> Self:
+        return _in_range(cls, value)
 
 
 class Short(int):
     """An AMQP short (-32,768 to 32,767)."""
 
     __slots__ = ()
+    #: The values it holds (out of it: :class:`ValueError`).
+    RANGE = range(-(2**15), 2**15)
+
+    def __new__(cls, value: Any = 0) -> Self:
+        return _in_range(cls, value)
 
 
 class Int(int):
     """An AMQP int (32 bits; a plain ``int`` that fits travels as one too)."""
 
     __slots__ = ()
+    #: The values it holds (out of it: :class:`ValueError`).
+    RANGE = range(-(2**31), 2**31)
+
+    def __new__(cls, value: Any = 0) -> Self:
+        return _in_range(cls, value)
 
 
 class Long(int):
     """An AMQP long (64 bits) that a plain ``int`` would not be: one that fits 32 bits."""
 
     __slots__ = ()
+    #: The values it holds (out of it: :class:`ValueError`).
+    RANGE = range(-(2**63), 2**63)
+
+    def __new__(cls, value: Any = 0) -> Self:
+        return _in_range(cls, value)
 
 
 class Float32(float):
-    """An AMQP float (IEEE 754 single precision; a plain ``float`` is a double)."""
+    """An AMQP float (IEEE 754 single precision; a plain ``float`` is a double).
+
+    Raises:
+        ValueError: Beyond single precision's range (infinities and NaN are floats; a
+            value too small for it rounds to zero, as the encoding does).
+    """
 
     __slots__ = ()
+
+    def __new__(cls, value: Any = 0.0) -> Self:
+        number = super().__new__(cls, value)
+        try:
+            _FLOAT32.pack(number)
+        except OverflowError:
+            raise ValueError(f"an AMQP float is at most {_FLOAT32_MAX!r} in magnitude, "
+                             f"not {float(number)!r}.") from None
+        return number
+
+
+_FLOAT32 = struct.Struct(">f")
+#: The largest finite single-precision value.
+_FLOAT32_MAX = _FLOAT32.unpack(b"\x7f\x7f\xff\xff")[0]
 
 
 class _Decimal(bytes):
@@ -127,7 +225,7 @@ class _Decimal(bytes):
     #: The width in bytes, the exponent's width in bits and its bias.
     _WIDTH, _EXPONENT, _BIAS = 16, 14, 6176
 
-    def __new__(cls, data: bytes) -> _Decimal:
+    def __new__(cls, data: bytes) -> Self:
         if len(data) != cls._WIDTH:
             raise ValueError(f"an AMQP {cls.__name__.lower()} is {cls._WIDTH} bytes, "
                              f"not {len(data)}.")

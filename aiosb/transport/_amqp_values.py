@@ -23,18 +23,19 @@ The SDK's lists and performatives are decoded as before.
 from __future__ import annotations
 
 import datetime as _dt
+import inspect
 import struct
 from collections.abc import Callable
 from typing import Any
 
 from ..values import (
+    TYPE_NAMES,
     Byte,
     Char,
     Decimal32,
     Decimal64,
     Decimal128,
     Float32,
-    Int,
     Long,
     Short,
     Symbol,
@@ -71,10 +72,10 @@ _RAW = "AIOSB_RAW"
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _U32 = struct.Struct(">I")
 _INT32 = range(-(2**31), 2**31)
-#: The SDK encoder's type name of each typed value it encodes itself.
+#: The SDK encoder's type name of each typed value it encodes itself: the numbers (its
+#: names are AMQP's, as :data:`~aiosb.values.TYPE_NAMES` gives them).
 _SDK_TYPES: dict[type, str] = {
-    Byte: "byte", Short: "short", Int: "int", Long: "long", UByte: "ubyte",
-    UShort: "ushort", UInt: "uint", ULong: "ulong", Float32: "float",
+    kind: name for kind, name in TYPE_NAMES.items() if issubclass(kind, (int, float))
 }
 _DECIMALS: dict[type, int] = {Decimal32: 0x74, Decimal64: 0x84, Decimal128: 0x94}
 _prepared = False
@@ -114,8 +115,19 @@ def prepare() -> None:
     typed[0x81] = _long(table[0x81])
     limit = getattr(_decode, "_MAX_NESTING_DEPTH", 64)
     most = getattr(_decode, "_MAX_COMPOUND_COUNT", 65536)
+    deep = _takes_depth(table[0x40])
     for code, large in ((0xC1, False), (0xD1, True)):
-        table[code] = typed[code] = _typed_map(typed, large, limit, most)
+        table[code] = typed[code] = _typed_map(typed, large, limit, most, deep)
+
+
+def _takes_depth(decode: Callable[..., Any]) -> bool:
+    """Whether the SDK's decoders take the nesting depth after the buffer (7.15 and
+    later: ``decode(buffer, depth)``) or the buffer alone (7.12 to 7.14)."""
+    try:
+        parameters = inspect.signature(decode).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a decoder in C
+        return False
+    return len(parameters) > 1
 
 
 def _put_raw(output: bytearray, value: bytes, **_kwargs: Any) -> None:
@@ -151,9 +163,12 @@ def _char(buffer: Any, _depth: int = 0) -> tuple[Any, Any]:
     return buffer[4:], Char(chr(_U32.unpack(buffer[:4])[0]))
 
 
-def _typed_map(typed: list[Any], large: bool, limit: int, most: int) -> Callable[..., Any]:
+def _typed_map(typed: list[Any], large: bool, limit: int, most: int,
+               deep: bool) -> Callable[..., Any]:
     """A map decoder (map8, or map32 when ``large``) that reads its keys and values with
-    the ``typed`` table, bounded as the SDK's own."""
+    the ``typed`` table, bounded as the SDK's own; it hands each decoder the nesting
+    depth when the SDK's decoders take it (``deep``: 7.15 and later), the buffer alone
+    otherwise (before 7.15 they take nothing else)."""
 
     def decode_map(buffer: Any, depth: int = 0) -> tuple[Any, Any]:
         depth += 1
@@ -168,10 +183,16 @@ def _typed_map(typed: list[Any], large: bool, limit: int, most: int) -> Callable
         if count > most or count % 2:
             raise ValueError(f"AMQP map element count {count} is not a map's")
         values = {}
-        for _ in range(count // 2):
-            buffer, key = typed[buffer[0]](buffer[1:], depth)
-            buffer, value = typed[buffer[0]](buffer[1:], depth)
-            values[key] = value
+        if deep:
+            for _ in range(count // 2):
+                buffer, key = typed[buffer[0]](buffer[1:], depth)
+                buffer, value = typed[buffer[0]](buffer[1:], depth)
+                values[key] = value
+        else:  # nested maps then start from depth 0, as the SDK's own do there
+            for _ in range(count // 2):
+                buffer, key = typed[buffer[0]](buffer[1:])
+                buffer, value = typed[buffer[0]](buffer[1:])
+                values[key] = value
         return buffer, values
 
     decode_map._aiosb_typed = True  # type: ignore[attr-defined]
@@ -226,7 +247,7 @@ def from_sdk(value: Any) -> Any:
     if kind is AmqpBinary:
         return bytes(value)
     if kind is AmqpSymbol:
-        return Symbol(value.decode("ascii", "replace"))
+        return Symbol(value.decode("ascii", "backslashreplace"))  # a Symbol is ASCII
     if kind is AmqpTimestamp:
         try:
             return _EPOCH + _dt.timedelta(milliseconds=int(value))

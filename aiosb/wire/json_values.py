@@ -33,14 +33,6 @@ _TAGS: dict[type, str] = {
     kind: "float32" if kind is Float32 else name for kind, name in TYPE_NAMES.items()
 }
 _KINDS: dict[str, type] = {name: kind for kind, name in _TAGS.items()}
-#: The range of each integer type (the typed values that are ints).
-_RANGES: dict[str, range] = {
-    "byte": range(-(2**7), 2**7), "short": range(-(2**15), 2**15),
-    "int": range(-(2**31), 2**31), "long": range(-(2**63), 2**63),
-    "ubyte": range(2**8), "ushort": range(2**16), "uint": range(2**32), "ulong": range(2**64),
-}
-
-
 def _typed(tag: str, value: Any) -> Any:
     """A typed value's JSON, under its tag."""
     if isinstance(value, int):
@@ -54,10 +46,11 @@ def _typed(tag: str, value: Any) -> Any:
 
 def _untyped(tag: str, kind: type, raw: Any) -> Any:
     """The typed value tagged ``tag`` (``kind``) whose JSON is ``raw``; ``None`` when it
-    is not one."""
-    span = _RANGES.get(tag)
-    if span is not None:
-        ok = isinstance(raw, int) and not isinstance(raw, bool) and raw in span
+    is not one. Each class checks its range itself (an integer type's, a float's, a
+    char's one code point, a symbol's ASCII, a decimal's width): a value beyond it
+    raises :class:`ValueError` (:mod:`aiosb.values`)."""
+    if issubclass(kind, int):
+        ok = isinstance(raw, int) and not isinstance(raw, bool)
         return kind(raw) if ok else None
     if kind is Float32:
         if isinstance(raw, (int, float)) and not isinstance(raw, bool):
@@ -65,11 +58,9 @@ def _untyped(tag: str, kind: type, raw: Any) -> Any:
         return Float32(raw) if raw in ("nan", "inf", "-inf") else None
     if not isinstance(raw, str):
         return None
-    if kind is Char:
-        return Char(raw) if len(raw) == 1 else None
-    if kind is Symbol:
-        return Symbol(raw) if raw.isascii() else None
-    return kind(base64.b64decode(raw, validate=True))  # a decimal: its width checked
+    if kind is Char or kind is Symbol:
+        return kind(raw)
+    return kind(base64.b64decode(raw, validate=True))  # type: ignore[call-arg]  # a decimal
 
 
 def encode_value(value: PropertyValue) -> Any:

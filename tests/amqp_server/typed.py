@@ -1,6 +1,11 @@
 """The typed-property round trip's table (#47): one application property of each AMQP
-type, the bytes each is on the wire, a message carrying them, and how to read the
-application properties of a received message value by value."""
+type, the bytes each is sent as, in compact and in wide encodings, the bytes each comes
+back as, a message carrying them, and how to read the application properties of a
+received message value by value.
+
+aiosb keeps each value's AMQP type, not its sender's encoding: a type with two
+encodings (a long in one byte, 0x55, or in eight, 0x81) comes back in the compact one
+that fits the value, which every AMQP decoder reads as the same type and value."""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from aiosb.amqp.codec import (
     Float32,
     Int,
     Long,
+    Raw,
     Short,
     Symbol,
     UByte,
@@ -57,11 +63,28 @@ TYPED: dict[str, Any] = {
     "boolean": True,
     "null": None,
 }
-#: The bytes each value is on the wire (its constructor first).
-WIRE = {name: encode(value) for name, value in TYPED.items()}
-APP = encode(Described(ULong(0x74), TYPED))
+#: Values sent in an encoding wider than the compact one aiosb's codec writes: the bytes
+#: sent, and the bytes each comes back as (its type's compact encoding).
+WIDE: dict[str, tuple[bytes, bytes]] = {
+    "long-8": (b"\x81" + (1).to_bytes(8, "big"), b"\x55\x01"),
+    "int-4": (b"\x71" + (7).to_bytes(4, "big"), b"\x54\x07"),
+    "uint-4": (b"\x70" + (5).to_bytes(4, "big"), b"\x52\x05"),
+    "uint-0": (b"\x70" + bytes(4), b"\x43"),
+    "ulong-8": (b"\x80" + (5).to_bytes(8, "big"), b"\x53\x05"),
+    "boolean-1": (b"\x56\x01", b"\x41"),
+    "string-32": (b"\xb1" + (4).to_bytes(4, "big") + b"text", b"\xa1\x04text"),
+    "symbol-32": (b"\xb3" + (3).to_bytes(4, "big") + b"sym", b"\xa3\x03sym"),
+    "binary-32": (b"\xb0" + (2).to_bytes(4, "big") + b"\x00\xff", b"\xa0\x02\x00\xff"),
+}
+#: The bytes each value is sent as (its constructor first).
+SENT = {name: encode(value) for name, value in TYPED.items()} | {
+    name: sent for name, (sent, _) in WIDE.items()}
+#: The bytes each value comes back as: its type, in the compact encoding.
+WIRE = {name: encode(value) for name, value in TYPED.items()} | {
+    name: back for name, (_, back) in WIDE.items()}
+APP = encode(Described(ULong(0x74), {name: Raw(sent) for name, sent in SENT.items()}))
 #: The same values as message annotations (symbol keys), which travel in amqp_extra.
-NOTES = encode(Described(ULong(0x72), {Symbol(name): value for name, value in TYPED.items()}))
+NOTES = encode(Described(ULong(0x72), {Symbol(name): Raw(sent) for name, sent in SENT.items()}))
 PAYLOAD = encode(Described(ULong(0x73), ["typed-1"])) + NOTES + APP + encode(
     Described(ULong(0x75), b"body"))
 
@@ -91,4 +114,4 @@ def annotations_of(payload: bytes) -> dict[str, bytes]:
 
 #: What aiosb reads each as (a plain value where its type is the plain type's: an int
 #: that is an AMQP int is an ``int``).
-READ = {name: decode_typed(wire)[0] for name, wire in WIRE.items()}
+READ = {name: decode_typed(sent)[0] for name, sent in SENT.items()}

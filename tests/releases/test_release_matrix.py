@@ -45,3 +45,30 @@ def test_the_release_runs_the_everyday_scenario(name: str) -> None:
         line = name.removeprefix("floor-")
         assert release == line or release.startswith(line + "."), release
     assert report == expected(name, release)
+
+
+#: What the transport scenario receives back: each property's class and value, the
+#: class naming its AMQP type (tests/releases/transport_scenario.py's SENT).
+TYPED = {
+    "long": ["Long", 1], "ubyte": ["UByte", 200], "symbol": ["Symbol", "sym"],
+    "short": ["Short", -300], "uint": ["UInt", 4_000_000_000], "ulong": ["ULong", 2**63],
+    "float": ["Float32", 1.5], "char": ["Char", "é"], "int": ["int", 7],
+    "string": ["str", "text"],
+}
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.runs_in_background(RUN)
+@pytest.mark.parametrize("name", list(RELEASES))
+def test_aiosbs_transport_keeps_property_types_on_the_release(name: str) -> None:
+    """aiosb's own AMQP transport (``aiosb.connect(connection_string)``) on each
+    release: a message with typed properties sent and received back with its types.
+    The transport teaches the SDK's codec the types by replacing its map decoders
+    (aiosb/transport/_amqp_values.py); before 7.15 the SDK's decoders take the buffer
+    alone, and a replacement that handed them the nesting depth broke every frame that
+    holds a map on 7.12 to 7.14 (``_decode_binary_small() takes 1 positional argument
+    but 2 were given``)."""
+    report = RUN.report(name, timeout=870, transport=True)
+    assert "error" not in report, f"{report.get('release')} at {report.get('step')}: " \
+        f"{report['error']}\n{report.get('traceback', '')}"
+    assert report == {"release": report["release"], "step": "done", "received": TYPED}
