@@ -110,7 +110,7 @@ async def scenario(connection: str, certificate: str, prefix: str,
             report["session"] = {"id": session.session_id, "state": state.decode(),
                                  "received": [str(m) for m in got_now]}
 
-        report["step"] = "missing"  # a refused link: the detach's error, read whole
+        report["step"] = "missing"  # its put-token answered 404: the SDK's error, no crash
         try:
             async with client.get_queue_sender(f"{prefix}-missing") as sender:
                 await sender.send_messages(ServiceBusMessage("nowhere"))
