@@ -46,6 +46,8 @@ PING_CONTENT_TYPE = "application/vnd.ms-servicebus-ping"
 #: Types an application property may hold (the AMQP simple types Service Bus keeps).
 PropertyValue = str | int | float | bool | bytes | None | _dt.datetime | _dt.timedelta | uuid.UUID
 
+#: The whole numbers a property may be: AMQP's long and ulong between them.
+LONG_MIN, ULONG_MAX = -(2**63), 2**64 - 1
 _PROPERTY_TYPES = (str, int, float, bool, bytes, type(None), _dt.datetime, _dt.timedelta, uuid.UUID)
 _UTC = _dt.UTC
 #: Every field of a :class:`Message`, in declaration order, and the kind of value it
@@ -316,6 +318,16 @@ class Message:
                     raise InvalidArgument(
                         f"application property {key!r} has a value of type "
                         f"{type(value).__name__}, which Service Bus cannot carry."
+                    )
+                if isinstance(value, int) and not LONG_MIN <= value <= ULONG_MAX:
+                    raise InvalidArgument(
+                        f"application property {key!r} is {value}: a whole number "
+                        "Service Bus carries fits 64 bits (AMQP's long or ulong)."
+                    )
+                if isinstance(value, _dt.datetime) and value.tzinfo is None:
+                    raise InvalidArgument(
+                        f"application property {key!r} must be a timezone-aware "
+                        f"datetime (an AMQP timestamp is an instant), not {value!r}."
                     )
         elif props is None:
             self.application_properties = {}

@@ -22,10 +22,12 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from .errors import InvalidArgument
 from .message import (
     _PROPERTY_TYPES,
+    LONG_MIN,
     MAX_ID_LENGTH,
     MESSAGE_FIELDS,
     RECEIVED_FIELDS,
     TEXT_FIELDS,
+    ULONG_MAX,
     Message,
     PropertyValue,
     ReceivedMessage,
@@ -384,9 +386,19 @@ def check_columns(bodies: list[bytes], columns: dict[str, Any]) -> None:
             all(map(property_name_ok, set().union(*props)))
             and set(map(type, values)) <= _PROPERTY_VALUE_TYPES
             and "".join([v for v in values if type(v) is str]).isascii()
+            and _carried(values)
         ):
             for p in props:
                 Message(b"", application_properties=p)
+
+
+def _carried(values: list[Any]) -> bool:
+    """Whether every whole number among plain property ``values`` fits 64 bits and every
+    datetime has a time zone (else :class:`Message` says which does not)."""
+    ints = [v for v in values if v.__class__ is int]
+    if ints and (min(ints) < LONG_MIN or max(ints) > ULONG_MAX):
+        return False
+    return all(v.tzinfo is not None for v in values if v.__class__ is _dt.datetime)
 
 
 _ZERO = _dt.timedelta(0)

@@ -9,7 +9,7 @@ import json
 import math
 import re
 import uuid
-from datetime import UTC, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import aiohttp
 import pytest
@@ -275,12 +275,26 @@ def test_a_long_run_of_digits_in_a_string_is_no_number():
         _json.loads(b"{")
 
 
-def test_whole_numbers_beyond_64_bits_survive_a_batch():
-    big = {"p": 2**64 + 1, "n": -(2**63) - 1, "t": timedelta.max}
+def test_whole_numbers_at_the_ends_of_64_bits_survive_a_batch():
+    big = {"p": 2**64 - 1, "n": -(2**63), "t": timedelta.max}
     batch = wire(_json.encode_batch([Message(b"", application_properties=big)] * 2))
     decoded = [m.application_properties for m in _json.decode_batch(batch)]
     assert decoded == [big] * 2
     assert {type(v) for p in decoded for k, v in p.items() if k != "t"} == {int}
+
+
+@pytest.mark.parametrize("value", [2**64, -(2**63) - 1, 2**70, datetime(2030, 1, 1)])
+def test_a_property_no_amqp_type_carries_is_refused_at_once(value):
+    """A whole number beyond 64 bits, or a datetime without a time zone, has no AMQP
+    type: refused when the message is made, and in a batch that arrives as columns (the
+    HTTP send path), so that no receiver over AMQP meets a message it cannot be given
+    (#47: its delivery ended the receiver's whole connection, again after each lock)."""
+    from aiosb.protocol import check_columns
+
+    with pytest.raises(errors.InvalidArgument, match="'p'"):
+        Message(b"", application_properties={"p": value})
+    with pytest.raises(errors.InvalidArgument, match="'p'"):
+        check_columns([b"a", b"b"], {"application_properties": [{"q": 1}, {"p": value}]})
 
 
 def test_dumps_falls_back_for_what_orjson_refuses():

@@ -10,9 +10,10 @@ reads what it found.
 
 Two servers, one after the other:
 
-1. With AMQP over TLS on 5671 (the SDK speaks TLS to a namespace given by name and
-   credential, and there only): the samples that authenticate so. Seconds long, first,
-   so that 5671 is free again before the suite's own test of it.
+1. With AMQP over TLS (the SDK speaks TLS to a namespace given by name and credential,
+   on port 5671 and there only: ``trust/sitecustomize.py`` forwards the sample's
+   localhost:5671 to the server's port, so 5671 may be taken): the samples that
+   authenticate so. Seconds long, first.
 2. One long-running server for the rest, in the order that found issue 33: the
    scheduling samples (sync, then aio); then both ``AutoLockRenewer`` samples beside
    every other sample; then the scheduling samples again (aio, then sync). A server
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,8 +119,6 @@ class Outcome:
     results: list[SampleResult] = field(default_factory=list)
     #: How far the server's clock read ahead of the wall clock when the samples ended.
     clock_lead: float | None = None
-    #: Why the samples that need port 5671 did not run, if they did not.
-    by_name_skipped: str | None = None
     #: Why the proxy sample did not run (port 8899 taken), if it did not.
     proxy_skipped: str | None = None
     #: What the proxy saw of the proxy sample.
@@ -186,12 +186,8 @@ class SampleRun:
         try:
             files = runnable_files()
             by_name = [f for f in files if stem(f) in BY_NAME]
-            if port_free(5671):
-                with ServerProcess(args=["--tls-dir", str(self._tls),
-                                         "--amqps-port", "5671"]) as server:
-                    self._batch(server, by_name, workers=4)
-            else:
-                self._outcome.by_name_skipped = "port 5671 is taken on this machine"
+            with ServerProcess(args=["--tls-dir", str(self._tls)]) as server:
+                self._batch(server, by_name, workers=4)
             proxied = [f for f in files if stem(f) == PROXIED]
             rest = [f for f in files if f not in by_name and f not in proxied]
             scheduling = [f"sync_samples/{SCHEDULING}.py", f"async_samples/{SCHEDULING}_async.py"]
@@ -246,6 +242,8 @@ class SampleRun:
                    SERVICEBUS_SESSION_ID="session-1",
                    REQUESTS_CA_BUNDLE=str(bundle), SSL_CERT_FILE=str(bundle),
                    AIOSB_TRUSTED_BUNDLE=str(bundle),
+                   AIOSB_AMQPS_PORT=str(urllib.parse.urlsplit(
+                       server.amqps_connection_string.split(";", 1)[0].split("=", 1)[1]).port),
                    PYTHONPATH=os.pathsep.join(filter(None, [str(TRUST),
                                                             os.environ.get("PYTHONPATH")])))
         limit = DEADLINE_SECONDS if stem(sample) in FOREVER else SAMPLE_SECONDS
