@@ -1,0 +1,72 @@
+"""The run's summary (``./dev sdk-tests``): read the stand-in plugin's ``results.jsonl``,
+print passed / failed / skipped with each failure's id and error, and write
+``report.txt`` (one sorted line per test that did not pass, to diff between runs) and
+``failures.txt`` (each failure whole). Tests that took longer than :data:`SLOW` seconds
+are listed with the server's state when they began (``timeline.tsv``), to find the
+management requests that went unanswered (issue #47)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+#: seconds: a test slower than this probably waited out one of the SDK's 60 s timeouts.
+SLOW = 55.0
+
+
+def _load(out: Path) -> dict[str, dict[str, str | float | None]]:
+    """Each test's outcome: failed if any phase failed, else the call's (or setup's)."""
+    tests: dict[str, dict[str, str | float | None]] = {}
+    path = out / "results.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        record = json.loads(line)
+        seen = tests.get(record["id"])
+        if seen is None or (record["outcome"] == "failed" and seen["outcome"] != "failed"):
+            tests[record["id"]] = record
+    return tests
+
+
+def _state_at(out: Path, when: float | None) -> str:
+    """The timeline's line nearest before ``when``: connections, TCP, deferred."""
+    if when is None:
+        return ""
+    best = ""
+    path = out / "timeline.tsv"
+    for line in path.read_text().splitlines()[1:] if path.exists() else []:
+        fields = line.split("\t")
+        try:
+            if float(fields[0]) > when:
+                break
+        except ValueError:
+            continue
+        best = (f"client connections {fields[1]}, TCP on the AMQP ports {fields[2]}, "
+                f"deferred messages {fields[3]}")
+    return best
+
+
+def summarize(release: str, out: Path, seconds: float) -> int:
+    tests = _load(out)
+    counts = {kind: sorted(i for i, t in tests.items() if t["outcome"] == kind)
+              for kind in ("passed", "failed", "skipped")}
+    lines = [f"{t['outcome'].upper()} {i} :: {t['error']}"  # type: ignore[union-attr]
+             for i, t in sorted(tests.items()) if t["outcome"] != "passed"]
+    (out / "report.txt").write_text("\n".join(lines) + "\n")
+    with (out / "failures.txt").open("w") as failures:
+        for test_id in counts["failed"]:
+            failures.write(f"{'=' * 30} {test_id}\n{tests[test_id]['detail']}\n\n")
+    slow = sorted((float(t["end"]) - float(t["start"]), i) for i, t in tests.items()  # type: ignore[arg-type]
+                  if t["start"] is not None and float(t["end"]) - float(t["start"]) > SLOW)  # type: ignore[arg-type]
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    print(f"\nazure-servicebus {release}, {date}: {len(tests)} tests in {seconds / 60:.0f} min")
+    for test_id in counts["failed"]:
+        print(f"  FAILED {test_id}\n      {tests[test_id]['error']}")
+    if slow:
+        print(f"\ntests that took over {SLOW:.0f} s (the server's state as each began):")
+        for took, test_id in slow:
+            state = _state_at(out, tests[test_id]["start"])  # type: ignore[arg-type]
+            print(f"  {took:5.0f} s {test_id}\n      {state}")
+    print(f"\nreport: {out / 'report.txt'}; each failure whole: {out / 'failures.txt'}")
+    print(f"{len(counts['passed'])} passed, {len(counts['failed'])} failed, "
+          f"{len(counts['skipped'])} skipped")
+    return 1 if counts["failed"] or not tests else 0
