@@ -6,18 +6,20 @@
 2. Makes a virtualenv of its own (``.sdk-tests/RELEASE/venv``, kept between runs) with
    that release and what its tests import. ``devtools_testutils`` (Azure's repository,
    not on PyPI) is the stand-in beside this file, ``standin/``, on ``PYTHONPATH``.
-3. Starts ``aiosb serve`` on free ports, with its log (``server.log``) and metrics, keys of
-   one right each for the tests that ask for a listen-only or send-only namespace rule,
-   and the entities a pre-provisioned namespace has (``SERVICEBUS_QUEUE_NAME``, ...).
-4. Runs the tests, one at a time, each with a timeout: every test file of ``tests/``
-   but the synchronous ``test_queues.py`` (its aio twin runs whole; ``--with-sync-queues``
-   runs it too) and ``unittests/`` (the SDK against mocks), the management tests last
-   (they empty the namespace first).
-5. Prints passed / failed / skipped and each failure with its error's first line, and
+3. Runs every test file of ``tests/`` but the synchronous ``test_queues.py`` (its aio
+   twin runs whole; ``--with-sync-queues`` runs it too) and ``unittests/`` (the SDK
+   against mocks), in ``--jobs`` groups at once (3: the management tests, which empty
+   their namespace first, in one; the rest spread by size). Each group has an
+   ``aiosb serve`` of its own on free ports (:mod:`.serving`: its log, metrics, keys of
+   one right each, a pre-provisioned namespace's entities) and one pytest, running its
+   tests one at a time, each with a timeout.
+4. Prints passed / failed / skipped and each failure with its error's first line, and
    writes, in ``.sdk-tests/RELEASE/``: ``report.txt`` (one sorted line per test that did
-   not pass: diff two runs' reports), ``failures.txt`` (each failure whole),
-   ``pytest.log``, ``server.log`` and ``timeline.tsv`` (every 2 s: the server's client
-   connections, TCP connections on its AMQP ports, deferred messages, the test running).
+   not pass: diff two runs' reports) and ``failures.txt`` (each failure whole); and in
+   ``job*/`` each group's ``pytest.log``, ``server.log`` and ``timeline.tsv`` (every 2 s:
+   the server's HTTP connections, the TCP connections on its AMQP ports (AMQP, and
+   management over HTTPS there), the files it holds open, its deferred messages, and the
+   last test ended).
 
 Run it with the project's Python (it starts ``aiosb serve`` from this checkout).
 """
@@ -26,40 +28,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
-import threading
 import time
-import urllib.request
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import aiosb
 from aiosb.auth import DEV_KEY, DEV_KEY_NAME
+
+from .serving import LIMITED_KEYS, PROVISIONED, Server, Timeline, provision
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 CACHE = ROOT / ".sdk-tests"
 STANDIN = HERE / "standin"
-NAMESPACE = "sbemulatorns"
 #: What the tests import besides the SDK (the stand-in covers devtools_testutils).
 REQUIREMENTS = ["pytest", "pytest-asyncio", "pytest-timeout", "azure-mgmt-servicebus",
                 # from 25 on, ResourceManagementClient is no longer in azure.mgmt.resource,
                 # where the SDK's preparers import it from
                 "azure-mgmt-resource<25", "aiohttp", "websocket-client", "certifi",
                 "opentelemetry-sdk", "azure-core-tracing-opentelemetry"]
-#: Keys of one right each, for namespace rules with that right only (the stand-in's ARM).
-LIMITED_KEYS = {"Send": ("sbsendonly", "c2VuZG9ubHlzZW5kb25seXNlbmRvbmx5c2VuZG9ubHk="),
-                "Listen": ("sblistenonly", "bGlzdGVub25seWxpc3Rlbm9ubHlsaXN0ZW5vbmx5bGk=")}
-#: The entities of the pre-provisioned namespace (Azure's test-resources template has
-#: them; here the run makes them), by the environment variable that names each.
-PROVISIONED = {"SERVICEBUS_QUEUE_NAME": "testqueue",
-               "SERVICEBUS_SESSION_QUEUE_NAME": "testsessionqueue",
-               "SERVICEBUS_TOPIC_NAME": "testtopic",
-               "SERVICEBUS_SUBSCRIPTION_NAME": "testsubscription"}
 
 
 def _pip(python: str, *args: str) -> None:
@@ -115,155 +106,76 @@ def venv(release: str, sdist: Path) -> str:
     return python
 
 
-@dataclass
-class Server:
-    """``aiosb serve`` on free ports, its output in ``log``."""
-
-    log: Path
-    tls: Path
-    url: str = ""
-    amqp_port: int = 0
-    amqps_port: int = 0
-    certificate: str = ""
-    proc: subprocess.Popen[str] | None = None
-
-    def start(self) -> Server:
-        keys = [arg for right, (name, key) in LIMITED_KEYS.items()
-                for arg in (f"--{right.lower()}-key", f"{name}={key}")]
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "aiosb.cli", "serve", "--host", "127.0.0.1", "--port", "0",
-             "--amqp-port", "0", "--amqps-port", "0", "--tls-dir", str(self.tls), "--metrics",
-             *keys], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-        out = self.log.open("w")
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            out.write(line)
-            if "listening on" in line:
-                self.url = line.rsplit(" ", 1)[-1].strip()
-            elif line.strip().startswith("Endpoint=sb://"):
-                self.amqp_port = int(re.findall(r"localhost:(\d+)", line)[0])
-            elif "AMQP over TLS on port " in line:
-                self.amqps_port = int(line.split("AMQP over TLS on port ", 1)[1].split(",")[0])
-            elif "certificate " in line and "over HTTPS" in line:
-                self.certificate = line.rsplit("certificate ", 1)[1].strip()
-            elif "aiosb.connect(" in line:
-                break
-        out.flush()
-        if not (self.url and self.amqps_port and self.certificate):
-            raise SystemExit(f"aiosb serve did not start as expected: see {self.log}")
-        threading.Thread(target=self._copy, args=(out,), daemon=True).start()
-        return self
-
-    def _copy(self, out) -> None:  # type: ignore[no-untyped-def]
-        assert self.proc is not None and self.proc.stdout is not None
-        for line in self.proc.stdout:
-            out.write(line)
-            out.flush()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-
-async def provision(url: str) -> None:
-    """The entities of the pre-provisioned namespace, made afresh."""
-    async with aiosb.connect(f"{url}/{NAMESPACE}") as ns:
-        await ns.create_queue(PROVISIONED["SERVICEBUS_QUEUE_NAME"])
-        await ns.create_queue(PROVISIONED["SERVICEBUS_SESSION_QUEUE_NAME"], requires_session=True)
-        await ns.create_topic(PROVISIONED["SERVICEBUS_TOPIC_NAME"])
-        await ns.create_subscription(PROVISIONED["SERVICEBUS_TOPIC_NAME"],
-                                     PROVISIONED["SERVICEBUS_SUBSCRIPTION_NAME"])
-
-
-def _tcp_established(ports: set[int]) -> int:
-    """Established TCP connections whose local port is one of ``ports`` (the server's side)."""
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) in ports:
-                count += 1
-    return count
-
-
-@dataclass
-class Timeline:
-    """Every ``every`` seconds, a line of the server's state, beside the test running."""
-
-    server: Server
-    path: Path
-    results: Path
-    every: float = 2.0
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def start(self) -> None:
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        with self.path.open("w") as out:
-            out.write("time\tclient_connections\ttcp_on_amqp_ports\tdeferred\tlast_test_ended\n")
-            while not self._stop.wait(self.every):
-                try:
-                    metrics = urllib.request.urlopen(f"{self.server.url}/metrics", timeout=5).read()
-                except OSError as exc:
-                    out.write(f"{time.time():.1f}\t?\t?\t?\t{exc}\n")
-                    continue
-                text = metrics.decode()
-                connections = re.findall(r"^aiosb_server_connections (\S+)", text, re.M)
-                deferred = sum(float(v) for v in re.findall(
-                    r'^aiosb_entity_messages\{[^}]*state="deferred"[^}]*\} (\S+)', text, re.M))
-                tcp = _tcp_established({self.server.amqp_port, self.server.amqps_port})
-                out.write(f"{time.time():.1f}\t{connections[0] if connections else '?'}\t{tcp}"
-                          f"\t{deferred:.0f}\t{_last_id(self.results)}\n")
-                out.flush()
-
-
-def _last_id(results: Path) -> str:
-    try:
-        lines = results.read_text().splitlines()
-    except OSError:
-        return ""
-    return json.loads(lines[-1])["id"] if lines else ""
-
-
-def test_paths(src: Path, with_sync_queues: bool) -> list[str]:
+def test_files(src: Path, with_sync_queues: bool) -> list[str]:
     """Every test file but the sync ``test_queues.py`` (unless asked) and the unit tests
-    (``unittests/``: the SDK against mocks, no server), the management tests last."""
-    tests = src / "tests"
-    files = sorted(p.relative_to(src).as_posix() for p in tests.rglob("test_*.py")
+    (``unittests/``: the SDK against mocks, no server)."""
+    files = sorted(p.relative_to(src).as_posix() for p in (src / "tests").rglob("test_*.py")
                    if not {"perf_tests", "unittests"} & set(p.parts))
     if not with_sync_queues:
         files.remove("tests/test_queues.py")
-    return ([f for f in files if "/mgmt_tests/" not in f]
-            + [f for f in files if "/mgmt_tests/" in f])
+    return files
 
 
-def run_tests(python: str, src: Path, server: Server, out: Path, args: argparse.Namespace
-              ) -> int:
-    """pytest in the release's venv, against ``server``; its output in ``pytest.log``."""
-    bundle = out / "bundle.pem"
-    certifi = subprocess.run([python, "-c", "import certifi; print(certifi.where())"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    bundle.write_text(Path(certifi).read_text() + Path(server.certificate).read_text())
-    env = {
-        "PATH": f"{Path(python).parent}:/usr/bin:/bin", "HOME": str(Path.home()),
+def plan(src: Path, files: list[str], jobs: int) -> list[list[str]]:
+    """The files in ``jobs`` groups, each for a server of its own: the management tests
+    in one (they empty their namespace first, which would take the others' entities), the
+    rest spread by size (the tests mostly wait: ``max_wait_time``, lock expiries)."""
+    def size(test: str) -> int:  # a file, or a test id in it
+        return (src / test.split("::", 1)[0]).stat().st_size
+
+    mgmt = [f for f in files if "/mgmt_tests/" in f]
+    rest = sorted((f for f in files if f not in mgmt), key=lambda f: -size(f))
+    groups: list[list[str]] = [[] for _ in range(max(1, jobs - 1 if mgmt else jobs))]
+    sizes = [0] * len(groups)
+    for f in rest:
+        smallest = sizes.index(min(sizes))
+        groups[smallest].append(f)
+        sizes[smallest] += size(f)
+    if mgmt and jobs > 1:
+        groups.append(mgmt)
+    elif mgmt:
+        groups[0] += mgmt  # one server: the management tests last
+    # in each group, the order given (the files' order, or the ids' as the user gave them)
+    return [sorted(g, key=lambda f: ("/mgmt_tests/" in f, files.index(f))) for g in groups if g]
+
+
+def run_job(python: str, src: Path, out: Path, files: list[str], args: argparse.Namespace
+            ) -> None:
+    """One server, and pytest in the release's venv against it, on ``files``."""
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.jsonl"
+    results.unlink(missing_ok=True)
+    server = Server(out / "server.log", CACHE / "tls").start()
+    timeline = Timeline(server, out / "timeline.tsv", results)
+    try:
+        asyncio.run(provision(server.url))
+        timeline.start()
+        bundle = out / "bundle.pem"
+        certifi = subprocess.run([python, "-c", "import certifi; print(certifi.where())"],
+                                 check=True, capture_output=True, text=True).stdout.strip()
+        bundle.write_text(Path(certifi).read_text() + Path(server.certificate).read_text())
+        command = [python, "-m", "pytest", "-c", str(STANDIN / "pytest.ini"), "--rootdir",
+                   str(src), "-p", "devtools_testutils.plugin", "-p", "no:cacheprovider",
+                   f"--timeout={args.timeout}", "-rN", "-q", *files,
+                   *(a for a in args.pytest_args if not a.startswith("tests/"))]
+        with (out / "pytest.log").open("w") as log:
+            subprocess.run(command, cwd=src, env=environment(server, bundle, results),
+                           stdout=log, stderr=subprocess.STDOUT)
+    finally:
+        timeline.stop()
+        server.stop()
+
+
+def environment(server: Server, bundle: Path, results: Path) -> dict[str, str]:
+    """What the tests and the stand-in read: the namespace, its keys and entities, the
+    port map and the trust (``standin/sitecustomize.py``)."""
+    return {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(Path.home()),
         "PYTHONPATH": str(STANDIN), "AIOSB_PORT_MAP": f"5671={server.amqps_port},"
                                                       f"443={server.amqps_port}",
         "AIOSB_TRUSTED_BUNDLE": str(bundle), "SSL_CERT_FILE": str(bundle),
         "REQUESTS_CA_BUNDLE": str(bundle), "AIOSB_SDK_TESTS_HOST": "localhost",
-        "AIOSB_SDK_TESTS_RESULTS": str(out / "results.jsonl"),
+        "AIOSB_SDK_TESTS_RESULTS": str(results),
         "AIOSB_SDK_TESTS_KEYS": ",".join(f"{right}={name}:{key}"
                                          for right, (name, key) in LIMITED_KEYS.items()),
         # The namespace's host has no suffix: the port map stands for DNS (sitecustomize).
@@ -276,15 +188,6 @@ def run_tests(python: str, src: Path, server: Server, out: Path, args: argparse.
         "SERVICEBUS_SESSION_QUEUE_SAS_KEY": DEV_KEY, "SERVICEBUS_SESSION_ID": "session-1",
         **PROVISIONED,
     }
-    chosen = [a for a in args.pytest_args if a.startswith("tests/")]
-    command = [python, "-m", "pytest", "-c", str(STANDIN / "pytest.ini"), "--rootdir", str(src),
-               "-p", "devtools_testutils.plugin", "-p",
-               "no:cacheprovider", f"--timeout={args.timeout}", "-rN", "-q",
-               *(chosen or test_paths(src, args.with_sync_queues)),
-               *(a for a in args.pytest_args if a not in chosen)]
-    with (out / "pytest.log").open("w") as log:
-        return subprocess.run(command, cwd=src, env=env, stdout=log,
-                              stderr=subprocess.STDOUT).returncode
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,32 +195,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("release", nargs="?", help="azure-servicebus release (default: the "
                         "newest 7.x on PyPI)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per test (300)")
+    parser.add_argument("--jobs", type=int, default=3, help="servers, each with its own "
+                        "pytest on a share of the files, at once (3; 1: one after another)")
     parser.add_argument("--with-sync-queues", action="store_true",
                         help="run the synchronous test_queues.py too (about as long again)")
-    parser.add_argument("pytest_args", nargs="*", help="after --: more pytest arguments "
-                        "(-k EXPR; test files or ids, tests/..., to run only those)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--out", type=Path, help="where the logs and reports go (default: "
+                        ".sdk-tests/RELEASE/)")
+    parser.epilog = ("After --, more pytest arguments: -k EXPR, or test files or ids "
+                     "(tests/...) to run only those.")
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    args.pytest_args = argv[split + 1:]
     release, sdist = fetch(args.release)
     src = unpack(release, sdist)
     python = venv(release, sdist)
-    out = CACHE / release
-    results = out / "results.jsonl"
-    results.unlink(missing_ok=True)
-    server = Server(out / "server.log", CACHE / "tls").start()
-    timeline = Timeline(server, out / "timeline.tsv", results)
+    out = (args.out or CACHE / release).resolve()
+    chosen = [a for a in args.pytest_args if a.startswith("tests/")]
+    groups = plan(src, chosen or test_files(src, args.with_sync_queues), args.jobs)
+    jobs = [out / f"job{k}" for k in range(len(groups))]
+    for old in out.glob("job*"):
+        shutil.rmtree(old)
+    print(f"sdk-tests: azure-servicebus {release}'s tests against aiosb serve, "
+          f"{len(groups)} server(s) at once; logs in {out}/job*/")
     started = time.time()
-    try:
-        asyncio.run(provision(server.url))
-        timeline.start()
-        print(f"sdk-tests: azure-servicebus {release}'s tests against aiosb serve "
-              f"(AMQP over TLS on {server.amqps_port}); the log in {out}/")
-        run_tests(python, src, server, out, args)
-    finally:
-        timeline.stop()
-        server.stop()
+    with ThreadPoolExecutor(len(groups)) as pool:
+        list(pool.map(lambda job: run_job(python, src, *job, args), zip(jobs, groups,
+                                                                         strict=True)))
     from .report import summarize
 
-    return summarize(release, out, time.time() - started)
+    return summarize(release, out, jobs, time.time() - started)
 
 
 if __name__ == "__main__":
