@@ -56,7 +56,7 @@ def pytest_runtest_makereport(item, call):
 def _detail(report):
     """The failure whole: its traceback, then the tail of what the test printed and
     logged (the SDK's own log lines say what it was waiting for)."""
-    captured = "".join(f"\n----- {name}\n{content[-12000:]}" for name, content in report.sections)
+    captured = "".join(f"\n----- {name}\n{content[-60000:]}" for name, content in report.sections)
     return str(report.longrepr)[-20000:] + captured
 
 
