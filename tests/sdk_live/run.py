@@ -194,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="./dev sdk-tests", description=__doc__.split("\n\n")[0])
     parser.add_argument("release", nargs="?", help="azure-servicebus release (default: the "
                         "newest 7.x on PyPI)")
-    parser.add_argument("--timeout", type=int, default=300, help="seconds per test (300)")
+    parser.add_argument("--timeout", type=int, default=420, help="seconds per test (420: "
+                        "the longest test waits 305 s by design)")
     parser.add_argument("--jobs", type=int, default=3, help="servers, each with its own "
                         "pytest on a share of the files, at once (3; 1: one after another)")
     parser.add_argument("--with-sync-queues", action="store_true",
