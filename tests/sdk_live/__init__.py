@@ -1,0 +1,1 @@
+"""Microsoft's live tests for azure-servicebus against aiosb serve (./dev sdk-tests, #47)."""

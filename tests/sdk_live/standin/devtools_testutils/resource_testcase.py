@@ -1,0 +1,3 @@
+"""``devtools_testutils.resource_testcase``: the resource group's parameter name."""
+
+RESOURCE_GROUP_PARAM = "resource_group"
