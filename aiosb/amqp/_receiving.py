@@ -105,10 +105,12 @@ def _token_bytes(token: str) -> bytes:
 
 
 def delivery_tag(message: ReceivedMessage) -> bytes:
-    """The delivery tag: the lock token's little-endian bytes (16 zero bytes unlocked)."""
+    """The delivery tag: the lock token's little-endian bytes; empty for a delivery with no
+    lock (received and deleted), as Service Bus sends it (the SDKs then give no lock
+    token, where 16 zero bytes read as the lock token 00000000-...)."""
     token = message.lock_token
     if token is None:
-        return bytes(16)
+        return b""
     raw = _token_bytes(token)
     return raw[3::-1] + raw[5:3:-1] + raw[7:5:-1] + raw[8:]
 
@@ -153,9 +155,12 @@ def delivery_payload(m: ReceivedMessage, *, delivered: bool = True) -> bytes:
     put_long(notes, m.sequence_number)
     notes += _ENQUEUED_KEY
     notes += _TIMESTAMP.pack(0x83, _epoch_millis(m.enqueued_timestamp))
-    notes += _STATE_KEY
-    notes += _STATE_VALUES.get(m.state or "active", b"\x55\x00")
-    pairs = 3
+    pairs = 2
+    state = _STATE_VALUES.get(m.state) if m.state != "active" else None
+    if state is not None:  # as Service Bus: an active message's state goes unsaid
+        notes += _STATE_KEY
+        notes += state
+        pairs += 1
     if m.locked_until_timestamp is not None:
         notes += _LOCKED_UNTIL_KEY
         notes += _TIMESTAMP.pack(0x83, _epoch_millis(m.locked_until_timestamp))
@@ -231,8 +236,9 @@ def _payload_kept(m: ReceivedMessage, count: int, extra: Sections, delivered: bo
     notes: dict[Any, Any] = {
         _SEQUENCE: m.sequence_number,
         _ENQUEUED: _instant(m.enqueued_timestamp),
-        _STATE: _STATES.get(m.state or "active", 0),
     }
+    if m.state != "active" and m.state in _STATES:
+        notes[_STATE] = _STATES[m.state]
     if m.locked_until_timestamp is not None:
         notes[_LOCKED_UNTIL] = _instant(m.locked_until_timestamp)
     if m.partition_key is not None:

@@ -337,3 +337,38 @@ async def test_a_fault_on_management_does_not_hold_up_tokens_or_links(server):
                     "q1", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
                 [got] = await receiver.receive_messages(max_wait_time=5)
     assert b"".join(got.body) == b"on time"
+
+
+async def test_what_a_received_and_deleted_or_active_message_leaves_unsaid(server):
+    """As Service Bus sends them (#47: Microsoft's backcompat tests compare the encoded
+    size and count the annotations): a delivery with no lock has an empty delivery
+    tag (so the SDK gives no lock token, where 16 zero bytes read as 00000000-...); an
+    active message carries no ``x-opt-message-state`` (the SDK reads its absence as
+    active), a deferred one does."""
+    from azure.servicebus import ServiceBusMessageState
+
+    await emulator.namespace(NAMESPACE).send("q1", [Message(b"a"), Message(b"b")])
+    async with ServiceBusClient.from_connection_string(server.connection_string()) as client:
+        async with client.get_queue_receiver(
+                "q1", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+            [gone] = await receiver.receive_messages(max_wait_time=5)
+        assert gone.lock_token is None
+        assert gone.raw_amqp_message.delivery_annotations == {}
+        assert b"x-opt-message-state" not in gone.raw_amqp_message.annotations
+        assert gone.state == ServiceBusMessageState.ACTIVE
+        async with client.get_queue_receiver("q1") as receiver:
+            [locked] = await receiver.receive_messages(max_wait_time=5)
+            assert b"x-opt-message-state" not in locked.raw_amqp_message.annotations
+            await receiver.defer_message(locked)
+            [deferred] = await receiver.peek_messages(1, sequence_number=locked.sequence_number)
+            assert deferred.state == ServiceBusMessageState.DEFERRED
+            await receiver.complete_message((await receiver.receive_deferred_messages(
+                [locked.sequence_number]))[0])
+
+    await emulator.namespace(NAMESPACE).send("q1", [Message(b"c")])
+    raw = await _receiver(server, 1, credit=1)  # received and deleted: settled, no lock
+    async with asyncio.timeout(10):
+        while (got := await raw.read())[0] != p.TRANSFER:
+            pass
+    assert got[1][2] == b""  # the delivery tag
+    raw.writer.close()
