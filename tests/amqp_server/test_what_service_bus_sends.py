@@ -372,3 +372,23 @@ async def test_what_a_received_and_deleted_or_active_message_leaves_unsaid(serve
             pass
     assert got[1][2] == b""  # the delivery tag
     raw.writer.close()
+
+
+async def test_a_partition_key_sent_as_a_binary_is_taken_as_its_text(server):
+    """The Python SDK's synchronous sender can write ``x-opt-partition-key`` as a
+    binary (Microsoft's test_session_by_session_client_conn_str_receive_handler_
+    peeklock), and Service Bus takes it as the text its UTF-8 spells (#47); a binary
+    that is not UTF-8 is refused, saying so."""
+    async with ServiceBusClient.from_connection_string(server.connection_string()) as client:
+        async with client.get_queue_sender("sq") as sender:
+            message = ServiceBusMessage("keyed", session_id="s1")
+            message.raw_amqp_message.annotations[b"x-opt-partition-key"] = b"s1"
+            await sender.send_messages(message)
+            bad = ServiceBusMessage("keyed", session_id="s1")
+            bad.raw_amqp_message.annotations[b"x-opt-partition-key"] = b"\xff"
+            with pytest.raises(ServiceBusError, match="not UTF-8"):
+                await sender.send_messages(bad)
+        async with client.get_queue_receiver("sq", session_id="s1") as receiver:
+            [kept] = await receiver.receive_messages(max_wait_time=5)
+            await receiver.complete_message(kept)
+    assert (str(kept), kept.partition_key, kept.session_id) == ("keyed", "s1", "s1")
