@@ -351,9 +351,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_cmd.add_argument("--tls", action="store_true",
                            help="serve HTTPS with a self-signed certificate for localhost, made "
                            "in --tls-dir (needs cryptography: pip install aiosb[tls])")
-    serve_cmd.add_argument("--tls-dir", default=".aiosb-tls",
+    serve_cmd.add_argument("--tls-dir", default=None,
                            help="where --tls (and, without --tls, the AMQP port's management "
-                           "over HTTPS) keeps its self-signed certificate and key")
+                           "over HTTPS) keeps its self-signed certificate and key, a folder "
+                           "of yours only (default: per user, $XDG_STATE_HOME/aiosb/tls or "
+                           "~/.local/state/aiosb/tls; see docs/server.md)")
     serve_cmd.add_argument("--quiet", action="store_true",
                            help="no line per request (they are on by default)")
     serve_cmd.add_argument("--metrics", action="store_true",
@@ -419,22 +421,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             tls = None
             if (args.tls_cert is None) != (args.tls_key is None):
                 parser.error("--tls-cert and --tls-key go together")
-            if args.tls_cert is not None:
-                tls = (args.tls_cert, args.tls_key)
-            elif args.tls:
-                from .emulator._tls import self_signed
+            from .emulator._tls import UnsafeTlsFolder, default_dir, self_signed
 
-                cert, tls_key = self_signed(args.tls_dir, reuse=True)
-                tls = (str(cert), str(tls_key))
-            amqp_tls = tls
-            if amqp_tls is None and not args.no_amqp:
-                # The AMQP port answers TLS with the management API (#34): with the
-                # certificate in --tls-dir, made once, where cryptography is installed.
-                from .emulator._tls import self_signed
-
-                with contextlib.suppress(ImportError):
-                    cert, tls_key = self_signed(args.tls_dir, reuse=True)
-                    amqp_tls = (str(cert), str(tls_key))
+            tls_dir = args.tls_dir or default_dir()  # per user, not the working directory
+            try:
+                if args.tls_cert is not None:
+                    tls = (args.tls_cert, args.tls_key)
+                elif args.tls:
+                    cert, tls_key = self_signed(tls_dir, reuse=True)
+                    tls = (str(cert), str(tls_key))
+                amqp_tls = tls
+                if amqp_tls is None and not args.no_amqp:
+                    # The AMQP port answers TLS with the management API (#34): with the
+                    # certificate in --tls-dir, made once, where cryptography is installed.
+                    with contextlib.suppress(ImportError):
+                        cert, tls_key = self_signed(tls_dir, reuse=True)
+                        amqp_tls = (str(cert), str(tls_key))
+            except UnsafeTlsFolder as exc:  # #48: a key only in a folder of the user's own
+                print(f"aiosb: {exc}", file=sys.stderr)
+                return 2
             keys: dict[str, tuple[str, tuple[str, ...]]] = {}
             for option, right in ((args.send_key, "Send"), (args.listen_key, "Listen")):
                 for text in option:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import time
 
 import pytest
@@ -19,6 +22,21 @@ from aiosb._clock import CLOCK
 
 #: seconds: how far the clock may read past the wall clock (the two are read apart).
 SKEW = 0.005
+
+
+#: The per-user state folder of this session (#48): ``aiosb serve`` keeps its certificate
+#: and key in ``$XDG_STATE_HOME/aiosb/tls`` unless ``--tls-dir`` says, and no test writes
+#: into the real home folder (servers the tests start inherit it).
+_STATE_HOME = tempfile.mkdtemp(prefix="aiosb-state-")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ["XDG_STATE_HOME"] = _STATE_HOME
+    os.environ["LOCALAPPDATA"] = _STATE_HOME  # Windows' per-user folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_STATE_HOME, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
