@@ -79,7 +79,7 @@ def test_official_admin_blocks_run_with_the_data_plane_connection_string(block: 
     with ServerProcess(args=["--tls-dir", str(tmp_path)]) as server:
         amqp = server.amqp_connection_string.split("sb://", 1)[1].split(";", 1)[0]
         code = (block.code.replace(AMQP, amqp)
-                .replace(".aiosb-tls/aiosb-cert.pem", server.certificate))
+                .replace("~/.local/state/aiosb/tls/aiosb-cert.pem", server.certificate))
         exec(block.with_code(code).compiled(), {"__name__": "__main__"})
 
         async def made() -> list[str]:

@@ -46,8 +46,10 @@ def tls_failure(exc: BaseException, where: str, not_tls_hint: str = "") -> Inval
             )
         return InvalidOperation(
             f"the server at {where} presented a certificate this machine does not trust "
-            f"({reason}). For `aiosb serve --tls`, trust the certificate it wrote: "
-            "SSL_CERT_FILE=.aiosb-tls/aiosb-cert.pem (its --tls-dir) in the environment."
+            f"({reason}). For `aiosb serve`, trust the certificate its banner names "
+            "(aiosb-cert.pem in its TLS folder, ~/.local/state/aiosb/tls on Linux unless "
+            "--tls-dir says): SSL_CERT_FILE=THAT_FILE in the environment, or "
+            "connection_verify=THAT_FILE."
         )
     if any("WRONG_VERSION_NUMBER" in str(c) for c in causes):
         return InvalidOperation(
