@@ -359,11 +359,12 @@ def test_qpid_proton_trusts_the_leaf_and_sends_over_amqp_over_tls(tmp_path: Path
 
     from aiosb.auth import DEV_KEY, DEV_KEY_NAME
 
-    class SendOne(MessagingHandler):  # type: ignore[misc]
+    class SendOne(MessagingHandler):
         def __init__(self, url: str, cert: str) -> None:
             super().__init__()
             self.url, self.cert = url, cert
-            self.accepted, self.errors = False, list[str]()
+            self.accepted = False
+            self.errors: list[str] = []
 
         def on_start(self, event: Any) -> None:
             domain = proton.SSLDomain(proton.SSLDomain.MODE_CLIENT)
