@@ -108,7 +108,8 @@ def test_the_names_allowed() -> None:
                  "sb.internal", None):
         assert hosts.allows(host), host
     for host in ("attacker.test", "attacker.test:5380", "evil.localhost", "0.0.0.0.evil",
-                 "sbemulatorns.servicebus.windows.net", "", "emulator.test.evil"):
+                 "sbemulatorns.servicebus.windows.net", "", "emulator.test.evil",
+                 "localhost:80@attacker.test", "[::1]x", "localhost:x"):
         assert not hosts.allows(host), host
     assert AllowedHosts("myhost.lan").allows("myhost.lan:5380")
     assert not AllowedHosts().allows("myhost.lan")

@@ -40,10 +40,15 @@ def host_name(host: str) -> str:
     the port, brackets or a trailing dot."""
     host = host.strip().lower()
     if host.startswith("["):
-        host = host[1:].partition("]")[0]
+        name, _, rest = host[1:].partition("]")
     elif host.count(":") == 1:
-        host = host.partition(":")[0]
-    return host.rstrip(".")
+        name, colon, port = host.partition(":")
+        rest = colon + port
+    else:
+        name, rest = host, ""
+    if rest and not (rest[0] == ":" and rest[1:].isdigit()):
+        return host  # not name[:port]: matches no name
+    return name.rstrip(".")
 
 
 def _is_address(name: str) -> bool:
