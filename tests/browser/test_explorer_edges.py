@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 from playwright.sync_api import expect
@@ -19,10 +20,17 @@ from yarl import URL
 
 import aiosb
 from aiosb import Message
+from aiosb.amqp._websocket import PATH, websocket_handler
 from aiosb.auth import DEV_KEY, DEV_KEY_NAME, SasCredential
 from aiosb.bridge import Bridge
 from aiosb.emulator.process import ServerProcess
-from aiosb.emulator.server import EmulatorServer, _explorer, _explorer_auth, _explorer_ops
+from aiosb.emulator.server import (
+    EmulatorServer,
+    _explorer,
+    _explorer_auth,
+    _explorer_ops,
+    serve,
+)
 from aiosb.emulator.server._hosts import AllowedHosts
 
 from .conftest import CHROMIUM, CHROMIUM_ARGS, unique
@@ -98,6 +106,33 @@ def test_a_rebinding_request_gets_421_from_the_explorer_and_rest_and_changes_not
         assert raw(server, "GET", "/explorer/api/me", own)[0] == 401, own
 
 
+def test_a_websocket_from_another_sites_page_is_refused(bridge: Bridge) -> None:
+    """A browser opens a WebSocket from any site's page, with no CORS, naming the page in
+    Origin: AMQP over WebSockets with the well-known key needs no rebinding at all. An
+    upgrade from a page at another site (or a sandboxed page, Origin null) is refused with
+    403; from a page at localhost, or with no Origin (clients outside a browser), it goes
+    on (here to a handler that serves no AMQP: 503)."""
+    upgrade = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+               "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+               "Sec-WebSocket-Protocol": "AMQPWSB10"}
+
+    async def test() -> None:
+        async with serve(routes={PATH: websocket_handler(lambda: None)}) as served, \
+                aiohttp.ClientSession() as http:
+            for origin, status in (("https://evil.example", 403), ("null", 403),
+                                   (f"http://{ATTACKER}", 403),
+                                   ("http://localhost:3000", 503), ("http://127.0.0.1", 503),
+                                   (None, 503)):
+                headers = {**upgrade, **({} if origin is None else {"Origin": origin})}
+                async with http.get(f"{served.url}{PATH}", headers=headers) as answer:
+                    assert answer.status == status, (origin, await answer.text())
+            async with http.get(f"{served.url}/{unique('wsplain')}/q",
+                                headers={"Origin": "https://evil.example"}) as answer:
+                assert answer.status == 401  # not an upgrade: the signature check answers
+
+    bridge.run(test(), timeout=30)
+
+
 def test_the_names_allowed() -> None:
     """localhost, any IP address (an address cannot be re-resolved), the listening host
     when it is a name, and the names added; nothing else, a subdomain of localhost and
@@ -111,6 +146,10 @@ def test_the_names_allowed() -> None:
                  "sbemulatorns.servicebus.windows.net", "", "emulator.test.evil",
                  "localhost:80@attacker.test", "[::1]x", "localhost:x"):
         assert not hosts.allows(host), host
+    assert hosts.allows_origin("http://emulator.test:3000")
+    assert hosts.allows_origin("https://[::1]:8443")
+    for origin in ("null", "https://attacker.test", "file://", "chrome-extension://x", ""):
+        assert not hosts.allows_origin(origin), origin
     assert AllowedHosts("myhost.lan").allows("myhost.lan:5380")
     assert not AllowedHosts().allows("myhost.lan")
 

@@ -21,6 +21,7 @@ request without ``Host`` (HTTP/1.0, which no browser sends) is answered as befor
 from __future__ import annotations
 
 import ipaddress
+import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
@@ -79,6 +80,16 @@ class AllowedHosts:
         name = host_name(host)
         return name in self.names or _is_address(name)
 
+    def allows_origin(self, origin: str) -> bool:
+        """Whether a page of ``origin`` (``scheme://host[:port]``) is at one of the
+        server's names."""
+        try:
+            parts = urllib.parse.urlsplit(origin.strip())
+        except ValueError:
+            return False
+        return parts.scheme in ("http", "https") and bool(parts.netloc) and self.allows(
+            parts.netloc)
+
     def middleware(self, refused: Callable[[web.Request, int], None] | None = None
                    ) -> Middleware:
         """An aiohttp middleware answering a foreign ``Host`` 421 before any handler
@@ -87,11 +98,19 @@ class AllowedHosts:
         @web.middleware
         async def check_host(request: web.Request, handler: Handler) -> web.StreamResponse:
             host = request.headers.get("Host")
+            status, said = MISDIRECTED, refusal(str(host))
             if self.allows(host):
-                return await handler(request)
+                origin = request.headers.get("Origin")
+                if (origin is None or request.headers.get("Upgrade", "").lower() != "websocket"
+                        or self.allows_origin(origin)):
+                    return await handler(request)
+                status = 403
+                said = (f"A WebSocket from a page of {origin[:100]!r} is refused: this "
+                        "server takes WebSockets from pages at localhost, IP addresses and "
+                        "the names given with aiosb serve --allow-host NAME.\n")
             if refused is not None:
-                refused(request, MISDIRECTED)
-            return web.Response(status=MISDIRECTED, text=refusal(str(host)), headers={
+                refused(request, status)
+            return web.Response(status=status, text=said, headers={
                 "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
 
         return check_host
