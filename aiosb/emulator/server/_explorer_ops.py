@@ -172,7 +172,7 @@ async def peek(ns: EmulatorNamespace, path: str, sub: str, start: int, count: in
                     break
         at = (found[-1] if len(found) == count else got[-1]).sequence_number + 1
     views: list[dict[str, Any]] = []
-    used = 0
+    used = 64  # the answer's own keys ("next", "cut")
     for m in found:
         view = message_view(m)
         used += len(json.dumps(view)) + 2  # as the answer encodes it, with ", "
