@@ -103,6 +103,7 @@ async def serve_forever(
     microsoft: bool = False,
     explorer: bool = True,
     fsync: bool = False,
+    allow_hosts: tuple[str, ...] = (),
 ) -> None:
     """Serve the emulator over HTTP (and AMQP 1.0 on ``amqp_port``, for the official SDKs)
     until interrupted, printing how to connect and (unless ``quiet``) a line per
@@ -113,11 +114,13 @@ async def serve_forever(
     namespace on Azure. ``config`` (an :class:`aiosb.msconfig.EmulatorConfig`) is made
     in the namespace before the server listens; ``microsoft`` answers as Microsoft's
     emulator does besides (``GET /health``, its development key); ``explorer`` serves the
-    Service Bus Explorer, a web page, at ``/explorer/``."""
+    Service Bus Explorer, a web page, at ``/explorer/``; ``allow_hosts``: names the HTTP
+    server answers to besides localhost, IP addresses and ``host`` (DNS rebinding)."""
     from .amqp._websocket import PATH, websocket_handler
     from .amqp.server import AmqpServer, serve_amqp
     from .auth import key_table
     from .emulator.server import DEV_KEY, serve
+    from .emulator.server._hosts import AllowedHosts
 
     if not quiet:
         _log_to_stdout()
@@ -146,6 +149,7 @@ async def serve_forever(
         keys=keys,
         log_requests=not quiet, metrics=metrics, ssl_context=ssl_context,
         root=namespace, routes=routes, also_key=also, prepare=prepare, explorer=explorer,
+        allow_hosts=allow_hosts,
     ) as served, contextlib.AsyncExitStack() as stack:
         if amqp_port is not None:
             try:
@@ -215,6 +219,12 @@ async def serve_forever(
         if explorer:
             _say(f"  Service Bus Explorer in the browser: {served.url}/explorer/ (sign in with "
                  "a key of the server's)")
+        names = ", ".join(sorted(AllowedHosts(host, allow_hosts).names))
+        _say(f"  HTTP answers for {names} and IP addresses; any other Host gets 421 (DNS "
+             "rebinding; add a name with --allow-host NAME)")
+        if host in ("0.0.0.0", "::", ""):
+            _say("    on every interface: a name other machines reach this one by (a compose "
+                 "service's, a DNS name) needs --allow-host")
         if not quiet:
             _say("  a line per request follows (--quiet turns them off)")
         if tls is None:
@@ -376,6 +386,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                            help="listen and answer as Microsoft's emulator: AMQP on 5672, "
                            "HTTP on 5300 with GET /health, its development key SAS_KEY_VALUE "
                            "accepted too, no AMQP over TLS unless --amqps-port is given")
+    serve_cmd.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                           help="a name clients reach the HTTP port by, besides localhost and IP "
+                           "addresses (repeatable; any other Host is answered 421)")
     serve_cmd.add_argument("--no-explorer", action="store_true",
                            help="do not serve the Service Bus Explorer web page at /explorer/")
     args = parser.parse_args(argv)
@@ -454,7 +467,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               amqps_port=None if microsoft and not amqps_given
                               else args.amqps_port,
                               config=config, microsoft=microsoft,
-                              explorer=not args.no_explorer, fsync=args.fsync),
+                              explorer=not args.no_explorer, fsync=args.fsync,
+                              allow_hosts=tuple(args.allow_host)),
                 args.loop)
         if args.command == "demo":
             if args.orders < 10:

@@ -137,6 +137,7 @@ from ... import emulator
 from ...auth import DEV_KEY, DEV_KEY_NAME, SasCredential
 from .._durable import Journal
 from ._app import BODY_SECONDS, MAX_BODY, EmulatorServer, Handler
+from ._hosts import AllowedHosts
 from ._http import MAX_WAIT, PAGE, right_needed
 
 _right_needed = right_needed  # the name the tests knew
@@ -268,6 +269,7 @@ async def serve(
     also_key: str | None = None,
     prepare: Callable[[], Awaitable[None]] | None = None,
     explorer: bool = False,
+    allow_hosts: Iterable[str] = (),
 ) -> AsyncIterator[ServedEmulator]:
     """Serve the emulator over HTTP on the running loop, for the ``async with`` block.
 
@@ -306,6 +308,10 @@ async def serve(
             stops the server before it listens.
         explorer: Serve the Service Bus Explorer, a web page signed in to with a key
             of the server's, at ``/explorer/`` (:mod:`._explorer`; ``aiosb serve`` does).
+        allow_hosts: Names the server answers to besides ``localhost``, IP addresses and
+            ``host`` (when it is a name): a request with any other ``Host`` is answered
+            421 before anything else, on every route (DNS rebinding; ``aiosb serve
+            --allow-host``; :mod:`._hosts`).
 
     Yields:
         A :class:`ServedEmulator` with the bound URL and the credential.
@@ -332,7 +338,8 @@ async def serve(
             raise
     server = EmulatorServer(key_name=key_name, key=key, journal=journal, keys=keys,
                             log_requests=log_requests, metrics=metrics, root=root,
-                            routes=routes, also_key=also_key, explorer=explorer)
+                            routes=routes, also_key=also_key, explorer=explorer,
+                            hosts=AllowedHosts(host, allow_hosts))
     # handler_cancellation: a client that hangs up (its own timeout) cancels the
     # operation it asked for, so that a long poll does not lock messages for nobody.
     runner = web.AppRunner(

@@ -7,6 +7,7 @@ durable journal before it answers."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -26,6 +27,7 @@ from .. import EmulatorNamespace, exists, namespace
 from .._durable import Journal
 from . import _extensions, _fault_api, _manage, _rest_plane
 from ._explorer import Explorer
+from ._hosts import AllowedHosts
 from ._http import (
     Route,
     bounded,
@@ -78,11 +80,13 @@ class EmulatorServer:
         routes: Mapping[str, Handler] | None = None,
         also_key: str | None = None,
         explorer: bool = False,
+        hosts: AllowedHosts | None = None,
     ) -> None:
         table = key_table(key_name, key, keys, also=also_key)
         #: GET handlers by path, before the catch-all (AMQP over WebSockets, from above).
         self._routes = dict(routes or {})
         self._auth = SasChecker(table)
+        self.hosts = hosts or AllowedHosts()
         self._journal = journal
         #: The Service Bus Explorer at /explorer/ (:mod:`._explorer`), if served.
         self.explorer = Explorer(table, self._namespace, journal,
@@ -104,8 +108,11 @@ class EmulatorServer:
 
     def app(self) -> web.Application:
         """The aiohttp application (one catch-all route; the server parses paths itself)."""
-        app = web.Application(client_max_size=MAX_BODY)
         observer = self._observer
+        told = None if observer is None else functools.partial(observer.request, seconds=0.0)
+        # The Host check first, before any route's handler (DNS rebinding, #48).
+        app = web.Application(client_max_size=MAX_BODY,
+                              middlewares=[self.hosts.middleware(told)])
         if observer is not None and observer.registry is not None:
             app.router.add_get("/metrics", observer.metrics)  # unsigned, as scrapers are
         for path, handler in self._routes.items():

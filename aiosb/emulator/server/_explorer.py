@@ -9,7 +9,8 @@ with its rights) in constant time and answers with a session cookie: random, ``H
 :data:`SESSION_SECONDS` (and on ``POST /explorer/api/signout``). The key never leaves
 the server's memory again. Over plain HTTP only a client on the server's machine may
 sign in (the key would cross the network readable), and a client address that keeps
-giving wrong keys waits longer and longer (:mod:`._explorer_auth`). A page that
+giving wrong keys for a key name is slowed, never refused the right key
+(:mod:`._explorer_auth`). A page that
 signed each request with a SAS token it made would need the key in script, and
 WebCrypto, which browsers give only to secure contexts (HTTPS or localhost).
 
@@ -24,7 +25,9 @@ or ``Sec-Fetch-Site`` naming another site); every request that changes anything 
 carry the session's CSRF token in the ``X-Aiosb-Csrf`` header, which a page of another
 site can neither read nor send without a CORS preflight the server never approves (and
 the cookie is ``SameSite=Strict`` besides). Signing in needs the ``X-Aiosb-Explorer``
-header, for the same reason.
+header, for the same reason. A page whose own name was re-pointed at the server (DNS
+rebinding) passes those checks, its ``Origin`` and ``Host`` agreeing; the server's
+``Host`` check (:mod:`._hosts`), before any route, answers it 421.
 
 **Live.** ``GET /explorer/api/events`` is a stream of server-sent events: the
 namespaces (entities, counts, size, messages in and out per second, and for a Manage
@@ -61,7 +64,16 @@ from ...wire import status as _status
 from .. import EmulatorNamespace
 from .._durable import Journal
 from . import _explorer_ops as ops
-from ._explorer_auth import SESSION_SECONDS, Session, Sessions, Throttle, may_sign_in, visible
+from ._explorer_auth import (
+    PAUSE_SECONDS,
+    SESSION_SECONDS,
+    SLOW_SECONDS,
+    Session,
+    Sessions,
+    Throttle,
+    may_sign_in,
+    visible,
+)
 from ._explorer_live import Sampler
 from ._metrics import access_log
 
@@ -241,24 +253,31 @@ class Explorer:
         if why_not is not None:
             raise Refused(403, why_not)
         client = str(request.remote)
-        wait = self._throttle.wait(client)
-        if wait > 0:
-            raise Refused(429, f"too many wrong keys from {client[:60]}: try again in "
-                               f"{math.ceil(wait)} s.", {"Retry-After": str(math.ceil(wait))})
         fields = await _arguments(request)
         name, key = fields.get("key_name"), fields.get("key")
         if not isinstance(name, str) or not isinstance(key, str) or not name or not key:
             raise Refused(400, "give a key name and a key.")
         said["key_name"] = name
         entry = self._keys.get(name)
-        secrets_of = () if entry is None else (
-            entry[0] if isinstance(entry[0], tuple) else (entry[0],))
-        if not any(hmac.compare_digest(key.encode(), s.encode()) for s in secrets_of):
-            self._throttle.failed(client)
-            await asyncio.sleep(0.2)  # a guesser waits
+        if entry is None:  # no such key: no guess can succeed, none is counted
+            await asyncio.sleep(PAUSE_SECONDS)  # a guesser waits
             raise Refused(401, "the key name or the key is not one of this server's.")
-        assert entry is not None
-        self._throttle.succeeded(client)
+        # The key is always checked, one sign-in of this address and key name at a time:
+        # a guesser is slowed, the right key never refused (#48).
+        async with self._throttle.turn(client, name):
+            secrets_of = entry[0] if isinstance(entry[0], tuple) else (entry[0],)
+            if not any(hmac.compare_digest(key.encode(), s.encode()) for s in secrets_of):
+                self._throttle.failed(client, name)
+                wait = self._throttle.wait(client, name)
+                if wait <= 0:
+                    await asyncio.sleep(PAUSE_SECONDS)  # a guesser waits
+                    raise Refused(401, "the key name or the key is not one of this server's.")
+                await asyncio.sleep(SLOW_SECONDS)  # and, slowed, waits longer
+                raise Refused(429, f"too many wrong keys for {name[:60]!r} from {client[:60]}: "
+                                   f"each is checked after {SLOW_SECONDS:g} s for "
+                                   f"{math.ceil(wait)} s more (the right key signs in).",
+                              {"Retry-After": str(math.ceil(wait))})
+            self._throttle.succeeded(client, name)
         token, session = self._sessions.open(name, entry[1], request.cookies.get(COOKIE, ""))
         response = web.json_response(_me(session))
         response.set_cookie(COOKIE, token, path=PREFIX, max_age=SESSION_SECONDS,

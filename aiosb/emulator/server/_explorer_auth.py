@@ -11,10 +11,16 @@ plain HTTP it is taken only from the server's own machine (a loopback address); 
 anywhere else the server must be served over TLS. The rest of the server sees only
 expiring SAS tokens; a key read off the network would be good until it is changed.
 
-**Guessers** (:class:`Throttle`): a client address that fails :data:`FAILURES`
-sign-ins within :data:`FAILURE_WINDOW` seconds is refused for :data:`BLOCK_FIRST`
-seconds, twice as long each time again (up to :data:`BLOCK_MOST`); at most
-:data:`CLIENTS_KEPT` addresses are remembered.
+**Guessers** (:class:`Throttle`): wrong keys are counted for each client address *and
+key name* together, and each pair's sign-ins are checked one at a time, a wrong key
+answered 401 after :data:`PAUSE_SECONDS`. A pair that gives :data:`FAILURES` wrong keys
+within :data:`FAILURE_WINDOW` seconds is *slowed* for :data:`BLOCK_FIRST` seconds, twice
+as long each time again (up to :data:`BLOCK_MOST`): its wrong keys are then answered 429
+after :data:`SLOW_SECONDS`, so it tries at most one key every :data:`SLOW_SECONDS`. The
+right key is never refused, only waits its turn: a person who mistyped, or another on
+the same machine, still signs in (#48). Only the server's own key names are counted (a
+guess at another name can never succeed); at most :data:`CLIENTS_KEPT` pairs are
+remembered.
 
 **What a session sees** (:func:`visible`): REST gives an entity's description, its
 rules and the namespace's faults to Manage keys only; so does the explorer. A session
@@ -25,11 +31,13 @@ sizes and rates, and nothing of their settings or faults.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,13 +45,20 @@ from typing import Any
 SESSION_SECONDS = 8 * 3600
 #: Sessions one key holds at once (its oldest goes first).
 SESSIONS_PER_KEY = 50
-#: Failed sign-ins from one address within FAILURE_WINDOW seconds before it is refused.
+#: Wrong keys from one address for one key name within FAILURE_WINDOW seconds before
+#: that pair is slowed.
 FAILURES, FAILURE_WINDOW = 5, 60.0
-#: How long an address is first refused, in seconds, and the longest (doubling between).
+#: How long a pair is first slowed, in seconds, and the longest (doubling between).
 BLOCK_FIRST, BLOCK_MOST = 30.0, 900.0
-#: After this long without a failure an address starts afresh, in seconds.
+#: While slowed, a pair's sign-ins are checked one at a time, a wrong key answered
+#: after this many seconds.
+SLOW_SECONDS = 2.0
+#: A wrong key is answered after this many seconds (a pair not slowed).
+PAUSE_SECONDS = 0.2
+#: After this long without a failure a pair starts afresh, in seconds.
 FORGIVE = 3600.0
-#: Client addresses remembered at once (the one that failed longest ago goes first).
+#: (address, key name) pairs remembered at once (the one that failed longest ago goes
+#: first).
 CLIENTS_KEPT = 4096
 #: What a session without Manage sees of an entity in the live snapshot.
 PUBLIC_FIELDS = ("path", "kind", "topic", "counts", "size", "subscriptions", "sessions",
@@ -130,39 +145,64 @@ def may_sign_in(secure: bool, address: str | None) -> str | None:
 
 
 class Throttle:
-    """Failed sign-ins by client address, and how long each must wait."""
+    """Wrong keys by (client address, key name), and which pairs are slowed."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        #: address -> [window start, failures in it, times refused, refused until, last]
-        self._clients: OrderedDict[str, list[float]] = OrderedDict()
+        #: (address, key name) -> [window start, failures in it, times slowed,
+        #: slowed until, last failure]
+        self._clients: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+        #: The one-at-a-time lane of each pair signing in now: its lock, and how many
+        #: sign-ins hold it or wait for it.
+        self._lanes: dict[tuple[str, str], list[Any]] = {}
 
-    def wait(self, client: str) -> float:
-        """Seconds before ``client`` may try again (0: now)."""
-        entry = self._clients.get(client)
+    def wait(self, client: str, key_name: str) -> float:
+        """Seconds ``client`` stays slowed for ``key_name`` (0: it is not)."""
+        entry = self._clients.get((client, key_name))
         return 0.0 if entry is None else max(0.0, entry[3] - self._clock())
 
-    def failed(self, client: str) -> None:
-        """``client`` gave a wrong key."""
+    @contextlib.asynccontextmanager
+    async def turn(self, client: str, key_name: str) -> AsyncIterator[None]:
+        """One sign-in of ``client`` with ``key_name``: the pair's sign-ins are checked
+        one at a time (a burst of guesses waits in line, each answered after its pause),
+        the right key's too, which waits its turn but is never refused."""
+        pair = (client, key_name)
+        lane = self._lanes.get(pair)
+        if lane is None:
+            lane = self._lanes[pair] = [asyncio.Lock(), 0]
+        lane[1] += 1
+        try:
+            async with lane[0]:
+                yield
+        finally:
+            lane[1] -= 1
+            if not lane[1]:
+                del self._lanes[pair]
+
+    def failed(self, client: str, key_name: str) -> None:
+        """``client`` gave a wrong key for ``key_name``."""
         now = self._clock()
-        entry = self._clients.pop(client, None)
+        pair = (client, key_name)
+        entry = self._clients.pop(pair, None)
         if entry is None or now - entry[4] > FORGIVE:
             entry = [now, 0, 0, 0.0, now]
         if now - entry[0] > FAILURE_WINDOW:
             entry[0], entry[1] = now, 0
         entry[1] += 1
         entry[4] = now
-        if entry[1] >= FAILURES:
+        if entry[1] >= FAILURES and entry[3] <= now:
             entry[2] += 1
             entry[3] = now + min(BLOCK_MOST, BLOCK_FIRST * 2 ** (entry[2] - 1))
             entry[0], entry[1] = now, 0
-        self._clients[client] = entry
+        self._clients[pair] = entry
         while len(self._clients) > CLIENTS_KEPT:
             self._clients.popitem(last=False)
 
-    def succeeded(self, client: str) -> None:
-        """``client`` signed in: it starts afresh."""
-        self._clients.pop(client, None)
+    def succeeded(self, client: str, key_name: str) -> None:
+        """``client`` signed in with ``key_name``: the pair starts afresh, unless it is
+        slowed (a guesser on the same machine stays slowed when its user signs in)."""
+        if self.wait(client, key_name) <= 0:
+            self._clients.pop((client, key_name), None)
 
     def __len__(self) -> int:
         return len(self._clients)

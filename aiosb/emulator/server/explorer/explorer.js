@@ -87,6 +87,15 @@ function signedIn(me) {
 function signedOut() {
   state.me = null;
   if (state.events) { state.events.close(); state.events = null; }
+  // Nothing of the session stays in the page under the sign-in form (#48).
+  state.snapshot = null;
+  state.history = {};
+  state.selected = null;
+  state.tab = "overview";
+  state.peek = { sub: "active", from: 0, back: [], next: null, rows: [], chosen: null };
+  $("tree").replaceChildren();
+  $("detail").replaceChildren(el("p", { class: "hint" }, "Choose a namespace or an entity."));
+  if ($("confirm").open) $("confirm").close();
   $("live").classList.remove("on");
   $("app").hidden = true;
   $("signout").hidden = true;
@@ -350,7 +359,7 @@ function messagesView(ns, entity) {
     error.textContent = "";
     try {
       const page = await api("GET", "peek", { ns, path: entity.path, sub: p.sub, from, count: 20 });
-      p.from = from; p.next = page.next; p.rows = page.messages; p.chosen = null;
+      p.from = from; p.next = page.next; p.rows = page.messages; p.chosen = null; p.cut = page.cut;
       fill();
     } catch (e) { error.textContent = e.message; }
   };
@@ -364,6 +373,8 @@ function messagesView(ns, entity) {
     el("td", {}, m.system.subject || ""),
     el("td", { class: "mono" }, m.body.kind === "binary" ? `${m.body.size} bytes` : m.body.text.slice(0, 60)))));
     if (!p.rows.length) list.append(el("tr", {}, el("td", { colspan: 5, class: "hint" }, "No messages here.")));
+    if (p.cut) list.append(el("tr", { id: "page-cut" }, el("td", { colspan: 5, class: "hint" },
+      `These ${p.rows.length} messages are as much as one page holds (4 MiB): Next shows more.`)));
     $("prev").disabled = !p.back.length;
     $("next").disabled = p.next === null || p.rows.length === 0;
     shown.replaceChildren(...(p.chosen === null ? [] : messageDetail(ns, entity, p.rows[p.chosen], load)));
