@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..emulator._manage import _MAX_ENTITIES
+from ..emulator._rules import MAX_CORRELATION_FILTERS, MAX_SQL_FILTERS
 from ..entities import (
     NEVER,
     QueueProperties,
@@ -201,13 +203,18 @@ def parse(data: Any) -> EmulatorConfig:
     name = reader.name(ns["Name"], f"{where}.Name", "namespace")
     entities: list[EntitySpec] = []
     seen: dict[str, str] = {}  # queues and topics share one set of names
-    for i, queue in enumerate(reader.array(ns.get("Queues", []), f"{where}.Queues")):
+    queues = reader.array(ns.get("Queues", []), f"{where}.Queues")
+    topics = reader.array(ns.get("Topics", []), f"{where}.Topics")
+    if len(queues) + len(topics) > _MAX_ENTITIES:  # said before each is read
+        raise ConfigError(f"{where}: has {len(queues) + len(topics)} queues and topics, "
+                          f"more than the {_MAX_ENTITIES} a namespace may hold.")
+    for i, queue in enumerate(queues):
         at = f"{where}.Queues[{i}]"
         item = reader.object(queue, at, {"Name", "Properties"}, required=("Name",))
         queue_name = reader.unique(seen, item["Name"], f"{at}.Name", "queue")
         entities.append(EntitySpec("queue", queue_name, reader.properties(
             item.get("Properties"), at, _QUEUE, QueueProperties, queue_name), where=at))
-    for i, topic in enumerate(reader.array(ns.get("Topics", []), f"{where}.Topics")):
+    for i, topic in enumerate(topics):
         at = f"{where}.Topics[{i}]"
         item = reader.object(topic, at, {"Name", "Properties", "Subscriptions"},
                              required=("Name",))
@@ -216,6 +223,7 @@ def parse(data: Any) -> EmulatorConfig:
             item.get("Properties"), at, _TOPIC, TopicProperties, topic_name), where=at))
         subs = reader.array(item.get("Subscriptions", []), f"{at}.Subscriptions")
         names: dict[str, str] = {}
+        filters = {SqlRuleFilter: 0, CorrelationRuleFilter: 0}  # the topic's quotas
         for j, sub in enumerate(subs):
             sat = f"{at}.Subscriptions[{j}]"
             entry = reader.object(sub, sat, {"Name", "Properties", "Rules"}, required=("Name",))
@@ -224,7 +232,7 @@ def parse(data: Any) -> EmulatorConfig:
             if "Rules" in entry:
                 rule_names: dict[str, str] = {}
                 rules = tuple(
-                    reader.rule(rule, f"{sat}.Rules[{k}]", rule_names)
+                    reader.rule(rule, f"{sat}.Rules[{k}]", rule_names, filters)
                     for k, rule in enumerate(reader.array(entry["Rules"], f"{sat}.Rules"))
                 )
             entities.append(EntitySpec(
@@ -336,7 +344,10 @@ class _Reader:
             return self.name(raw, path, "queue")
         return duration(raw, path)
 
-    def rule(self, value: Any, path: str, names: dict[str, str]) -> RuleSpec:
+    def rule(self, value: Any, path: str, names: dict[str, str],
+             filters: dict[type[Any], int]) -> RuleSpec:
+        """A rule, its name not given before in ``names``, counted in ``filters`` (the
+        topic's, refused past Service Bus's quota before its SQL is compiled)."""
         item = self.object(value, path, {"Name", "Properties"}, required=("Name", "Properties"))
         name = self.unique(names, item["Name"], f"{path}.Name", "rule")
         at = f"{path}.Properties"
@@ -382,6 +393,12 @@ class _Reader:
         else:
             self.fail(f"{at}.FilterType", kind, "is not Correlation or Sql")
             raise AssertionError  # pragma: no cover - fail raises
+        kind_of = type(rule_filter)
+        filters[kind_of] += 1
+        most = MAX_SQL_FILTERS if kind_of is SqlRuleFilter else MAX_CORRELATION_FILTERS
+        if filters[kind_of] > most:
+            raise ConfigError(f"{path}: is {kind_of.__name__} number {filters[kind_of]} of "
+                              f"the topic, more than the {most} a topic may have.")
         action = None
         if "Action" in props:
             act = self.object(props["Action"], f"{at}.Action", {"SqlExpression"},
