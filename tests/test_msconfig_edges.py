@@ -28,7 +28,7 @@ from aiosb import emulator, msconfig
 from aiosb.emulator.server import serve
 from aiosb.rules import SqlRuleFilter
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(120)
 
 NS = "UserConfig.Namespaces[0]"
 Q0 = f"{NS}.Queues[0].Properties"
@@ -146,6 +146,16 @@ def test_the_file_itself_is_bounded(tmp_path, text, said):
     path = tmp_path / "Config.json"
     path.write_text(text)
     assert said in refused(path)
+
+
+def test_the_file_is_utf8_with_or_without_a_byte_order_mark(tmp_path):
+    """A byte order mark (Windows editors write one) is skipped; a byte that is not
+    UTF-8 is one sentence saying where."""
+    path = tmp_path / "Config.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(QUIET).encode())
+    assert len(msconfig.load(path).entities) == 8
+    path.write_bytes(b'{"UserConfig": {"Namespaces": [{"Name": "caf\xe9"}]}}')
+    assert refused(path) == "is not UTF-8 text (byte 44)."
 
 
 def test_a_file_larger_than_a_config_holds_is_refused_unread(tmp_path):
