@@ -478,6 +478,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if report["lost"]:
                 return 1
     except ServiceBusError as exc:
+        if args.command == "serve" and args.config is not None:
+            from . import msconfig
+
+            if isinstance(exc, msconfig.ConfigError):  # the file against the namespace
+                print(f"aiosb: {args.config}: {exc}", file=sys.stderr)
+                return 2
         print(f"aiosb: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -233,9 +233,10 @@ RULE = "UserConfig.Namespaces[0].Topics[0].Subscriptions[2].Rules[0].Properties"
     (lambda ns: ns["Queues"][0]["Properties"].update(LockDurration="PT1M"),
      f"{QUEUE0}.LockDurration: is not a key of {QUEUE0}; did you mean 'LockDuration'?"),
     (lambda ns: ns["Queues"][0].update(Name="bad name!"),
-     'UserConfig.Namespaces[0].Queues[0].Name: "bad name!" is not a name'),
+     "UserConfig.Namespaces[0].Queues[0].Name: queue name 'bad name!' is not valid"),
     (lambda ns: ns["Queues"].append({"Name": "ORDERS"}),
-     "UserConfig.Namespaces[0]: the entity 'orders' is given twice"),
+     "UserConfig.Namespaces[0].Queues[3].Name: 'ORDERS' is given twice (first at "
+     "UserConfig.Namespaces[0].Queues[0].Name); Service Bus compares names without case"),
     (lambda ns: ns["Topics"][0]["Subscriptions"][2]["Rules"][0]["Properties"].update(
         FilterType="Regex"), f'{RULE}.FilterType: "Regex" is not Correlation or Sql'),
     (lambda ns: ns["Topics"][0]["Subscriptions"][2]["Rules"][0]["Properties"].update(
