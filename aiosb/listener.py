@@ -149,8 +149,10 @@ class _Connection:
         if transport is not None:
             cast(asyncio.Transport, transport).abort()
             return
-        if self.task is not None and not self.task.done():
-            self.task.cancel()  # waiting for a byte, or in the TLS handshake
+        task = self.task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()  # waiting for a byte, or in the TLS handshake: its end closes
+            return  # the socket, once the loop no longer watches it
         if not self.handed:
             self.sock.close()
 
@@ -402,15 +404,16 @@ async def _peek(sock: socket.socket, seconds: float) -> bytes:
                 if not readable.done():
                     readable.set_result(None)
 
+            fd = sock.fileno()
             try:
-                loop.add_reader(sock.fileno(), ready)
+                loop.add_reader(fd, ready)
             except NotImplementedError:  # Windows' proactor: look again in a while
                 await asyncio.sleep(_POLL_SECONDS)
                 continue
             try:
                 await readable
             finally:
-                loop.remove_reader(sock.fileno())
+                loop.remove_reader(fd)
 
 
 def bind(host: str, port: int, *, free_if_taken: bool = False) -> list[socket.socket]:
