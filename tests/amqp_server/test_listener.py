@@ -233,3 +233,20 @@ def test_a_port_taken_gives_way_only_where_asked():
         (sock,) = listener.bind("127.0.0.1", taken, free_if_taken=True)
         with sock:
             assert sock.getsockname()[1] not in (taken, 0)
+
+
+async def test_an_http_request_never_finished_is_closed_within_the_http_deadline(
+        monkeypatch: pytest.MonkeyPatch):
+    """After the listener's phases, the protocol's own: an HTTP connection must bring a
+    complete request within the HTTP server's IDLE_SECONDS (read when it starts)."""
+    from aiosb.emulator import server as http_server
+
+    monkeypatch.setattr(http_server, "IDLE_SECONDS", DEADLINE)
+    async with serve() as http:
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", int(http.url.rsplit(":", 1)[1]))
+        writer.write(b"GET /$Resources/queues HTTP/1.1\r\nHost: localhost\r\n")
+        try:
+            assert await _closed_after(reader) < DEADLINE + LATE
+        finally:
+            writer.close()
