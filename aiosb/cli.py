@@ -9,7 +9,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from . import __version__
@@ -63,6 +63,12 @@ def run(main: Coroutine[Any, Any, T], loop: str = "auto") -> T:
 HEALTH_PATH = "/health"
 #: Microsoft's ports, as its emulator listens: AMQP (no TLS) and HTTP.
 MICROSOFT_AMQP_PORT, MICROSOFT_HTTP_PORT = 5672, 5300
+#: ``aiosb serve``'s default ports: HTTP, AMQP, AMQP over TLS (the SDKs' 5671). A default
+#: taken by another process (another ``aiosb serve``) gives way to a free port, said in
+#: the banner; a port the user named is taken or an error.
+HTTP_PORT, AMQP_PORT, AMQPS_PORT = 5380, 5672, 5671
+
+
 def _port_variable(environ: Mapping[str, str], name: str, default: int) -> int:
     """The port ``name`` in ``environ`` gives, else ``default``: how Microsoft's emulator
     is moved (its compose file passes ``EMULATOR_HTTP_PORT`` and ``EMULATOR_AMQP_PORT`` to
@@ -104,6 +110,7 @@ async def serve_forever(
     explorer: bool = True,
     fsync: bool = False,
     allow_hosts: tuple[str, ...] = (),
+    free_if_taken: Collection[int] = (),
 ) -> None:
     """Serve the emulator over HTTP (and AMQP 1.0 on ``amqp_port``, for the official SDKs)
     until interrupted, printing how to connect and (unless ``quiet``) a line per
@@ -115,7 +122,10 @@ async def serve_forever(
     in the namespace before the server listens; ``microsoft`` answers as Microsoft's
     emulator does besides (``GET /health``, its development key); ``explorer`` serves the
     Service Bus Explorer, a web page, at ``/explorer/``; ``allow_hosts``: names the HTTP
-    server answers to besides localhost, IP addresses and ``host`` (DNS rebinding)."""
+    server answers to besides localhost, IP addresses and ``host`` (DNS rebinding).
+    ``free_if_taken``: the ports
+    left to their defaults, which give way to free ones where another process has them
+    (the banner says so); any other port taken is an error."""
     from .amqp._websocket import PATH, websocket_handler
     from .amqp.server import AmqpServer, serve_amqp
     from .auth import key_table
@@ -150,17 +160,19 @@ async def serve_forever(
         log_requests=not quiet, metrics=metrics, ssl_context=ssl_context,
         root=namespace, routes=routes, also_key=also, prepare=prepare, explorer=explorer,
         allow_hosts=allow_hosts,
+        free_if_taken=port in free_if_taken,
     ) as served, contextlib.AsyncExitStack() as stack:
         if amqp_port is not None:
             try:
                 management = None
-                if served.protocol_factory is not None:
+                if served.route is not None:
                     tls_context = None if amqp_tls is None else context(*amqp_tls)
-                    management = (served.protocol_factory, tls_context)
+                    management = (served.route, tls_context)
                 secure = amqps_port if amqp_tls is not None else None
                 amqp = await stack.enter_async_context(serve_amqp(
                     host, amqp_port, namespace=namespace, keys=table, journal=served.journal,
-                    management=management, tls_port=secure,
+                    management=management, tls_port=secure, listener=served.listener,
+                    free_if_taken=free_if_taken,
                 ))
             except OSError as exc:  # say which of the ports, and what to do
                 raise OSError(
@@ -173,6 +185,13 @@ async def serve_forever(
         stopped = _Stopped()  # before the banner: a signal may follow it at once
         _tune_gc()
         _say(f"aiosb emulator server listening on {served.url}")
+        for what, asked, bound in (
+                ("HTTP", port, int(served.url.rsplit(":", 1)[1])),
+                ("AMQP", amqp_port, 0 if amqp is None else amqp.port),
+                ("AMQP over TLS", amqps_port, 0 if amqp is None else amqp.tls_port)):
+            if asked and bound and bound != asked:
+                _say(f"  port {asked} is taken by another process (another aiosb serve?): "
+                     f"{what} on port {bound} instead")
         if tls is not None:
             _say(f"  HTTPS, certificate {tls[0]}; namespace {namespace} at the root, for the "
                  "official administration clients:")
@@ -291,6 +310,33 @@ class _Stopped:
         return self._signal
 
 
+def _ports(http: int | None, amqp: int | None, amqps: int | None,
+           microsoft: bool) -> tuple[int, int, int, frozenset[int]]:
+    """The HTTP, AMQP and AMQP-over-TLS ports to serve on, from those the user named
+    (``None``: not named), and the defaults among them (which give way to free ports if
+    taken). A port named 0 makes every port not named 0 as well: a server on free ports
+    takes none of the well-known ones (a second server, a test suite beside another).
+    With ``microsoft``, Microsoft's ports, or those its environment variables name."""
+    environ = os.environ if microsoft else {}
+    if http is None and environ.get("EMULATOR_HTTP_PORT", "").strip():
+        http = _port_variable(environ, "EMULATOR_HTTP_PORT", MICROSOFT_HTTP_PORT)
+    if amqp is None and environ.get("EMULATOR_AMQP_PORT", "").strip():
+        amqp = _port_variable(environ, "EMULATOR_AMQP_PORT", MICROSOFT_AMQP_PORT)
+    free = 0 in (http, amqp, amqps)
+    soft: set[int] = set()
+
+    def default(port: int) -> int:
+        if free:
+            return 0
+        soft.add(port)
+        return port
+
+    http = default(MICROSOFT_HTTP_PORT if microsoft else HTTP_PORT) if http is None else http
+    amqp = default(MICROSOFT_AMQP_PORT if microsoft else AMQP_PORT) if amqp is None else amqp
+    amqps = default(AMQPS_PORT) if amqps is None else amqps
+    return http, amqp, amqps, frozenset(soft)
+
+
 class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
     """``--help`` shows each option's default; an option without one says in its help."""
 
@@ -330,7 +376,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_cmd.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     serve_cmd.add_argument("--port", type=int, default=None,
                            help="port (0 picks a free one; default 5380, or 5300 with "
-                           "--microsoft-emulator, or its EMULATOR_HTTP_PORT where set)")
+                           "--microsoft-emulator, or its EMULATOR_HTTP_PORT where set). A "
+                           "port given as 0 makes every port not given free too; a default "
+                           "port another process holds gives way to a free one, said")
     serve_cmd.add_argument("--key-name", default="RootManageSharedAccessKey",
                            help="shared access key name requests must be signed with")
     serve_cmd.add_argument("--key", default=None,
@@ -395,18 +443,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             microsoft = args.microsoft_emulator
+            amqps_given = args.amqps_port is not None
             try:
-                if args.port is None:
-                    args.port = 5380 if not microsoft else _port_variable(
-                        os.environ, "EMULATOR_HTTP_PORT", MICROSOFT_HTTP_PORT)
-                if args.amqp_port is None:
-                    args.amqp_port = MICROSOFT_AMQP_PORT if not microsoft else _port_variable(
-                        os.environ, "EMULATOR_AMQP_PORT", MICROSOFT_AMQP_PORT)
+                args.port, args.amqp_port, args.amqps_port, soft = _ports(
+                    args.port, args.amqp_port, args.amqps_port, microsoft)
             except ValueError as exc:
                 parser.error(str(exc))
-            amqps_given = args.amqps_port is not None
-            if args.amqps_port is None:
-                args.amqps_port = 5671
             config = None
             if args.config is not None:
                 from . import msconfig
@@ -468,7 +510,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               else args.amqps_port,
                               config=config, microsoft=microsoft,
                               explorer=not args.no_explorer, fsync=args.fsync,
-                              allow_hosts=tuple(args.allow_host)),
+                              allow_hosts=tuple(args.allow_host),
+                              free_if_taken=soft),
                 args.loop)
         if args.command == "demo":
             if args.orders < 10:

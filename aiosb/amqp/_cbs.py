@@ -60,6 +60,11 @@ class Tokens:
         #: The key the connection signed in with (SASL PLAIN): its name and rights.
         self.key: tuple[str, frozenset[str]] | None = None
 
+    @property
+    def signed_in(self) -> bool:
+        """Whether the connection has a key (SASL PLAIN) or a token put that was good."""
+        return self.key is not None or bool(self._tokens)
+
     def sign_in(self, key_name: str, key: str) -> None:
         """Give the connection the rights of ``key_name``, whose key ``key`` is.
 

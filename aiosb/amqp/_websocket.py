@@ -17,13 +17,20 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-__all__ = ["PATH", "SUBPROTOCOLS", "websocket_handler"]
+from ._links import MAX_FRAME
+
+__all__ = ["MAX_MESSAGE", "PATH", "SUBPROTOCOLS", "websocket_handler"]
 
 #: Where Service Bus takes AMQP over WebSockets.
 PATH = "/$servicebus/websocket"
 #: The subprotocols of the AMQP WebSocket Binding (WSB 1.0, 2.1): the name the SDKs ask
 #: for (Python's and JavaScript's: ``AMQPWSB10``) and the older one some clients send.
 SUBPROTOCOLS = ("AMQPWSB10", "AMQPWebSockets")
+#: The largest WebSocket message taken (a few AMQP frames of the largest size the server
+#: takes: a client writes a frame, or a few, per message). Larger is refused as its
+#: header arrives (close code 1009), before anything checks who sent it: the route sits
+#: before authentication, which the AMQP connection inside does.
+MAX_MESSAGE = 4 * MAX_FRAME
 #: Bytes written and not yet sent past which the AMQP side is asked to wait.
 _HIGH_WATER = 64 * 1024
 
@@ -47,7 +54,7 @@ def websocket_handler(
         served = serve()
         if served is None:
             raise web.HTTPServiceUnavailable(text="this server does not serve AMQP.\n")
-        ws = web.WebSocketResponse(protocols=SUBPROTOCOLS, max_msg_size=0, autoping=True)
+        ws = web.WebSocketResponse(protocols=SUBPROTOCOLS, max_msg_size=MAX_MESSAGE, autoping=True)
         await ws.prepare(request)
         transport = _WebSocketTransport(ws, request)
         reader = asyncio.StreamReader()

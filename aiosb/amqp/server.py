@@ -6,29 +6,30 @@ official Service Bus SDKs, in the running event loop.
 
 One connection string reaches everything, as on Azure (#34): an SDK's administration
 client given the data plane's connection string speaks HTTPS to the same host and port.
-So the listener looks at each connection's first byte before anything reads it: a TLS
-record (``0x16``, a ClientHello) has TLS taken off first (with the certificate of
-``management``, the management API of ``aiosb serve``); then the first byte (inside TLS,
-if any) chooses: an HTTP request (its method's first letter) goes to that server, as
-the clients send that take ``UseDevelopmentEmulator=true`` for plain HTTP; anything
-else to AMQP (``A``, its protocol header).
+So each connection's first byte is looked at before anything reads it
+(:mod:`aiosb.listener`, which also holds the deadlines before a protocol has the
+connection, and the one connection budget of every port): a TLS record (``0x16``, a
+ClientHello) has TLS taken off first (with the certificate of ``management``, the
+management API of ``aiosb serve``); then the first byte (inside TLS, if any) chooses
+(:meth:`AmqpServer.choose`): an HTTP request (its method's first letter) goes to that
+server, as the clients send that take ``UseDevelopmentEmulator=true`` for plain HTTP;
+anything else to AMQP (``A``, its protocol header).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable
-from typing import cast
+from collections.abc import AsyncIterator, Callable, Collection
 
 from .. import emulator
 from ..auth import DEV_KEY, DEV_KEY_NAME, RIGHTS, SasChecker
 from ..emulator import Journal
-from .connection import HANDSHAKE_SECONDS, Connection
+from ..listener import Listener, Port, Route
+from .connection import Connection
 
 __all__ = ["AmqpServer", "ManagementSite", "serve_amqp"]
 
@@ -38,10 +39,10 @@ log = logging.getLogger("aiosb.amqp")
 TLS_HANDSHAKE = 0x16
 #: The first bytes of the HTTP methods management requests use.
 HTTP_METHODS = frozenset(b"GPDHO")
-#: An HTTP server for the listener to hand management connections to: its protocol
-#: factory (an aiohttp server's) and the TLS context to present to clients that open
-#: with TLS (``None``: such clients are answered in AMQP, and the log says why).
-ManagementSite = tuple[Callable[[], asyncio.BaseProtocol], ssl.SSLContext | None]
+#: An HTTP server for the listener to hand management connections to: its route (or
+#: bare protocol factory: then never idle) and the TLS context to present to clients
+#: that open with TLS (``None``: such clients are answered in AMQP, and the log says why).
+ManagementSite = tuple[Route | Callable[[], asyncio.BaseProtocol], ssl.SSLContext | None]
 
 
 class AmqpServer:
@@ -63,7 +64,9 @@ class AmqpServer:
         #: namespace not a development emulator: 5671); 0 if none. It routes as ``port``.
         self.tls_port = 0
         self.management = management
-        self._routing: set[asyncio.Task[None]] = set()
+        http = None if management is None else management[0]
+        self._http = http if http is None or isinstance(http, Route) else Route(http)
+        self._amqp = Route(lambda: _AmqpStream(self), _unsigned)
         self.namespace = namespace
         self.keys = keys
         self.ns = emulator.namespace(namespace)
@@ -86,71 +89,31 @@ class AmqpServer:
             f"SharedAccessKey={key};UseDevelopmentEmulator=true"
         )
 
-    async def _accept(self, listener: socket.socket) -> None:
-        """Take each connection as it comes and route it by its first byte."""
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                conn, _ = await loop.sock_accept(listener)
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    log.warning("AMQP listener: %s; accepting again in 1 s", exc)
-                    await asyncio.sleep(1.0)  # out of descriptors: connections must end
-                    continue
-                raise
-            conn.setblocking(False)
-            task = asyncio.create_task(self._route(conn))
-            self._routing.add(task)
-            task.add_done_callback(self._routing.discard)
-
-    async def _route(self, conn: socket.socket) -> None:
-        """Wait for the connection's first byte without reading it, then hand the socket
-        to TLS (the HTTPS server) or to AMQP. A connection silent for the handshake's
-        time is let go, as an AMQP client that never opens is."""
-        loop = asyncio.get_running_loop()
-        try:
-            readable: asyncio.Future[None] = loop.create_future()
-            fd = conn.fileno()
-
-            def ready() -> None:
-                if not readable.done():
-                    readable.set_result(None)
-
-            loop.add_reader(fd, ready)
-            try:
-                async with asyncio.timeout(HANDSHAKE_SECONDS):
-                    await readable
-            finally:
-                loop.remove_reader(fd)
-            first = conn.recv(1, socket.MSG_PEEK)
-        except (TimeoutError, OSError):
-            conn.close()
-            return
-        except BaseException:
-            conn.close()
-            raise
-        site = self.management
-        http = None if site is None else site[0]
-        tls = None if site is None or not first or first[0] != TLS_HANDSHAKE else site[1]
-        if first and first[0] == TLS_HANDSHAKE and tls is None:  # AMQP answers with its
-            # header: the client hears the port does not speak TLS (WRONG_VERSION_NUMBER)
+    def choose(self, first: int) -> Route:
+        """The route of a connection whose first byte (inside TLS, if any) is ``first``:
+        an HTTP method's first letter goes to the HTTP server (the management API, and
+        AMQP over WebSockets), anything else to AMQP (``A``, its header; what is no AMQP
+        is refused there, in AMQP's words)."""
+        if self._http is not None and first in HTTP_METHODS:
+            return self._http
+        if first == TLS_HANDSHAKE:  # TLS was not taken off: AMQP answers with its header,
+            # and the client hears the port does not speak TLS (WRONG_VERSION_NUMBER)
             log.info("a TLS client on the AMQP port, which has no certificate: answered in "
                      "AMQP (aiosb serve answers TLS here with one: pip install aiosb[tls], "
                      "or --tls-cert and --tls-key)")
-        try:  # TLS (if any) is taken off here; _FirstByte routes what is inside
-            await loop.connect_accepted_socket(
-                lambda: _FirstByte(self, http), conn, ssl=tls,
-                ssl_handshake_timeout=None if tls is None else HANDSHAKE_SECONDS)
-        except (OSError, ssl.SSLError) as exc:  # a handshake that failed: the client's
-            log.info("a connection to the AMQP port ended before it began: %s", exc)
-            conn.close()
+        return self._amqp
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     stream: _AmqpStream | None = None) -> None:
+        """Serve one AMQP connection (over TCP, TLS, or a WebSocket: ``stream`` is
+        None)."""
         sock = writer.get_extra_info("socket")
         if sock is not None:  # a peer gone without a word is found out, and let go
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         connection = Connection(self.ns, self._checker, reader, writer, self._journal)
+        if stream is not None:
+            stream.connection = connection
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
@@ -164,9 +127,8 @@ class AmqpServer:
             self._connections.discard(connection)
 
     async def _stop(self) -> None:
-        """Drop every connection (their tasks end on the closed socket), then wait."""
-        for task in list(self._routing):
-            task.cancel()
+        """Drop every AMQP connection (their tasks end on the closed socket), then wait;
+        the listener closes the rest."""
         for connection in list(self._connections):
             connection.writer.transport.abort()
         tasks = list(self._tasks)
@@ -186,6 +148,8 @@ async def serve_amqp(
     journal: Journal | None = None,
     management: ManagementSite | None = None,
     tls_port: int | None = None,
+    listener: Listener | None = None,
+    free_if_taken: Collection[int] = (),
 ) -> AsyncIterator[AmqpServer]:
     """Listen for AMQP 1.0 on ``host``:``port`` (0: a free port) for ``namespace``.
 
@@ -197,97 +161,62 @@ async def serve_amqp(
             the development key with every right.
         journal: Durable mode (the HTTP server's journal): what a transfer, a receive or
             a disposition changed is on disk before the client is answered.
-        management: Where a client that speaks HTTP goes (an HTTP server's protocol
-            factory, and the TLS context presented to one that opens with TLS): the
-            management API, so that the data plane's connection string reaches it too.
-            Without it such a client is answered in AMQP.
+        management: Where a client that speaks HTTP goes (an HTTP server's route, and
+            the TLS context presented to one that opens with TLS): the management API,
+            so that the data plane's connection string reaches it too. Without it such
+            a client is answered in AMQP.
         tls_port: Listen on this port too (0: a free one), where clients speak TLS:
             AMQP over TLS, as the SDKs speak it to a namespace on Azure (5671), and the
             management API over HTTPS; it needs ``management`` with a TLS context.
+        listener: The listener to open the ports on (the HTTP server's: one connection
+            budget for every port); by default one of its own.
+        free_if_taken: Ports that, taken by another process, give way to a free one
+            (the defaults the user did not choose); any other taken port is an error.
     """
     if tls_port is not None and (management is None or management[1] is None):
         raise ValueError("serve_amqp: tls_port needs management with a TLS context.")
     server = AmqpServer(host, namespace, keys or {DEV_KEY_NAME: (DEV_KEY, frozenset(RIGHTS))},
                         journal, management)
+    listener = Listener() if listener is None else listener
+    tls = None if management is None else management[1]
     server.ns.attach()
+    ports: list[Port] = []
     try:
-        listeners = _listen(host, port)
-        try:
-            server.port = listeners[0].getsockname()[1]
-            if tls_port is not None:
-                secure = _listen(host, tls_port)
-                listeners += secure
-                server.tls_port = secure[0].getsockname()[1]
-            accepting = [asyncio.create_task(server._accept(sock)) for sock in listeners]
-            try:
-                yield server
-            finally:
-                for task in accepting:
-                    task.cancel()
-                await asyncio.gather(*accepting, return_exceptions=True)
-                await server._stop()
-        finally:
-            for sock in listeners:
-                sock.close()
+        ports.append(await listener.open(host, port, server.choose, tls=tls, sniff_tls=True,
+                                         free_if_taken=port in free_if_taken))
+        server.port = ports[0].number
+        if tls_port is not None:
+            ports.append(await listener.open(host, tls_port, server.choose, tls=tls,
+                                             free_if_taken=tls_port in free_if_taken))
+            server.tls_port = ports[1].number
+        yield server
     finally:
-        server.ns.detach()
+        try:
+            for opened in ports:
+                await opened.stop_accepting()
+            await server._stop()
+            for opened in ports:
+                await opened.aclose()
+        finally:
+            server.ns.detach()
 
 
-class _FirstByte(asyncio.Protocol):
-    """The one place a connection's protocol is chosen, from its first byte (inside TLS,
-    if the connection opened with it): an HTTP method's first letter goes to the HTTP
-    server (the management API, and AMQP over WebSockets), anything else to AMQP (``A``,
-    its header; what is no AMQP is refused there, in AMQP's words). It hands the
-    connection, and what it has read, to the one it chose."""
+class _AmqpStream(asyncio.StreamReaderProtocol):
+    """The stream an AMQP :class:`~.connection.Connection` reads, and that connection
+    (once made): whether the listener may close it to make room (:func:`_unsigned`)."""
 
-    def __init__(self, server: AmqpServer,
-                 http: Callable[[], asyncio.BaseProtocol] | None) -> None:
+    def __init__(self, server: AmqpServer) -> None:
+        self.connection: Connection | None = None
         self._server = server
-        self._http = http
-        self._transport: asyncio.BaseTransport | None = None
+        super().__init__(asyncio.StreamReader(), self._connected)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # uvloop's TLS transport is no asyncio.Transport
-
-    def data_received(self, data: bytes) -> None:
-        transport = self._transport
-        if transport is None:
-            return
-        inner: asyncio.BaseProtocol
-        if self._http is not None and data[0] in HTTP_METHODS:
-            inner = self._http()
-        else:
-            inner = asyncio.StreamReaderProtocol(asyncio.StreamReader(), self._server._serve)
-        transport.set_protocol(inner)
-        inner.connection_made(transport)
-        cast(asyncio.Protocol, inner).data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return None  # closed before a byte: nothing to hand over
+    async def _connected(self, reader: asyncio.StreamReader,
+                         writer: asyncio.StreamWriter) -> None:
+        await self._server._serve(reader, writer, self)
 
 
-def _listen(host: str, port: int) -> list[socket.socket]:
-    """Listening sockets on ``host``:``port``, one for each address it names, as
-    ``asyncio.start_server`` makes them (the address reused at once after a restart;
-    port 0: the port the first one was given, for all)."""
-    found = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                               flags=socket.AI_PASSIVE)
-    socks: list[socket.socket] = []
-    try:
-        for family, kind, proto, _, address in dict.fromkeys(
-                (f, k, p, "", a) for f, k, p, _, a in found):
-            if socks and port == 0:  # the others on the port the first was given
-                address = (address[0], socks[0].getsockname()[1], *address[2:])
-            sock = socket.socket(family, kind, proto)
-            socks.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(address)
-            sock.listen(socket.SOMAXCONN)
-            sock.setblocking(False)
-    except BaseException:
-        for sock in socks:
-            sock.close()
-        raise
-    return socks
+def _unsigned(protocol: asyncio.BaseProtocol) -> bool:
+    """An AMQP connection that has signed in to nothing yet (no token, no key): idle to
+    the listener, which closes it first to make room; a signed one is someone's."""
+    connection = getattr(protocol, "connection", None)
+    return connection is None or not connection.tokens.signed_in

@@ -1,8 +1,17 @@
 """Issue 15: ``aiosb serve`` listens for AMQP 1.0 beside HTTP, prints the connection
 string the official SDKs take, and both front ends share one broker (a message sent with
-the official SDK over AMQP is received with aiosb over HTTP)."""
+the official SDK over AMQP is received with aiosb over HTTP). Issue 48: ports left to
+their defaults give way to free ones where taken, so two servers run side by side."""
 
 from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -29,3 +38,115 @@ async def test_the_official_sdk_talks_to_aiosb_serve_by_its_connection_string():
                 (got,) = await receiver.receive(max_messages=1, max_wait=5)
                 await receiver.complete(got)
     assert (got.body, got.subject) == (b"over amqp", "s")
+
+
+# -- ports (#48, item 3) ----------------------------------------------------------------
+
+
+def test_a_port_named_zero_makes_every_port_not_named_free_and_defaults_give_way(
+        monkeypatch: pytest.MonkeyPatch):
+    """``--port 0 --amqp-port 0`` bound 5671 all the same, so a second server (or the
+    test suite beside any server) failed with "Address already in use". A port named 0
+    now frees the others not named; the defaults are the ports that may give way."""
+    from aiosb.cli import _ports
+
+    assert _ports(0, 0, None, False) == (0, 0, 0, frozenset())
+    assert _ports(None, None, 0, False) == (0, 0, 0, frozenset())
+    assert _ports(None, None, None, False) == (5380, 5672, 5671,
+                                               frozenset({5380, 5672, 5671}))
+    assert _ports(None, 6000, None, False) == (5380, 6000, 5671, frozenset({5380, 5671}))
+    monkeypatch.setenv("EMULATOR_AMQP_PORT", "7000")  # named, the way Microsoft's moves
+    assert _ports(None, None, None, True) == (5300, 7000, 5671, frozenset({5300, 5671}))
+
+
+def _serve(tmp_path: Path, defaults: tuple[int, int, int] | None = None,
+           args: tuple[str, ...] = ()) -> tuple[subprocess.Popen[str], str]:
+    """``aiosb serve ARGS`` in a child run in ``tmp_path`` (its certificate made there),
+    with its default ports ``defaults`` (patched where cli reads them), and its banner."""
+    root = Path(aiosb.__file__).parent.parent
+    code = ("import sys, aiosb.cli as cli\n"
+            + ("" if defaults is None else
+               f"cli.HTTP_PORT, cli.AMQP_PORT, cli.AMQPS_PORT = {defaults!r}\n")
+            + f"sys.exit(cli.main(['serve', '--quiet', *{list(args)!r}]))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONPATH": str(root)})
+    seen = []
+    for line in proc.stdout:  # type: ignore[union-attr]
+        seen.append(line)
+        if "python" in line and "aiosb.connect(" in line:  # the banner's last line
+            break
+    banner = "".join(seen)
+    assert "listening on" in banner, banner
+    threading.Thread(target=proc.stdout.read, daemon=True).start()  # type: ignore[union-attr]
+    return proc, banner
+
+
+def _bound(banner: str) -> dict[str, int]:
+    """The port of each service, as the banner gives it."""
+    return {
+        "HTTP": int(re.search(r"listening on \S+:(\d+)", banner)[1]),  # type: ignore[index]
+        "AMQP": int(re.search(r"AMQP 1\.0 \(the official SDKs\) on port (\d+)", banner)[1]),  # type: ignore[index]
+        "AMQP over TLS": int(re.search(r"AMQP over TLS on port (\d+)", banner)[1]),  # type: ignore[index]
+    }
+
+
+def _free_ports(count: int) -> tuple[int, ...]:
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return tuple(sock.getsockname()[1] for sock in socks)
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+@pytest.mark.timeout(90)
+async def test_two_servers_started_with_no_flags_run_side_by_side(tmp_path: Path):
+    """The second finds the defaults taken (by the first, or by anyone), says so, and
+    serves on free ports; both serve HTTP and AMQP. The defaults are patched to ports
+    the test picked, so that the machine's 5380, 5672 and 5671 (free or taken) play no
+    part."""
+    pytest.importorskip("cryptography")  # the AMQP over TLS port needs a certificate
+    defaults = _free_ports(3)
+    names = ("HTTP", "AMQP", "AMQP over TLS")
+    servers = []
+    try:
+        for n in range(2):
+            (tmp_path / str(n)).mkdir()
+            servers.append(_serve(tmp_path / str(n), defaults))
+        bound = [_bound(banner) for _, banner in servers]
+        for (_, banner), ports in zip(servers, bound, strict=True):
+            for what, default in zip(names, defaults, strict=True):
+                assert ports[what] == default or (
+                    f"port {default} is taken by another process (another aiosb serve?): "
+                    f"{what} on port {ports[what]} instead") in banner, banner
+        second = servers[1][1]
+        assert all(f"port {default} is taken" in second for default in defaults), second
+        assert not set(bound[0].values()) & set(bound[1].values())
+        for (_, banner), ports in zip(servers, bound, strict=True):
+            async with aiosb.connect(f"http://127.0.0.1:{ports['HTTP']}/sbemulatorns") as ns:
+                await ns.create_queue("side-by-side")
+            amqp = re.search(r"Endpoint=sb://\S+UseDevelopmentEmulator=true", banner)
+            assert amqp is not None
+            async with aiosb.connect(amqp[0], operation_timeout=20) as ns:
+                async with ns.sender("side-by-side") as sender:
+                    await sender.send(aiosb.Message(b"served"))
+    finally:
+        for proc, _ in servers:
+            proc.terminate()
+            proc.wait(10)
+
+
+@pytest.mark.timeout(60)
+def test_port_0_with_amqp_port_0_binds_no_well_known_port(tmp_path: Path):
+    pytest.importorskip("cryptography")
+    proc, banner = _serve(tmp_path, args=("--port", "0", "--amqp-port", "0"))
+    try:
+        ports = _bound(banner)
+        assert not set(ports.values()) & {5380, 5672, 5671}, banner
+        assert "is taken" not in banner
+    finally:
+        proc.terminate()
+        proc.wait(10)

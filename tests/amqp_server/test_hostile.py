@@ -338,6 +338,8 @@ async def test_transfers_beyond_the_credit_given_close_the_connection(server):
 
 
 async def test_a_client_that_never_opens_is_let_go(server, monkeypatch):
+    """The AMQP open's deadline (#48: the protocol's own phase, after the listener's),
+    patched where it is read: the listener no longer keeps a copy of it."""
     from aiosb.amqp import connection
 
     monkeypatch.setattr(connection, "HANDSHAKE_SECONDS", 0.2)

@@ -1,4 +1,6 @@
-"""Issue 18, item 11: thousands of idle connections do not lock a signed client out."""
+"""Issue 18, item 11: thousands of idle connections do not lock a signed client out; and
+issue 48: not when they come on the AMQP port either (one connection budget for every
+port, idle connections closed first to make room)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import contextlib
 import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -30,9 +33,21 @@ def _serve_with_few_descriptors(limit: int) -> tuple[subprocess.Popen[str], str]
     return proc, line.rsplit(" ", 1)[-1].strip()
 
 
-def test_two_thousand_idle_connections_do_not_stop_a_signed_request():
+def _amqp_port(proc: subprocess.Popen[str]) -> int:
+    for line in proc.stdout:  # type: ignore[union-attr]
+        if "AMQP 1.0 (the official SDKs) on port " in line:
+            return int(line.split(" on port ", 1)[1].split(",", 1)[0])
+    raise AssertionError("no AMQP port in the banner")
+
+
+@pytest.mark.parametrize("flooded", ["http", "amqp"])
+def test_two_thousand_idle_connections_do_not_stop_a_signed_request(flooded):
+    """Before #48 the AMQP port had no cap of its own and shared none: a flood there
+    took every descriptor, and the HTTP port could accept nothing until the AMQP
+    handshake deadline (30 s) let them go."""
     proc, url = _serve_with_few_descriptors(256)
-    port = int(url.rsplit(":", 1)[1])
+    port = int(url.rsplit(":", 1)[1]) if flooded == "http" else _amqp_port(proc)
+    threading.Thread(target=proc.stdout.read, daemon=True).start()  # type: ignore[union-attr]
     idle: list[socket.socket] = []
     try:
         for _ in range(2000):  # connect and say nothing, as a hostile client does

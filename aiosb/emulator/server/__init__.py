@@ -135,6 +135,7 @@ from aiohttp import web
 
 from ... import emulator
 from ...auth import DEV_KEY, DEV_KEY_NAME, SasCredential
+from ...listener import Listener, Route
 from .._durable import Journal
 from ._app import BODY_SECONDS, MAX_BODY, EmulatorServer, Handler
 from ._hosts import AllowedHosts
@@ -155,11 +156,9 @@ __all__ = [
 ]
 
 #: A connection that sends no complete request for this long is closed (idle keep-alive
-#: connections, and headers trickling in).
+#: connections, a connection that never sends one, and headers trickling in): HTTP's
+#: open deadline, after the listener's (:mod:`aiosb.listener`).
 IDLE_SECONDS = 30.0
-#: File descriptors kept free for everything but client connections (the durable
-#: store, logs, the listening socket).
-_FD_RESERVE = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,9 +172,12 @@ class ServedEmulator:
         key: The key.
         journal: The durable journal (``data_dir`` given), which another front end of
             the same broker (AMQP) commits to as well; ``None`` in memory.
-        protocol_factory: What serves one HTTP connection (the server's own, connection
-            cap included): another listener that takes a connection meant for this
-            server (the AMQP port, for clients that speak HTTPS there) hands it over.
+        protocol_factory: What serves one HTTP connection: another port that takes a
+            connection meant for this server (the AMQP port, for clients that speak
+            HTTPS there) hands it over (:attr:`route`: with when it is idle).
+        listener: The listener the HTTP port is on (:mod:`aiosb.listener`), whose one
+            connection budget other ports of the same server share.
+        route: The HTTP server as a route of the listener.
     """
 
     url: str
@@ -185,6 +187,8 @@ class ServedEmulator:
     protocol_factory: Callable[[], asyncio.BaseProtocol] | None = field(
         default=None, repr=False, compare=False
     )
+    listener: Listener | None = field(default=None, repr=False, compare=False)
+    route: Route | None = field(default=None, repr=False, compare=False)
 
     @property
     def credential(self) -> SasCredential:
@@ -203,51 +207,10 @@ class ServedEmulator:
         )
 
 
-def max_connections() -> int:
-    """How many client connections the server keeps at once: what the process's file
-    descriptor limit allows, less a reserve, and at most 10,000."""
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if soft == resource.RLIM_INFINITY:
-            soft = 10_000 + _FD_RESERVE
-    except (ImportError, OSError, ValueError):  # no such limit here (Windows)
-        soft = 1024
-    return max(16, min(10_000, soft - _FD_RESERVE))
-
-
-class _CappedSite(web.TCPSite):
-    """A TCP site that never runs out of file descriptors: at the cap, a new connection
-    makes room by closing the oldest connection with no request in progress, so idle
-    connections (however many a hostile client opens) never lock signed clients out."""
-
-    protocol_factory: Callable[[], asyncio.Protocol] | None = None
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)
-        handlers = self._runner.server
-        assert handlers is not None
-        cap = max_connections()
-
-        def connection() -> asyncio.Protocol:
-            live = handlers.connections
-            if len(live) >= cap:
-                for handler in live[: len(live) - cap + 1 + cap // 10]:
-                    if not getattr(handler, "_request_in_progress", False):
-                        handler.force_close()
-            return handlers()
-
-        self.protocol_factory = connection
-        self._server = await asyncio.get_running_loop().create_server(
-            connection,
-            self._host,
-            self._port,
-            ssl=self._ssl_context,
-            backlog=self._backlog,
-            reuse_address=self._reuse_address,
-            reuse_port=self._reuse_port,
-        )
+def _http_idle(handler: asyncio.BaseProtocol) -> bool:
+    """An HTTP connection with no request in progress: the listener may close it to
+    make room (a WebSocket is a request in progress for as long as it is open)."""
+    return not getattr(handler, "_request_in_progress", False)
 
 
 @contextlib.asynccontextmanager
@@ -270,6 +233,8 @@ async def serve(
     prepare: Callable[[], Awaitable[None]] | None = None,
     explorer: bool = False,
     allow_hosts: Iterable[str] = (),
+    listener: Listener | None = None,
+    free_if_taken: bool = False,
 ) -> AsyncIterator[ServedEmulator]:
     """Serve the emulator over HTTP on the running loop, for the ``async with`` block.
 
@@ -312,6 +277,12 @@ async def serve(
             ``host`` (when it is a name): a request with any other ``Host`` is answered
             421 before anything else, on every route (DNS rebinding; ``aiosb serve
             --allow-host``; :mod:`._hosts`).
+        listener: The listener to open the port on (:mod:`aiosb.listener`: its
+            deadlines, and one connection budget for every port it has); by default one
+            of its own, which other ports of the server may share (``listener`` of what
+            this yields).
+        free_if_taken: If ``port`` is taken by another process, listen on a free one
+            instead (a default the user did not choose; the URL says which).
 
     Yields:
         A :class:`ServedEmulator` with the bound URL and the credential.
@@ -347,21 +318,30 @@ async def serve(
     )
     await runner.setup()
     server.open_connections = lambda: len(runner.server.connections) if runner.server else 0
+    listener = Listener() if listener is None else listener
+    handlers = runner.server
+    assert handlers is not None
+    route = Route(handlers, _http_idle)
+    opened = None
     try:
-        site = _CappedSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
-        await site.start()
-        bound = runner.addresses[0][1]  # (host, port, ...) of the listening socket
+        opened = await listener.open(host, port, lambda _first: route, tls=ssl_context,
+                                     free_if_taken=free_if_taken)
+        bound = opened.number
         # port 0 on a name of two addresses binds each to a port of its own
-        server.ports = frozenset(address[1] for address in runner.addresses)
+        server.ports = opened.numbers
         shown = f"[{host}]" if ":" in host else host
         scheme = "https" if ssl_context is not None else "http"
         served = ServedEmulator(f"{scheme}://{shown}:{bound}", key_name, key, journal,
-                                site.protocol_factory)
+                                handlers, listener, route)
         if ready is not None:
             ready(served)
         yield served
     finally:
+        if opened is not None:
+            await opened.stop_accepting()
         await runner.cleanup()
+        if opened is not None:
+            await opened.aclose()
         if journal is not None:
             emulator.use_journal(None)
             await journal.aclose()
