@@ -69,28 +69,30 @@ def _mask_long(payload: bytes, key: bytes) -> bytes:
         len(payload), "big")
 
 
-def _headers(draw: Any, wanted: list[tuple[str, str]]) -> bytes:
-    """Headers a client would send, most often; now and then one dropped, doubled,
-    changed, or an odd one added."""
-    out = []
-    for name, value in wanted:
-        how = draw(st.sampled_from(["keep"] * 8 + ["drop", "double", "change", "case"]))
-        if how == "drop":
-            continue
-        if how == "double":
-            out.append((name, value))
-        elif how == "change":
-            value = draw(st.one_of(ascii_line, st.just(""), st.just("x" * 9000),
-                                   st.just(value + ", " + value)))
-        elif how == "case":
-            name, value = name.upper(), value.swapcase()
-        out.append((name, value))
-    for _ in range(draw(st.integers(0, 2)) if draw(st.integers(0, 3)) == 0 else 0):
-        out.append((draw(st.sampled_from(["Content-Length", "Transfer-Encoding", "Expect",
-                                          "Authorization", "X-" + "y" * 20, "Origin"])),
-                    draw(st.one_of(ascii_line, st.sampled_from(
-                        ["chunked", "-1", "99999999999999999999", "100-continue",
-                         "SharedAccessSignature sr=x&sig=y&se=1&skn=z"])))))
+def _headers(draw: Any, wanted: list[tuple[str, str]], odd: bool) -> bytes:
+    """Headers a client would send; if ``odd``, one or two of them dropped, doubled,
+    changed or shouted, and now and then an odd one added."""
+    out = list(wanted)
+    if odd:
+        for _ in range(draw(st.integers(1, 2))):
+            at = draw(st.integers(0, len(out) - 1))
+            name, value = out[at]
+            how = draw(st.sampled_from(["drop", "double", "change", "case"]))
+            if how == "drop":
+                del out[at]
+            elif how == "double":
+                out.insert(at, (name, value))
+            elif how == "change":
+                out[at] = (name, draw(st.one_of(ascii_line, st.just(""), st.just("x" * 9000),
+                                                st.just(value + ", " + value))))
+            else:
+                out[at] = (name.upper(), value.swapcase())
+        for _ in range(draw(st.integers(0, 2))):
+            out.append((draw(st.sampled_from(["Content-Length", "Transfer-Encoding", "Expect",
+                                              "Authorization", "X-" + "y" * 20, "Origin"])),
+                        draw(st.one_of(ascii_line, st.sampled_from(
+                            ["chunked", "-1", "99999999999999999999", "100-continue",
+                             "SharedAccessSignature sr=x&sig=y&se=1&skn=z"])))))
     return b"".join(f"{n}: {v}\r\n".encode("latin-1") for n, v in out)
 
 
@@ -102,17 +104,22 @@ def amqp_inputs() -> st.SearchStrategy[bytes]:
 
 @st.composite
 def upgrade_request(draw: Any) -> bytes:
-    """An upgrade to AMQP over WebSockets, as the SDKs send it, its parts changed."""
-    path = draw(st.sampled_from([WS_PATH] * 6 + [WS_PATH + "?x=1", WS_PATH.upper(), "/",
-                                                 "/$servicebus/websocket/"]))
-    method = draw(st.sampled_from(["GET"] * 8 + ["POST", "HEAD"]))
-    version = draw(st.sampled_from(["HTTP/1.1"] * 8 + ["HTTP/1.0", "HTTP/2.0"]))
+    """An upgrade to AMQP over WebSockets, as the SDKs send it; one time in three, its
+    request line or headers changed."""
+    odd = draw(st.integers(0, 2)) == 0
+    path, method, version, protocol = WS_PATH, "GET", "HTTP/1.1", "AMQPWSB10"
+    if odd:
+        path = draw(st.sampled_from([WS_PATH, WS_PATH + "?x=1", WS_PATH.upper(), "/",
+                                     WS_PATH + "/"]))
+        method = draw(st.sampled_from(["GET", "POST", "HEAD"]))
+        version = draw(st.sampled_from(["HTTP/1.1", "HTTP/1.0", "HTTP/2.0"]))
+        protocol = draw(st.sampled_from(["AMQPWSB10", "AMQPWebSockets", "amqp",
+                                         "AMQPWSB10, other", ""]))
     key = base64.b64encode(draw(st.binary(min_size=16, max_size=16))).decode()
     head = f"{method} {path} {version}\r\n".encode() + _headers(draw, [
         ("Host", "localhost"), ("Upgrade", "websocket"), ("Connection", "Upgrade"),
         ("Sec-WebSocket-Key", key), ("Sec-WebSocket-Version", "13"),
-        ("Sec-WebSocket-Protocol", draw(st.sampled_from(
-            ["AMQPWSB10"] * 6 + ["AMQPWebSockets", "amqp", "AMQPWSB10, other", ""])))])
+        ("Sec-WebSocket-Protocol", protocol)], odd)
     return head + b"\r\n"
 
 
@@ -170,7 +177,7 @@ def http_request(draw: Any) -> bytes:
     length = draw(st.sampled_from([str(len(body))] * 4 + ["0", "-1", "1" * 30, "abc"]))
     head = f"{method} {path} {version}\r\n".encode() + _headers(draw, [
         ("Host", "localhost"), ("Content-Type", "application/atom+xml"),
-        ("Content-Length", length)])
+        ("Content-Length", length)], draw(st.integers(0, 2)) == 0)
     out = bytearray(head + b"\r\n" + body)
     if draw(st.integers(0, 3)) == 0:
         for _ in range(draw(st.integers(1, 4))):
@@ -259,7 +266,18 @@ def _warm_up() -> tuple[Plan, ...]:
 
 #: A connection through each way in, well-formed, before the footprint is taken.
 WARM_UP = _warm_up()
+#: What the front door's fuzzing found, each replayed by every short run for good: an
+#: input that once made a finding, by what it found.
+FOUND = {
+    # Bytes outside TLS after a handshake, while AMQP reads its header: the TLS error
+    # reached the connection as a bug's ("AMQP connection failed unexpectedly", an ERROR
+    # and its traceback for any client that sends them).
+    "garbage after a TLS handshake, on the AMQPS port": Plan(
+        "amqps", (("hello", None, (), 1), ("send", b"AM"), ("quiet",), ("raw", b"garbage!"))),
+    "garbage after a TLS handshake sniffed on the AMQP port": Plan(
+        "amqp", (("hello", None, (), 1), ("send", b"AM"), ("quiet",), ("raw", b"garbage!"))),
+}
 
 
-__all__ = ["WARM_UP", "amqp_inputs", "http_request", "plans", "upgrade_request", "ws_frame",
-           "ws_frames"]
+__all__ = ["FOUND", "WARM_UP", "amqp_inputs", "http_request", "plans", "upgrade_request",
+           "ws_frame", "ws_frames"]

@@ -40,6 +40,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,21 @@ SETTLE = 5.0
 #: The queues the good client sends to and receives from, one for each way in (no fuzz
 #: input names them).
 GOOD = ("good-amqp", "good-amqps", "good-websocket")
+
+
+def reached(plan: Plan, conn: Conn) -> str:
+    """Where an input went and what answered there: ``"AMQP in TLS on the amqps port"``,
+    ``"WebSocket (101) in the clear on the amqp port"``, ..., or ``"no answer"``."""
+    answer = bytes(conn.answer[:16])
+    if answer.startswith(b"AMQP"):
+        what = "AMQP"
+    elif answer.startswith(b"HTTP/") and answer[9:12] == b"101":
+        what = "WebSocket (101)"
+    elif answer.startswith(b"HTTP/"):
+        what = "HTTP"
+    else:
+        return "no answer" if not answer else "another answer"
+    return f"{what} {'in TLS' if conn.tls is not None else 'in the clear'} on the {plan.port} port"
 
 
 def _tagged_logging() -> None:
@@ -127,6 +143,8 @@ class Served:
     proc: subprocess.Popen[str] | None = None
     logged: list[tuple[str, str, str]] = field(default_factory=list)
     runs: int = 0
+    #: How many inputs reached each way in, and what answered there (:func:`reached`).
+    reached: Counter[str] = field(default_factory=Counter)
     _seen: int = 0
     _tasks: list[int] = field(default_factory=list)
     _context: ssl.SSLContext | None = None
@@ -223,6 +241,7 @@ class Served:
         self.alive()
         self.errors()
         check_answer(plan, conn)
+        self.reached[reached(plan, conn)] += 1
         return bytes(conn.answer)
 
     def _fence(self, held: int) -> None:
