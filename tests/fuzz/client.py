@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
-import sys
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -181,8 +181,8 @@ class Conn:
         self._decrypt()
 
     def end(self, how: str) -> None:
-        """End the input. ``shut``: half-close (after a close_notify if in TLS), then the
-        server must close within :data:`~.harness.LIMIT`.
+        """End the input. ``shut``: half-close, then the server must close within
+        :data:`~.harness.LIMIT`; ``close``: close at once; ``reset``: close with a reset.
 
         Raises:
             Finding: The server has not closed in time.
@@ -198,8 +198,9 @@ class Conn:
                     raise Finding(f"the connection was still open {LIMIT:g} s after the "
                                   f"client's input ended ({len(self.answer)} bytes answered)")
             elif how == "reset":
+                # linger on, for 0 s: close sends a reset, not a FIN
                 self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                     (1).to_bytes(4, sys.byteorder) * 2)
+                                     struct.pack("ii", 1, 0))
         finally:
             self.sock.close()
 

@@ -236,6 +236,8 @@ def plans(draw: Any) -> Plan:
     first = next((s[1][:1] for s in steps if s[0] == "send" and s[1]), b"")
     kind = content if content in ("websocket", "http") else (
         "http" if first and first[0] in b"GPDHO" else "amqp")
+    if way == "amqps-clear" or (way == "clear" and first == b"\x16"):
+        kind = "bytes"  # TLS's port in the clear, or a TLS record that is none: no protocol
     return Plan(port, tuple(steps), end, kind)
 
 
