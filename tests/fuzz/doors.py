@@ -69,6 +69,12 @@ def _mask_long(payload: bytes, key: bytes) -> bytes:
         len(payload), "big")
 
 
+def one_in(n: int, draw: Any) -> bool:
+    """True one time in ``n``, and never in the simplest input (hypothesis starts from
+    it, and shrinks toward it): the well-behaved path first, the odd one now and then."""
+    return bool(draw(st.integers(0, n - 1)) == n - 1)
+
+
 def _headers(draw: Any, wanted: list[tuple[str, str]], odd: bool) -> bytes:
     """Headers a client would send; if ``odd``, one or two of them dropped, doubled,
     changed or shouted, and now and then an odd one added."""
@@ -106,7 +112,7 @@ def amqp_inputs() -> st.SearchStrategy[bytes]:
 def upgrade_request(draw: Any) -> bytes:
     """An upgrade to AMQP over WebSockets, as the SDKs send it; one time in three, its
     request line or headers changed."""
-    odd = draw(st.integers(0, 2)) == 0
+    odd = one_in(3, draw)
     path, method, version, protocol = WS_PATH, "GET", "HTTP/1.1", "AMQPWSB10"
     if odd:
         path = draw(st.sampled_from([WS_PATH, WS_PATH + "?x=1", WS_PATH.upper(), "/",
@@ -158,7 +164,7 @@ def ws_frames(draw: Any) -> list[bytes]:
             frames.append(ws_frame(draw(st.binary(max_size=8)), opcode=8))
             if i + 1 < len(chunks):
                 frames.append(ws_frame(chunk))
-    if draw(st.integers(0, 24)) == 0:  # a message larger than any AMQP frame
+    if one_in(25, draw):  # a message larger than any AMQP frame
         size = draw(st.sampled_from(OVERSIZED))
         frames.append(ws_frame(b"AMQP\x00\x01\x00\x00" + struct.pack(">I", size)
                                + b"\x02\x00\x00\x00" + bytes(size - 16)))
@@ -177,25 +183,31 @@ def http_request(draw: Any) -> bytes:
     length = draw(st.sampled_from([str(len(body))] * 4 + ["0", "-1", "1" * 30, "abc"]))
     head = f"{method} {path} {version}\r\n".encode() + _headers(draw, [
         ("Host", "localhost"), ("Content-Type", "application/atom+xml"),
-        ("Content-Length", length)], draw(st.integers(0, 2)) == 0)
+        ("Content-Length", length)], one_in(3, draw))
     out = bytearray(head + b"\r\n" + body)
-    if draw(st.integers(0, 3)) == 0:
+    if one_in(4, draw):
         for _ in range(draw(st.integers(1, 4))):
             out[draw(st.integers(1, len(out) - 1))] = draw(st.integers(0, 255))
-    if draw(st.integers(0, 4)) == 0:
+    if one_in(5, draw):
         del out[draw(st.integers(1, len(out))):]
-    if draw(st.integers(0, 4)) == 0:  # a second request on the same connection
+    if one_in(5, draw):  # a second request on the same connection
         out += b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"
     return bytes(out)
+
+
+#: The ways in: the AMQP port in the clear, TLS sniffed on it, the AMQPS port with TLS,
+#: and the AMQPS port in the clear.
+WAYS_IN = ("clear", "sniffed", "amqps", "amqps-clear")
+#: What goes through a way in.
+CONTENTS = ("amqp", "websocket", "http", "bytes", "nothing")
 
 
 @st.composite
 def hello(draw: Any) -> tuple[Any, ...]:
     """A TLS handshake: whole, its ClientHello in pieces; or the hello cut or changed."""
-    how = draw(st.sampled_from(["whole"] * 6 + ["cut", "flip"]))
-    if how == "whole":
+    if not one_in(5, draw):
         return ("hello", None, (), draw(st.integers(1, 4)))
-    if how == "cut":
+    if draw(st.booleans()):
         return ("hello", draw(st.integers(1, 300)), (), 1)
     flips = tuple(draw(st.lists(st.tuples(st.integers(0, 600), st.integers(0, 255)),
                                 min_size=1, max_size=4)))
@@ -203,13 +215,17 @@ def hello(draw: Any) -> tuple[Any, ...]:
 
 
 @st.composite
-def plans(draw: Any) -> Plan:
-    """One connection through the front door: a way in, what goes through, an ending."""
-    way = draw(st.sampled_from(["clear"] * 3 + ["sniffed"] * 3 + ["amqps"] * 3
-                               + ["amqps-clear"]))
+def plans(draw: Any, way: str | None = None, content: str | None = None) -> Plan:
+    """One connection through the front door: a way in (one of :data:`WAYS_IN`), what
+    goes through (one of :data:`CONTENTS`), an ending; the way and the content drawn
+    unless given."""
+    if way is None:
+        way = draw(st.sampled_from(["clear"] * 3 + ["sniffed"] * 3 + ["amqps"] * 3
+                                   + ["amqps-clear"]))
     port = "amqps" if way.startswith("amqps") else "amqp"
-    content = draw(st.sampled_from(["amqp"] * 4 + ["websocket"] * 3 + ["http"] * 2
-                                   + ["bytes", "nothing"]))
+    if content is None:
+        content = draw(st.sampled_from(["amqp"] * 4 + ["websocket"] * 3 + ["http"] * 2
+                                       + ["bytes", "nothing"]))
     steps: list[tuple[Any, ...]] = []
     if way in ("sniffed", "amqps"):
         steps.append(draw(hello()))
@@ -224,13 +240,13 @@ def plans(draw: Any) -> Plan:
         steps.append(("quiet",))
     elif content == "bytes":
         steps += [("send", draw(st.binary(min_size=1, max_size=64))), ("quiet",)]
-    if steps and steps[0][0] == "hello" and draw(st.integers(0, 5)) == 0:
+    if steps and steps[0][0] == "hello" and one_in(6, draw):
         at = draw(st.integers(1, len(steps)))  # garbage outside TLS after the handshake
         steps.insert(at, ("raw", draw(st.binary(min_size=1, max_size=40))))
-    if draw(st.integers(0, 9)) == 0:
+    if one_in(10, draw):
         steps.insert(draw(st.integers(0, len(steps))), ("pause", 0.05))
     if port == "amqps" or way == "sniffed":
-        if draw(st.integers(0, 2)) == 0:
+        if one_in(3, draw):
             steps.append(("close_notify",))
     end = draw(st.sampled_from(["shut"] * 6 + ["close", "reset"]))
     first = next((s[1][:1] for s in steps if s[0] == "send" and s[1]), b"")
@@ -281,5 +297,5 @@ FOUND = {
 }
 
 
-__all__ = ["FOUND", "WARM_UP", "amqp_inputs", "http_request", "plans", "upgrade_request",
-           "ws_frame", "ws_frames"]
+__all__ = ["CONTENTS", "FOUND", "WARM_UP", "WAYS_IN", "amqp_inputs", "http_request", "plans",
+           "upgrade_request", "ws_frame", "ws_frames"]

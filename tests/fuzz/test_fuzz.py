@@ -24,6 +24,7 @@ campaign explores beyond it. Every finding's input goes into ``corpus/`` as
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 from collections.abc import Iterator
 
@@ -31,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from .client import Plan
-from .doors import FOUND, WARM_UP, plans
+from .doors import CONTENTS, FOUND, WARM_UP, WAYS_IN, plans
 from .front_door import Served
 from .harness import Finding, Target, corpus_files
 from .strategies import client_inputs, mutated_corpus
@@ -42,8 +43,9 @@ pytestmark = pytest.mark.timeout(300)
 #: AMQPS port, the answer is no protocol: that way is fuzzed, with nothing to reach).
 WAYS = {f"{what} {how} on the {port} port" for what in ("AMQP", "HTTP", "WebSocket (101)")
         for how, port in (("in the clear", "amqp"), ("in TLS", "amqp"), ("in TLS", "amqps"))}
-#: Inputs of the short run through the front door (each is a connection to a process).
-FRONT_DOOR_EXAMPLES = 200
+#: Inputs of the short run through the front door, for each way in, by what goes through
+#: (each is a connection to a process: 208 in all).
+FRONT_DOOR_EXAMPLES = {"amqp": 16, "websocket": 20, "http": 8, "bytes": 6, "nothing": 2}
 SHORT = settings(max_examples=200, deadline=None, derandomize=True, database=None,
                  suppress_health_check=list(HealthCheck))
 
@@ -130,11 +132,12 @@ def test_the_front_door_finds_nothing_and_the_server_gives_back(served):
     before = served.footprint()
     served.reached.clear()
 
-    @settings(SHORT, max_examples=FRONT_DOOR_EXAMPLES)
-    @given(plan=plans())
-    def fuzz(plan: Plan) -> None:
-        served.run(plan)
+    for way, content in itertools.product(WAYS_IN, CONTENTS):  # each way as often
+        @settings(SHORT, max_examples=FRONT_DOOR_EXAMPLES[content])
+        @given(plan=plans(way, content))
+        def fuzz(plan: Plan) -> None:
+            served.run(plan)
 
-    fuzz()
+        fuzz()
     served.check_after(before)
-    assert set(served.reached) >= WAYS, served.reached
+    assert not WAYS - set(served.reached), (WAYS - set(served.reached), served.reached)
