@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import struct
 from typing import Any
 
@@ -137,8 +138,8 @@ class Connection(ReceiverLinks):
                 return
             if opened:
                 await self._frames()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            pass  # the client went, or broke its own TLS (bytes outside it): nothing to say
         except ProtocolViolation as exc:
             self._fail(exc)
         except Exception as exc:  # a bug's blast ends this connection, said, not silent
