@@ -135,7 +135,7 @@ class Batch:
              answer: asyncio.Future[None], taken: _Dirty, taken_locks: _Locks,
              ops: list[tuple[str, tuple[Any, ...]]]) -> tuple[Write, bytes]:
         most_rows, most_bytes = MOST_ROWS, MOST_BYTES
-        count = size = 0
+        count, size = 1, 0  # a row kept for the highest id number (below)
         while self.ops and count < most_rows and size < most_bytes:
             op = self.ops.popleft()
             ops.append(op)
@@ -158,14 +158,19 @@ class Batch:
                 chunk = list(itertools.islice(rows.items(), most_rows - count))
                 used = 0
                 for seq, item in chunk:
-                    used += 1
                     if item is None or item[1].state == GONE:
+                        used += 1
                         later.append(seq)
                         continue
                     if seq in again:  # changed again: the next batch writes it
+                        used += 1
                         continue
-                    mine[seq] = item
                     where, rec = item
+                    if size and size + len(rec.body) > most_bytes:
+                        size = most_bytes  # full: the row goes first in the next frame
+                        break
+                    used += 1
+                    mine[seq] = item
                     mid = rec._mid
                     if prefix_ok and isinstance(mid, int) and mid > high_id:
                         high_id = mid
