@@ -27,6 +27,7 @@ import pytest
 import aiosb
 from aiosb import Message, emulator
 from aiosb.emulator import _groups, _link, _writer
+from aiosb.emulator._durable import Journal
 from aiosb.emulator._migrate import SCHEMA
 from aiosb.emulator.server import serve
 
@@ -212,7 +213,7 @@ async def test_a_burst_goes_as_bounded_frames_each_answered_all_written_in_order
     send = _link.WriterLink.send
 
     def watched(self: _link.WriterLink, write: Any, frame: bytes) -> None:
-        ops, groups, highs = pickle.loads(frame[_writer.HEAD.size:])
+        ops, groups, _ = pickle.loads(frame[_writer.HEAD.size:])
         rows = len(ops) + sum(len(d) + len(p) + len(h) for _, _, d, p, h in groups)
         size = sum(len(body) for _, _, _, puts, _ in groups for _, body, _ in puts)
         frames.append((rows, size))
