@@ -29,6 +29,7 @@ from aiosb import Message, emulator
 from aiosb.emulator import _groups, _link, _writer
 from aiosb.emulator._durable import Journal
 from aiosb.emulator._migrate import SCHEMA
+from aiosb.emulator._record import _Record
 from aiosb.emulator.server import serve
 
 #: ``WriterLink.send`` as the module defines it (before the looptime fixture of
@@ -241,6 +242,50 @@ async def test_a_burst_goes_as_bounded_frames_each_answered_all_written_in_order
     assert all(rows <= 64 for rows, _ in frames), frames
     assert all(size <= 8192 or size == len(big) for _, size in frames), [
         size for _, size in frames if size > 8192]
+
+
+def _record(seq: int) -> _Record:
+    rec = _Record.blank()
+    for name, value in {"body": b"m%d" % seq, "seq": seq, "size": 3, "enqueued": 0.0,
+                        "state": 0, "delivery_count": 0, "deferred": False, "frag": 0,
+                        "ttl": float("inf"), "message_id": f"id-{seq}"}.items():
+        setattr(rec, name, value)
+    return rec
+
+
+async def test_a_batch_puts_rows_before_it_deletes_any_and_leaves_rows_changed_again(
+        monkeypatch):
+    """#48: a group commit cut into frames of at most 4 rows (one kept for the highest
+    id): its statement first, every row put (entity b, where messages moved to) in a
+    frame before any row deleted (entity a, where they came from), so that a group cut
+    short by a crash may leave a moved message in both places, never in neither; a row
+    pending again since the batch was taken is left to the next; only the last frame
+    is whole."""
+    monkeypatch.setattr(_groups, "MOST_ROWS", 4)
+    a, b = ("ns", "a"), ("ns", "b")
+    dirty: dict[Any, dict[int, Any]] = {
+        a: dict.fromkeys(range(1, 11)), b: {n: (None, _record(n)) for n in range(1, 11)}}
+    op = ("INSERT OR IGNORE INTO namespaces VALUES (?, ?)", ("ns", "basic"))
+    batch = _groups.Batch(7, dirty, {}, [op], 0)
+    pending = {b: {5: None}}  # b's 5 changed again after the batch was taken
+    loop = asyncio.get_running_loop()
+    frames = []
+    while not batch.done:
+        write, frame = batch.cut(pending, {}, False, loop.create_future())
+        ops, groups, _ = pickle.loads(frame)
+        frames.append((write.whole, ops, {(ns, e): (d, [seq for seq, _, _ in p])
+                                          for ns, e, d, p, _ in groups}))
+    assert [whole for whole, _, _ in frames] == [False] * (len(frames) - 1) + [True]
+    assert frames[0][1] == [op] and all(not ops for _, ops, _ in frames[1:])
+    assert all(len(ops) + sum(len(d) + len(p) for d, p in g.values()) <= 3
+               for _, ops, g in frames)
+    puts = [seq for _, _, g in frames for seq in g.get(b, ((), ()))[1]]
+    deletes = [seq for _, _, g in frames for seq in g.get(a, ((), ()))[0]]
+    assert sorted(puts) == [1, 2, 3, 4, 6, 7, 8, 9, 10]
+    assert sorted(deletes) == list(range(1, 11))
+    last_put = max(i for i, (_, _, g) in enumerate(frames) if b in g)
+    first_delete = min(i for i, (_, _, g) in enumerate(frames) if a in g)
+    assert last_put <= first_delete  # in one frame: one transaction
 
 
 @pytest.mark.parametrize(("fsync", "level"), [(False, NORMAL), (True, FULL)])

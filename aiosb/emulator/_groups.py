@@ -142,7 +142,7 @@ class Batch:
             count += 1
             size += _size_of(op)
         shift = FRAGMENT_SHIFT
-        high_id, self.gone_id = self.gone_id, 0
+        high_id = self.gone_id
         entities: dict[tuple[str, str], tuple[list[int], list[Any], list[Any]]] = {}
         highs: list[tuple[str, str, int, int]] = []
         # the rows put, in the order they came (an entity's in rising sequence numbers:
@@ -233,6 +233,7 @@ class Batch:
         if high_id:
             ops.append(("INSERT INTO meta VALUES ('auto_high', ?) ON CONFLICT (name) "
                         "DO UPDATE SET value = max(value, excluded.value)", (high_id,)))
+        self.gone_id = 0  # in this frame
         groups = [(ns, entity, deletes, puts, held)
                   for (ns, entity), (deletes, puts, held) in entities.items()]
         write = Write(self.upto, taken, taken_locks, ops, high_id, answer, self.done)
