@@ -46,8 +46,9 @@ RESUME = 1
 OK, FAILED = b"\x00", b"\x01"
 
 #: The only globals a frame may name: how the journal pickles a value of a subclass of
-#: str, bytes, int or float (:class:`._groups._Plain`). The same allow-list as the
-#: unpickler of legacy rows (:class:`._rows._LegacyUnpickler`), of what frames hold.
+#: str, bytes, int or float (:class:`._groups._Plain`). An allow-list as the unpickler
+#: of legacy rows has (:class:`._rows._LegacyUnpickler`), for what frames hold: this
+#: process imports the standard library only, not :mod:`._rows`.
 ALLOWED = frozenset({("builtins", "str"), ("builtins", "bytes"), ("builtins", "int"),
                      ("builtins", "float")})
 
