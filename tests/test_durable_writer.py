@@ -93,7 +93,7 @@ async def test_a_stopped_writer_is_replaced_within_its_deadline_and_nothing_is_l
                     await hung.exited  # killed: it had not answered
                     assert hung._transport.get_returncode() == -signal.SIGKILL
                 await sender.send(Message(b"after"))
-    assert 1.0 <= took < 5.0, f"the sends waited {took:.1f} s for a writer given 1 s"
+    assert 1.0 <= took < 8.0, f"the sends waited {took:.1f} s for a writer given 1 s"
     emulator.reset()
     assert _bodies(tmp_path) == sent
     async with serve(data_dir=tmp_path) as server, aiosb.connect(
