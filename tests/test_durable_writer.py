@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import aiosb
-from aiosb import Message, emulator
+from aiosb import Message, emulator, errors
 from aiosb.emulator import _groups, _link, _writer
 from aiosb.emulator._durable import Journal
 from aiosb.emulator._migrate import SCHEMA
@@ -101,6 +101,46 @@ async def test_a_stopped_writer_is_replaced_within_its_deadline_and_nothing_is_l
             "q", mode="receive_and_delete") as receiver:
         got = await receiver.receive(10, max_wait=1)
     assert [bytes(m.body) for m in got] == sent
+
+
+@pytest.mark.timeout(60)
+async def test_a_commit_through_two_hung_writers_gets_an_error_and_nothing_is_lost(
+        tmp_path, monkeypatch):
+    """#48: the writer and the one replacing it both hang (stopped as they start): the
+    commit waiting on them fails with a transient error after their two deadlines
+    (shortened to 0.5 s) instead of waiting for ever; the next writer, left alone,
+    writes what was pending, and nothing is lost."""
+    monkeypatch.setattr(_link, "WRITE_DEADLINE", 0.5)
+    journal = Journal(tmp_path)
+    await journal.open()
+    await journal.load()
+    emulator.use_journal(journal)
+    try:
+        async with aiosb.connect("memory://twice") as ns:
+            await ns.create_queue("q")
+            await journal.commit()
+            made = _link.WriterLink.connection_made
+
+            def stopped_at_start(self: _link.WriterLink, transport: Any) -> None:
+                made(self, transport)
+                os.kill(transport.get_pid(), signal.SIGSTOP)
+
+            monkeypatch.setattr(_link.WriterLink, "connection_made", stopped_at_start)
+            async with ns.sender("q") as sender:
+                with _stopped(journal):
+                    await sender.send(Message(b"a"))
+                    began = time.monotonic()
+                    with pytest.raises(errors.TransientError, match="did not answer"):
+                        await journal.commit()
+                    took = time.monotonic() - began
+            monkeypatch.setattr(_link.WriterLink, "connection_made", made)
+            await journal.commit()
+    finally:
+        emulator.use_journal(None)
+        await journal.aclose()
+        emulator.reset()
+    assert 1.0 <= took < 6.0, f"the commit waited {took:.1f} s through two 0.5 s deadlines"
+    assert _bodies(tmp_path) == [b"a"]
 
 
 @pytest.mark.looptime

@@ -405,9 +405,14 @@ class Journal:
     async def commit(self) -> None:
         """Return once every change reported before the call is on disk.
 
+        A writer lost meanwhile (it ended, or missed its deadline:
+        :data:`._link.WRITE_DEADLINE`) is replaced and what it had not written is
+        written again; a commit waits through one such loss, not two.
+
         Raises:
-            TransientError: The write that carried these changes failed (they stay
-                pending and are written by the next attempt).
+            TransientError: The write that carried these changes failed, or a second
+                writer was lost (the changes stay pending and are written by the next
+                attempt).
         """
         target = self._changes
         lost = False
@@ -434,11 +439,11 @@ class Journal:
             try:
                 await asyncio.shield(write.answer)
             except WriteFailed as exc:
-                if exc.upto >= target:  # our changes were in the write that failed
-                    if exc.lost and not lost:  # its writer was lost, not the write
-                        lost = True  # refused: once more, with the writer replacing it
-                        continue
-                    raise
+                if exc.lost and not lost:  # the writer was lost, not a write refused:
+                    lost = True  # once more, with the writer that replaces it
+                    continue
+                if exc.lost or exc.upto >= target:  # lost again; or our changes were
+                    raise  # in the write that failed
                 # an earlier group failed; ours is still pending: write it now
 
     def _in_flight(self) -> int:
