@@ -150,50 +150,40 @@ class Batch:
         while self.dirty and count < most_rows and size < most_bytes:
             key = next(iter(self.dirty))
             rows = self.dirty[key]
-            again = pending.get(key) or {}
-            mine = taken.setdefault(key, {})
+            again = pending.get(key)
             puts: list[tuple[int, bytes, bytes]] = []
             later = self.deletes.setdefault(key, [])
-            while rows and count < most_rows and size < most_bytes:
-                chunk = list(itertools.islice(rows.items(), most_rows - count))
-                used = 0
-                for seq, item in chunk:
-                    if item is None or item[1].state == GONE:
-                        used += 1
-                        later.append(seq)
-                        continue
-                    if seq in again:  # changed again: the next batch writes it
-                        used += 1
-                        continue
-                    where, rec = item
-                    if size and size + len(rec.body) > most_bytes:
-                        size = most_bytes  # full: the row goes first in the next frame
-                        break
-                    used += 1
-                    mine[seq] = item
-                    mid = rec._mid
-                    if prefix_ok and isinstance(mid, int) and mid > high_id:
-                        high_id = mid
-                    head = message_row(rec, prefix_ok, where)
-                    puts.append((seq, rec.body, head))
-                    count += 1
-                    size += len(rec.body) + len(head)
-                    if count >= most_rows or size >= most_bytes:
-                        break
-                if used == len(rows):
-                    rows.clear()
-                else:
-                    for seq, _ in chunk[:used]:
-                        del rows[seq]
-            if not rows:
+            stop = None  # the first row left for the next frame (None: none is)
+            for seq, item in rows.items():
+                if item is None or item[1].state == GONE:
+                    later.append(seq)
+                    continue
+                if again and seq in again:  # changed again: the next batch writes it
+                    continue
+                where, rec = item
+                body = rec.body
+                if count >= most_rows or (size and size + len(body) > most_bytes):
+                    stop, size = seq, most_bytes  # full
+                    break
+                mid = rec._mid
+                if prefix_ok and isinstance(mid, int) and mid > high_id:
+                    high_id = mid
+                head = message_row(rec, prefix_ok, where)
+                puts.append((seq, body, head))
+                count += 1
+                size += len(body) + len(head)
+            if stop is None:  # every row of the entity is taken (or put aside)
                 del self.dirty[key]
+                mine = rows
+            else:
+                mine = {seq: rows.pop(seq) for seq in
+                        list(itertools.takewhile(stop.__ne__, rows))}
             if not later:
                 del self.deletes[key]
-            if mine:
+            if puts:
+                taken[key] = mine  # (with the rows put aside: taken back, they merge)
                 entities[key] = ([], puts, [])
                 highs += [(*key, frag, high) for frag, high in _highs(mine, shift)]
-            else:
-                del taken[key]
         # the locks taken since their rows were written
         while self.locks and count < most_rows and size < most_bytes:
             key = next(iter(self.locks))
