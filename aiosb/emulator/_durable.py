@@ -38,7 +38,8 @@ back); sequence numbers go on from where they were. Session locks, duplicate-det
 and faults are not kept: they belong to the connections and the test that made them.
 
 Imports: :mod:`._record`, :mod:`._store`, :mod:`._entity`, :mod:`._namespace`,
-:mod:`._rows`, :mod:`._recovery`, :mod:`._migrate`, :mod:`._writer`, :mod:`._link`;
+:mod:`._rows`, :mod:`._recovery`, :mod:`._migrate`, :mod:`._writer`, :mod:`._groups`,
+:mod:`._link`;
 never the broker
 (it sees a namespace through :class:`~._namespace.Namespace`, and makes one through
 :data:`open_namespace`).
@@ -57,16 +58,10 @@ from typing import Any
 from ..errors import InvalidArgument
 from . import _writer
 from ._entity import _Entity, _Session
-from ._link import (
-    Write,
-    WriteFailed,
-    WriterLink,
-    YoungLocks,
-    build_groups,
-    consume,
-    frame_of,
-    start_writer,
-)
+from ._groups import Batch, Write
+from ._link import WriteFailed, WriterLink, YoungLocks, consume, start_writer
+from ._migrate import ADDED_COLUMNS as _ADDED_COLUMNS
+from ._migrate import SCHEMA as _SCHEMA
 from ._migrate import migrate
 from ._namespace import Namespace
 from ._record import GONE, _Record, adopt_auto_ids, auto_id_prefix
@@ -84,30 +79,6 @@ log = logging.getLogger("aiosb.emulator")
 #: registry, and may not import them.
 open_namespace: Callable[[str, str], Namespace] | None = None
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS namespaces (name TEXT PRIMARY KEY, tier TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS entities (
-    ns TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL, path TEXT NOT NULL,
-    nfrag INTEGER NOT NULL, created REAL NOT NULL, props BLOB NOT NULL,
-    PRIMARY KEY (ns, key));
-CREATE TABLE IF NOT EXISTS entity_ids (
-    id INTEGER PRIMARY KEY, ns TEXT NOT NULL, key TEXT NOT NULL, UNIQUE (ns, key));
-CREATE TABLE IF NOT EXISTS msgs (
-    eid INTEGER NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL, head BLOB NOT NULL,
-    lock BLOB, PRIMARY KEY (eid, seq)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS sequences (
-    ns TEXT NOT NULL, entity TEXT NOT NULL, fragment INTEGER NOT NULL, high INTEGER NOT NULL,
-    PRIMARY KEY (ns, entity, fragment));
-CREATE TABLE IF NOT EXISTS rules (
-    ns TEXT NOT NULL, entity TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (ns, entity));
-CREATE TABLE IF NOT EXISTS sessions (
-    ns TEXT NOT NULL, entity TEXT NOT NULL, sid TEXT NOT NULL, state BLOB,
-    state_set REAL NOT NULL DEFAULT 0, PRIMARY KEY (ns, entity, sid));
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value NOT NULL);
-"""
-#: Columns added to a table since its first release: a database written before one was
-#: added gets it, with its default, when it is opened.
-_ADDED_COLUMNS = [("sessions", "state_set", "REAL NOT NULL DEFAULT 0")]
 #: Group commits in flight at most: one being written, the next waiting in the pipe.
 _DEPTH = 2
 #: A lock is written once it has been held this long (#39): most end sooner (their
@@ -153,6 +124,8 @@ class Journal:
         self._durable = 0
         #: The changes handed to the writer (in flight or written).
         self._sent = 0
+        #: The group commit being cut into frames (:mod:`._groups`), if one is.
+        self._batch: Batch | None = None
         #: The writer's end of the pipe (None: not started, or it ended).
         self._link: WriterLink | None = None
         self._spawning: asyncio.Future[WriterLink] | None = None
@@ -432,11 +405,17 @@ class Journal:
     async def commit(self) -> None:
         """Return once every change reported before the call is on disk.
 
+        A writer lost meanwhile (it ended, or missed its deadline:
+        :data:`._link.WRITE_DEADLINE`) is replaced and what it had not written is
+        written again; a commit waits through one such loss, not two.
+
         Raises:
-            TransientError: The write that carried these changes failed (they stay
-                pending and are written by the next attempt).
+            TransientError: The write that carried these changes failed, or a second
+                writer was lost (the changes stay pending and are written by the next
+                attempt).
         """
         target = self._changes
+        lost = False
         while self._durable < target:
             write = self._oldest()
             if self._sent < target and (write is None or self._in_flight() < _DEPTH):
@@ -460,8 +439,11 @@ class Journal:
             try:
                 await asyncio.shield(write.answer)
             except WriteFailed as exc:
-                if exc.upto >= target:  # our changes were in the write that failed
-                    raise
+                if exc.lost and not lost:  # the writer was lost, not a write refused:
+                    lost = True  # once more, with the writer that replaces it
+                    continue
+                if exc.lost or exc.upto >= target:  # lost again; or our changes were
+                    raise  # in the write that failed
                 # an earlier group failed; ours is still pending: write it now
 
     def _in_flight(self) -> int:
@@ -499,30 +481,44 @@ class Journal:
         self._link = link
         return link
 
-    def _ended(self, link: WriterLink, code: int | None) -> None:
-        """The writer's process ended (every answer it gave is in)."""
+    def _ended(self, link: WriterLink, why: str) -> None:
+        """The writer is lost (its process ended, or it missed its deadline): nothing
+        more will be answered."""
         if self._link is link:
             self._link = None
         writes = [w for w in link.writes if not w.answer.done()]
         if writes:
-            self._take_back(f"its writer process ended (exit code {code})", writes)
+            self._take_back(why, writes, lost=True)
 
     def _send(self, link: WriterLink) -> Write:
-        """Hand every change not yet handed over to the writer, as one group."""
-        # Built before anything is taken from the pending changes: if it fails, they stay.
-        upto, dirty, ops, locks = self._changes, self._dirty, list(self._ops), self._locks
-        prefix_ok = self.prefix == auto_id_prefix()
-        groups, highs, high_id = build_groups(dirty, locks, prefix_ok, self._gone_id)
-        if high_id:
-            ops.append(("INSERT INTO meta VALUES ('auto_high', ?) ON CONFLICT (name) "
-                        "DO UPDATE SET value = max(value, excluded.value)", (high_id,)))
-        frame = frame_of(ops, groups, highs)
-        self._dirty, self._ops, self._locks, self._gone_id = {}, [], {}, 0
+        """Hand the writer the next frame of the group commit being sent; when none
+        is, every change not yet handed over becomes one (:class:`~._groups.Batch`)."""
+        batch = self._batch
+        if batch is None:
+            batch = self._batch = Batch(self._changes, self._dirty, self._locks, self._ops,
+                                        self._gone_id)
+            self._dirty, self._ops, self._locks, self._gone_id = {}, [], {}, 0
+        try:
+            write, frame = batch.cut(self._dirty, self._locks,
+                                     self.prefix == auto_id_prefix(), link.loop.create_future())
+        except BaseException:  # what could not be sent stays pending
+            self._unbatch()
+            raise
+        if write.whole:
+            self._batch = None
+            self._sent = batch.upto
         flags, self._resume = (_writer.RESUME if self._resume else 0), False
-        write = Write(upto, dirty, locks, ops, high_id, link.loop.create_future())
-        self._sent = upto
         link.send(write, _writer.HEAD.pack(len(frame), flags) + frame)
         return write
+
+    def _unbatch(self) -> None:
+        """What is left of the group commit being sent goes back to pending (before
+        its frames taken back, which are older)."""
+        batch, self._batch = self._batch, None
+        if batch is not None:
+            self._gone_id = max(self._gone_id, batch.gone_id)
+            self._ops[:0] = batch.ops
+            batch.back_into(self._dirty, self._locks, self._deleted)
 
     def _answered(self, link: WriterLink, write: Write, failure: str | None) -> None:
         """The writer's answer to ``write`` (in the order sent): written, or why not."""
@@ -531,7 +527,9 @@ class Journal:
         if failure is not None:
             self._take_back(failure, [write, *(w for w in link.writes if not w.answer.done())])
             return
-        self._durable = durable = max(self._durable, write.upto)
+        if write.whole:  # the last frame of its group commit: it is all written
+            self._durable = max(self._durable, write.upto)
+        durable = self._durable
         self._retry = 0.0
         self.writes += 1
         if self._deleted:  # written: no group made before them is in flight
@@ -541,10 +539,13 @@ class Journal:
             # changes no request waits for (expiries, lock ends) go soon too
             self._kick = write.answer.get_loop().call_later(0.05, self._background)
 
-    def _take_back(self, failure: str, writes: list[Write]) -> None:
-        """The oldest group in flight was not written: it and every later one
-        (``writes``, oldest first: the writer refuses them) go back to pending, later
-        changes of the same rows winning, to be written again after a pause."""
+    def _take_back(self, failure: str, writes: list[Write], lost: bool = False) -> None:
+        """The oldest frame in flight was not written: it and every later one
+        (``writes``, oldest first: the writer refuses them), and what is left of the
+        group commit being sent, go back to pending, later changes of the same rows
+        winning, to be written again after a pause (at once by a commit waiting, when
+        the writer was ``lost``: a new one is started)."""
+        self._unbatch()
         for write in reversed(writes):  # newest first: what is pending now wins, then...
             self._gone_id = max(self._gone_id, write.high_id)
             self._ops[:0] = write.ops
@@ -555,7 +556,7 @@ class Journal:
         for write in writes:
             # the requests whose changes were in the group that failed hear of it; those
             # of the later groups (refused, never tried) wait for them to be written again
-            write.answer.set_exception(WriteFailed(writes[0].upto, message))
+            write.answer.set_exception(WriteFailed(writes[0].upto, message, lost))
             write.answer.add_done_callback(consume)
         self._failed_later(failure)
 

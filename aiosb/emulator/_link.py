@@ -1,13 +1,20 @@
-"""The journal's end of its writer process (#39): groups out, answers in, in order.
+"""The journal's end of its writer process (#39): frames out, answers in, in order.
 
-:class:`~._durable.Journal` prepares a group commit on the serving loop and hands it to
-:func:`start_writer`'s process (:mod:`._writer`) as a :class:`Write`; the writer
-answers each group in the order sent, and :class:`WriterLink` passes each answer to
-the journal (``answered(write, failure)``: ``failure`` is None when it is written), and
-the end of the process once every answer is in (``ended(link, exit code)``).
+:class:`~._durable.Journal` cuts each group commit into frames on the serving loop
+(:mod:`._groups`) and hands them to :func:`start_writer`'s process (:mod:`._writer`),
+each as a :class:`~._groups.Write`; the writer answers each in the order sent, and
+:class:`WriterLink` passes each answer to the journal (``answered(link, write,
+failure)``: ``failure`` is None when it is written), and the loss of the process once
+nothing more will be answered (``ended(link, why)``).
 
-Imports: :mod:`._writer`, :mod:`._record`, :mod:`._rows`, :mod:`._partitions`; never the
-journal (it hears of the link through callbacks).
+The writer has a deadline (#48): each frame is answered within :data:`WRITE_DEADLINE`
+of the moment the writer could start on it (when it was sent, or when the frame before
+it was answered). A writer that misses it (stopped, its disk stalled) is killed and
+counts as ended at once, without waiting for its process to go: the journal takes its
+unanswered frames back and writes them again with a new writer.
+
+Imports: :mod:`._writer`, :mod:`._groups`, :mod:`._record`; never the journal (it hears
+of the link through callbacks).
 """
 
 from __future__ import annotations
@@ -15,8 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import io
-import pickle
+import logging
 import struct
 import sys
 from collections.abc import Callable, Iterator
@@ -28,82 +34,61 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-import orjson
-
 from ..errors import TransientError
 from . import _writer
-from ._partitions import FRAGMENT_SHIFT
-from ._record import GONE, LOCKED, _Record
-from ._rows import message_row
+from ._groups import Write
+from ._record import _Record
 
-__all__ = ["WRITER_FLAGS", "Write", "WriteFailed", "WriterLink", "YoungLocks", "build_groups",
-           "consume", "frame_of", "start_writer"]
+__all__ = ["WRITER_FLAGS", "WRITE_DEADLINE", "WriteFailed", "WriterLink", "YoungLocks",
+           "consume", "start_writer"]
+
+log = logging.getLogger("aiosb.emulator")
 
 #: Arguments of the writer's command line after the database (tests: ``--row-locks``).
 WRITER_FLAGS: list[str] = []
+#: Seconds the writer has to answer a frame from the moment it could start on it; a
+#: writer that misses it is killed and replaced (#48). A frame is capped
+#: (:data:`._groups.MOST_ROWS`, :data:`._groups.MOST_BYTES`) and takes milliseconds;
+#: the slowest statement a frame may hold, an entity deleted with a million messages,
+#: a few seconds: 15 s is far above what a working writer needs. And a commit waits for
+#: its frame and, if that writer was lost, once more for the replacement: about two
+#: deadlines, well within the 60 s a client gives an operation (``operation_timeout``)
+#: before it gives up, so the client hears an answer or an error it can retry.
+WRITE_DEADLINE = 15.0
 
 
 class WriteFailed(TransientError):
-    """A group write failed; ``upto`` is the change count it would have made durable."""
+    """A group write failed; ``upto`` is the change count it would have made durable;
+    ``lost``: the writer was lost (it ended, or missed its deadline), not the write
+    refused."""
 
-    def __init__(self, upto: int, message: str) -> None:
+    def __init__(self, upto: int, message: str, lost: bool = False) -> None:
         super().__init__(message)
         self.upto = upto
-
-
-class Write:
-    """A group handed to the writer: what it carries (taken back if it is not
-    written), up to which change, and the writer's answer."""
-
-    __slots__ = ("answer", "dirty", "high_id", "locks", "ops", "upto")
-
-    def __init__(self, upto: int, dirty: Any, locks: Any, ops: Any, high_id: int,
-                 answer: asyncio.Future[None]) -> None:
-        self.upto, self.dirty, self.locks, self.ops = upto, dirty, locks, ops
-        self.high_id, self.answer = high_id, answer
-
-    def back_into(self, dirty: dict[tuple[str, str], dict[int, Any]],
-                  locks: dict[tuple[str, str], dict[int, Any]],
-                  deleted: dict[tuple[str, str], int]) -> None:
-        """Put this group's rows and locks back among the pending ones (``dirty``,
-        ``locks``: what is pending of a row wins), but for the entities deleted since
-        it was made (``deleted``: the number of the change that deleted each), whose
-        rows would be written after their delete and stay."""
-        for key, rows in self.dirty.items():
-            if deleted.get(key, 0) > self.upto:
-                continue
-            now = dirty.setdefault(key, {})
-            for seq, item in rows.items():
-                now.setdefault(seq, item)
-        for key, recs in self.locks.items():
-            if deleted.get(key, 0) > self.upto:
-                continue
-            written = dirty.get(key) or {}
-            now_locks = locks.setdefault(key, {})
-            for seq, rec in recs.items():
-                if seq not in written:
-                    now_locks.setdefault(seq, rec)
+        self.lost = lost
 
 
 Answered = Callable[["WriterLink", Write, "str | None"], None]
-Ended = Callable[["WriterLink", "int | None"], None]
+Ended = Callable[["WriterLink", str], None]
 
 
 class WriterLink(asyncio.SubprocessProtocol):
-    """The pipe to one writer process."""
+    """The pipe to one writer process, and its deadline (:data:`WRITE_DEADLINE`)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, answered: Answered, ended: Ended
                  ) -> None:
         self.loop = loop
-        #: The groups sent and not yet answered, oldest first.
+        #: The frames sent and not yet answered, oldest first.
         self.writes: collections.deque[Write] = collections.deque()
         self.exited: asyncio.Future[None] = loop.create_future()
         self._answered, self._ended = answered, ended
-        #: The process ended and its pipes closed: nothing sent now would be answered.
+        #: The writer is lost (its process ended, or it missed its deadline): nothing
+        #: sent now would be answered.
         self.closed = False
         self._transport: Any = None
         self._stdin: Any = None
         self._buffer = bytearray()
+        self._deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:
         # an asyncio.SubprocessTransport (uvloop's is not a subclass of it)
@@ -112,8 +97,10 @@ class WriterLink(asyncio.SubprocessProtocol):
         _widen(self._stdin)
 
     def send(self, write: Write, frame: bytes) -> None:
-        """Hand ``write`` (``frame``: its flags and pickled group) to the writer."""
+        """Hand ``write`` (``frame``: its head and pickled body) to the writer."""
         self.writes.append(write)
+        if self._deadline is None and not self.closed:  # the writer starts on it now
+            self._deadline = self.loop.call_later(WRITE_DEADLINE, self._missed)
         try:
             self._stdin.write(frame)
         except (RuntimeError, OSError):  # the writer is gone (uvloop closes the pipe
@@ -136,26 +123,55 @@ class WriterLink(asyncio.SubprocessProtocol):
                 del buffer[:1]
             if self.writes:
                 self._answered(self, self.writes.popleft(), failure)
+                if self._deadline is not None:  # the next frame's time starts now
+                    self._deadline.cancel()
+                    self._deadline = (self.loop.call_later(WRITE_DEADLINE, self._missed)
+                                      if self.writes and not self.closed else None)
+
+    def _missed(self) -> None:
+        """The writer did not answer within its deadline: kill it, and count it lost
+        now (a process stalled in the kernel may take long to go)."""
+        self._deadline = None
+        pid = None if self._transport is None else self._transport.get_pid()
+        log.error("the journal's writer (pid %s) did not answer within %.1f s: killed, "
+                  "and replaced", pid, WRITE_DEADLINE)
+        with contextlib.suppress(ProcessLookupError, OSError):
+            self._transport.kill()
+        self._lost(f"its writer process did not answer within {WRITE_DEADLINE:g} s "
+                   "and was killed")
+
+    def _lost(self, why: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        self._ended(self, why)
+        self.writes.clear()
 
     def connection_lost(self, exc: Exception | None) -> None:
         """The process ended and its pipes closed: every answer it gave is in."""
         transport = self._transport
-        self.closed = True
-        self._ended(self, None if transport is None else transport.get_returncode())
-        self.writes.clear()
+        code = None if transport is None else transport.get_returncode()
+        self._lost(f"its writer process ended (exit code {code})")
         if not self.exited.done():
             self.exited.set_result(None)
 
     async def aclose(self) -> None:
-        """End the writer (its input closed, it exits once its last group is written)
-        and wait for it."""
+        """End the writer (its input closed, it exits once its last frame is written)
+        and wait for it, killing it if it is not gone within :data:`WRITE_DEADLINE`."""
         if self._stdin is not None:
             self._stdin.close()
         try:
-            await asyncio.shield(self.exited)
+            async with asyncio.timeout(WRITE_DEADLINE):
+                await asyncio.shield(self.exited)
+        except TimeoutError:
+            log.error("the journal's writer did not end within %.1f s of its input "
+                      "closing: killed", WRITE_DEADLINE)
         finally:
             if self._transport is not None:
-                self._transport.close()
+                self._transport.close()  # kills it if it still runs
 
 
 async def start_writer(path: Path, fsync: bool, answered: Answered, ended: Ended
@@ -179,63 +195,6 @@ async def start_writer(path: Path, fsync: bool, answered: Answered, ended: Ended
         raise WriteFailed(0, f"the emulator could not start the writer of {path} "
                           f"({sys.executable}): {exc}") from exc
     return link
-
-
-def build_groups(dirty: dict[tuple[str, str], dict[int, Any]],
-                 locks: dict[tuple[str, str], dict[int, _Record]], prefix_ok: bool,
-                 high_id: int) -> tuple[list[_writer.Group], list[tuple[str, str, int, int]], int]:
-    """What a group writes: for each entity (namespace, key), the rows of ``dirty`` (a
-    record and its store, or None when the row goes) to put or delete and the locks of
-    ``locks`` to set; the highest sequence number of each fragment ``dirty`` touched;
-    and the highest broker-assigned id number kept (at least ``high_id``; counted where
-    ``prefix_ok``: the ids are spelled with the database's prefix)."""
-    shift = FRAGMENT_SHIFT
-    groups: list[_writer.Group] = []
-    highs: list[tuple[str, str, int, int]] = []
-    for key in dirty.keys() | locks.keys():
-        ns, entity = key
-        deletes: list[int] = []
-        puts: list[tuple[int, bytes, bytes]] = []
-        rows = dirty.get(key)
-        if rows:
-            for seq, item in rows.items():
-                if item is None or item[1].state == GONE:
-                    deletes.append(seq)
-                    continue
-                where, rec = item
-                mid = rec._mid
-                if prefix_ok and isinstance(mid, int) and mid > high_id:
-                    high_id = mid
-                puts.append((seq, rec.body, message_row(rec, prefix_ok, where)))
-            # every number used counts, kept or not
-            highs += [(ns, entity, frag, high) for frag, high in _highs(rows, shift)]
-        held = [(_lock_of(rec), seq) for seq, rec in (locks.get(key) or {}).items()
-                if rec.state == LOCKED]
-        if deletes or puts or held:
-            groups.append((ns, entity, deletes, puts, held))
-    return groups, highs, high_id
-
-
-def _lock_of(rec: _Record) -> bytes:
-    """What the lock column keeps of a locked record: its state, delivery count, lock
-    token and lock's end (JSON: ints, a token of hex digits and dashes, a finite float,
-    which orjson writes as :func:`~aiosb.wire.json_values.dumps` does, faster)."""
-    return orjson.dumps([rec.state, rec.delivery_count, rec.lock_token, rec.locked_until])
-
-
-def _highs(rows: dict[int, Any], shift: int) -> Iterator[tuple[int, int]]:
-    """(fragment, the highest sequence number of it) of the sequence numbers ``rows``
-    holds (``shift``: :data:`._partitions.FRAGMENT_SHIFT`); mostly one fragment."""
-    low, high = min(rows), max(rows)
-    if low >> shift == high >> shift:
-        yield high >> shift, high
-        return
-    highs: dict[int, int] = {}
-    for seq in rows:
-        fragment = seq >> shift
-        if seq > highs.get(fragment, 0):
-            highs[fragment] = seq
-    yield from highs.items()
 
 
 def _widen(pipe: Any) -> None:
@@ -278,32 +237,6 @@ class YoungLocks:
     def drop_entity(self, key: tuple[str, str]) -> None:
         for pending in [pending for pending in self.at if pending[0] == key]:
             del self.at[pending]
-
-
-class _Plain(pickle.Pickler):
-    """Pickles a value of a subclass of str, bytes, int or float (a name given as a
-    ``StrEnum``, say) as the plain value: the writer imports no class of the caller's."""
-
-    def reducer_override(self, obj: Any) -> Any:
-        kind = type(obj)
-        if kind is bool:
-            return NotImplemented
-        if isinstance(obj, str) and kind is not str:
-            return str, (str.__str__(obj),)
-        if isinstance(obj, bytes) and kind is not bytes:
-            return bytes, (bytes(obj),)
-        if isinstance(obj, int) and kind is not int:
-            return int, (int(obj),)
-        if isinstance(obj, float) and kind is not float:
-            return float, (float(obj),)
-        return NotImplemented
-
-
-def frame_of(ops: Any, groups: Any, highs: Any) -> bytes:
-    """A group's frame for the writer (:mod:`._writer`), without its head."""
-    out = io.BytesIO()
-    _Plain(out, pickle.HIGHEST_PROTOCOL).dump((ops, groups, highs))
-    return out.getvalue()
 
 
 def consume(task: asyncio.Future[Any]) -> None:

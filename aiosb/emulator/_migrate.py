@@ -2,7 +2,8 @@
 ``messages`` (one JSON document, or a pickle, a row; keyed by namespace and entity
 names) become rows of ``msgs``. The journal does it on its own thread, in the
 background of a restart (:mod:`._recovery` waits for it before it loads the messages):
-a deep database no longer delays listening.
+a deep database no longer delays listening. The tables themselves (:data:`SCHEMA`), and
+the columns added to them since (:data:`ADDED_COLUMNS`), are here too.
 
 Imports: :mod:`._record`, :mod:`._rows`.
 """
@@ -17,9 +18,35 @@ from ..wire.json_values import loads
 from ._record import FIELDS, _Record
 from ._rows import decode_record, message_row
 
-__all__ = ["migrate"]
+__all__ = ["ADDED_COLUMNS", "SCHEMA", "migrate"]
 
 log = logging.getLogger("aiosb.emulator")
+
+#: The journal's tables.
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS namespaces (name TEXT PRIMARY KEY, tier TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS entities (
+    ns TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL, path TEXT NOT NULL,
+    nfrag INTEGER NOT NULL, created REAL NOT NULL, props BLOB NOT NULL,
+    PRIMARY KEY (ns, key));
+CREATE TABLE IF NOT EXISTS entity_ids (
+    id INTEGER PRIMARY KEY, ns TEXT NOT NULL, key TEXT NOT NULL, UNIQUE (ns, key));
+CREATE TABLE IF NOT EXISTS msgs (
+    eid INTEGER NOT NULL, seq INTEGER NOT NULL, body BLOB NOT NULL, head BLOB NOT NULL,
+    lock BLOB, PRIMARY KEY (eid, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sequences (
+    ns TEXT NOT NULL, entity TEXT NOT NULL, fragment INTEGER NOT NULL, high INTEGER NOT NULL,
+    PRIMARY KEY (ns, entity, fragment));
+CREATE TABLE IF NOT EXISTS rules (
+    ns TEXT NOT NULL, entity TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (ns, entity));
+CREATE TABLE IF NOT EXISTS sessions (
+    ns TEXT NOT NULL, entity TEXT NOT NULL, sid TEXT NOT NULL, state BLOB,
+    state_set REAL NOT NULL DEFAULT 0, PRIMARY KEY (ns, entity, sid));
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value NOT NULL);
+"""
+#: Columns added to a table since its first release: a database written before one was
+#: added gets it, with its default, when it is opened.
+ADDED_COLUMNS = [("sessions", "state_set", "REAL NOT NULL DEFAULT 0")]
 
 #: Rows moved at a time.
 CHUNK = 2_000

@@ -13,7 +13,9 @@ from about 3.7 ms to about 2).
 Run as ``python -I -S _writer.py DATABASE [--fsync] [--row-locks]`` (the database
 exists: the journal made its tables). It reads frames on its standard input, each a
 little-endian 8-byte length, a byte of flags and that many bytes: a pickle of
-``(ops, groups, highs)`` (:func:`write`). It answers each frame, in order, on its
+``(ops, groups, highs)`` (:func:`write`), read by an unpickler that admits no global
+but the four :data:`ALLOWED` (a frame naming any other, ``os.system`` say, is refused
+before anything in it runs: #48). It answers each frame, in order, on its
 standard output: :data:`OK`, or :data:`FAILED`, a 4-byte length and a UTF-8 message
 (the transaction rolled back). After a failure it refuses every later frame until one
 comes flagged :data:`RESUME`: the journal sends that once it has taken the refused
@@ -25,6 +27,7 @@ Imports: the standard library only (it starts in a fresh interpreter, quickly).
 
 from __future__ import annotations
 
+import io
 import pickle
 import signal
 import sqlite3
@@ -33,7 +36,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-__all__ = ["FAILED", "HEAD", "OK", "RESUME", "Writer", "connect", "main"]
+__all__ = ["ALLOWED", "FAILED", "HEAD", "OK", "RESUME", "Writer", "connect", "main"]
 
 #: A frame's head: its length and its flags.
 HEAD = struct.Struct("<QB")
@@ -41,6 +44,13 @@ HEAD = struct.Struct("<QB")
 RESUME = 1
 #: The answers: written; not written (then a 4-byte length and the message).
 OK, FAILED = b"\x00", b"\x01"
+
+#: The only globals a frame may name: how the journal pickles a value of a subclass of
+#: str, bytes, int or float (:class:`._groups._Plain`). An allow-list as the unpickler
+#: of legacy rows has (:class:`._rows._LegacyUnpickler`), for what frames hold: this
+#: process imports the standard library only, not :mod:`._rows`.
+ALLOWED = frozenset({("builtins", "str"), ("builtins", "bytes"), ("builtins", "int"),
+                     ("builtins", "float")})
 
 #: The most rows one statement puts or locks: a batch takes a few statements, one for
 #: 64, 32, 16 ... rows, not one a row.
@@ -165,6 +175,20 @@ def _runs(seqs: list[int]) -> Iterator[tuple[int, int]]:
     yield first, last
 
 
+class _Frames(pickle.Unpickler):
+    """Reads a frame: plain values, and no global but :data:`ALLOWED`."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in ALLOWED:
+            raise pickle.UnpicklingError(
+                f"the frame names {module}.{name}, which no group holds: refused")
+        return super().find_class(module, name)
+
+
+def _load(body: bytes) -> Any:
+    return _Frames(io.BytesIO(body)).load()
+
+
 def serve(writer: Writer, frames: BinaryIO, answers: BinaryIO) -> None:
     """Write the groups of ``frames`` and answer each on ``answers``, until the end of
     ``frames``."""
@@ -181,7 +205,7 @@ def serve(writer: Writer, frames: BinaryIO, answers: BinaryIO) -> None:
             answer = _failed("refused: an earlier group was not written")
         else:
             try:
-                writer.write(*pickle.loads(body))
+                writer.write(*_load(body))
                 answer, failed = OK, False
             except Exception as exc:  # sqlite3.Error, OSError (disk full ...), a bad frame
                 answer, failed = _failed(f"{type(exc).__name__}: {exc}"), True
