@@ -67,6 +67,24 @@ _WAITING = frozenset({"runtime", "sessions", "update"})
 NAMESPACE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,49}")
 
 
+def check_namespace_name(name: Any) -> str:
+    """``name`` if the emulator takes it as a namespace name: 1 to 50 letters, digits and
+    hyphens, starting with a letter (``aiosb serve --config`` checks a file's with it).
+
+    Raises:
+        InvalidArgument: Any other name; a long one is shown cut short.
+    """
+    if isinstance(name, str) and len(name) > 50:
+        raise InvalidArgument(f"namespace name {name[:40]!r}... is {len(name)} characters; "
+                              "the limit is 50.")
+    if not isinstance(name, str) or not NAMESPACE_NAME.fullmatch(name):
+        raise InvalidArgument(
+            f"namespace name {name!r:.80} is not valid: use 1 to 50 letters, digits and "
+            "hyphens, starting with a letter."
+        )
+    return name
+
+
 class EmulatorNamespace:
     """One emulated Service Bus namespace.
 
@@ -82,11 +100,7 @@ class EmulatorNamespace:
     """
 
     def __init__(self, name: str, tier: str = "standard") -> None:
-        if not isinstance(name, str) or not NAMESPACE_NAME.fullmatch(name):
-            raise InvalidArgument(
-                f"namespace name {name!r} is not valid: use 1 to 50 letters, digits and "
-                "hyphens, starting with a letter."
-            )
+        check_namespace_name(name)
         if tier not in TIERS:
             raise InvalidArgument(f"tier is {tier!r}; it must be one of {', '.join(TIERS)}.")
         self.name = name

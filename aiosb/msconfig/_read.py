@@ -5,12 +5,18 @@ Nothing in the file can crash the reader: it is read up to :data:`MAX_BYTES`, ne
 most :data:`MAX_DEPTH` deep, its numbers and durations are bounded before anything is
 computed from them (an ISO 8601 duration longer than Service Bus's ``TimeSpan.MaxValue``
 is refused, never an ``OverflowError``), and names are checked as the emulator checks
-them (:func:`aiosb.entities._check_name`) and compared without case, as Service Bus
-compares them.
+them (:func:`aiosb.entities._check_name`, the namespace's by
+:func:`aiosb.emulator._broker.check_namespace_name`) and compared without case, as
+Service Bus compares them. A limit of aiosb's own constructors (a SQL expression over
+1024 characters, more than 64 correlation properties, a property named ``""``) is the
+same one sentence: their :class:`~aiosb.errors.InvalidArgument` becomes a
+:class:`ConfigError` at the path of what was being read (:func:`_within`); any other
+exception is a bug of the reader and is left to be seen.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import decimal
 import difflib
@@ -18,10 +24,11 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..emulator._broker import check_namespace_name
 from ..emulator._manage import _MAX_ENTITIES
 from ..emulator._rules import MAX_CORRELATION_FILTERS, MAX_SQL_FILTERS
 from ..entities import (
@@ -181,12 +188,31 @@ def _property_value(value: Any) -> bool:
     return isinstance(value, float) and math.isfinite(value)
 
 
+@contextlib.contextmanager
+def _within(path: str) -> Iterator[None]:
+    """Reading what is at ``path``: aiosb's own :class:`InvalidArgument` raised inside
+    (a constructor refusing a user's value) becomes the :class:`ConfigError` at ``path``;
+    a ConfigError passes as it is (the innermost path wins), and so does any other
+    exception, which is a bug of the reader and must stay visible."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except InvalidArgument as exc:
+        raise ConfigError(f"{path or 'the file'}: {exc}") from None
+
+
 def parse(data: Any) -> EmulatorConfig:
     """Check a parsed ``Config.json`` (see :func:`load`).
 
     Raises:
         ConfigError: As :func:`load`; also a name given twice (compared without case).
     """
+    with _within(""):  # a net: each part is read within its own path first
+        return _parse(data)
+
+
+def _parse(data: Any) -> EmulatorConfig:
     reader = _Reader()
     root = reader.object(data, "", {"UserConfig"}, required=("UserConfig",))
     user = reader.object(root["UserConfig"], "UserConfig", {"Namespaces", "Logging"},
@@ -215,22 +241,31 @@ def parse(data: Any) -> EmulatorConfig:
                           f"more than the {_MAX_ENTITIES} a namespace may hold.")
     for i, queue in enumerate(queues):
         at = f"{where}.Queues[{i}]"
-        item = reader.object(queue, at, {"Name", "Properties"}, required=("Name",))
-        queue_name = reader.unique(seen, item["Name"], f"{at}.Name", "queue")
-        entities.append(EntitySpec("queue", queue_name, reader.properties(
-            item.get("Properties"), at, _QUEUE, QueueProperties, queue_name), where=at))
+        with _within(at):
+            item = reader.object(queue, at, {"Name", "Properties"}, required=("Name",))
+            queue_name = reader.unique(seen, item["Name"], f"{at}.Name", "queue")
+            entities.append(EntitySpec("queue", queue_name, reader.properties(
+                item.get("Properties"), at, _QUEUE, QueueProperties, queue_name), where=at))
     for i, topic in enumerate(topics):
         at = f"{where}.Topics[{i}]"
-        item = reader.object(topic, at, {"Name", "Properties", "Subscriptions"},
-                             required=("Name",))
-        topic_name = reader.unique(seen, item["Name"], f"{at}.Name", "topic")
-        entities.append(EntitySpec("topic", topic_name, reader.properties(
-            item.get("Properties"), at, _TOPIC, TopicProperties, topic_name), where=at))
-        subs = reader.array(item.get("Subscriptions", []), f"{at}.Subscriptions")
-        names: dict[str, str] = {}
-        filters = {SqlRuleFilter: 0, CorrelationRuleFilter: 0}  # the topic's quotas
-        for j, sub in enumerate(subs):
-            sat = f"{at}.Subscriptions[{j}]"
+        with _within(at):
+            entities.extend(_topic(reader, topic, at, seen))
+    return EmulatorConfig(name, tuple(entities), tuple(reader.warnings))
+
+
+def _topic(reader: _Reader, topic: Any, at: str, seen: dict[str, str]) -> list[EntitySpec]:
+    """A topic and its subscriptions, in the order to create them."""
+    item = reader.object(topic, at, {"Name", "Properties", "Subscriptions"},
+                         required=("Name",))
+    topic_name = reader.unique(seen, item["Name"], f"{at}.Name", "topic")
+    entities = [EntitySpec("topic", topic_name, reader.properties(
+        item.get("Properties"), at, _TOPIC, TopicProperties, topic_name), where=at)]
+    subs = reader.array(item.get("Subscriptions", []), f"{at}.Subscriptions")
+    names: dict[str, str] = {}
+    filters = {SqlRuleFilter: 0, CorrelationRuleFilter: 0}  # the topic's quotas
+    for j, sub in enumerate(subs):
+        sat = f"{at}.Subscriptions[{j}]"
+        with _within(sat):
             entry = reader.object(sub, sat, {"Name", "Properties", "Rules"}, required=("Name",))
             sub_name = reader.unique(names, entry["Name"], f"{sat}.Name", "subscription")
             rules = None
@@ -246,7 +281,7 @@ def parse(data: Any) -> EmulatorConfig:
                                   SubscriptionProperties, sub_name),
                 topic=topic_name, rules=rules, where=sat,
             ))
-    return EmulatorConfig(name, tuple(entities), tuple(reader.warnings))
+    return entities
 
 
 class _Reader:
@@ -287,15 +322,16 @@ class _Reader:
 
     def name(self, value: Any, path: str, kind: str) -> str:
         """A name as Service Bus takes it for a ``kind`` (``namespace`` and ``rule``:
-        the schema's pattern; a rule's is checked whole with the rule)."""
+        the schema's pattern, then a namespace's as the emulator takes it; a rule's is
+        checked whole with the rule)."""
         if not _is_text(value) or (kind in ("namespace", "rule") and not _NAME.fullmatch(value)):
             self.fail(path, value, "is not a name (letters, digits and - . _ /, beginning "
                       "and ending with a letter or digit)")
-        if kind not in ("namespace", "rule"):
-            try:
+        with _within(path):
+            if kind == "namespace":
+                check_namespace_name(value)
+            elif kind != "rule":
                 _check_name(kind, value)
-            except InvalidArgument as exc:
-                raise ConfigError(f"{path}: {exc}") from None
         return str(value)
 
     def unique(self, seen: dict[str, str], value: Any, path: str, kind: str) -> str:
@@ -385,7 +421,8 @@ class _Reader:
                     self.fail(where, raw, "is not a string")
                 else:
                     fields[_CORRELATION[key]] = raw
-            rule_filter = CorrelationRuleFilter(**fields)
+            with _within(f"{at}.CorrelationFilter"):
+                rule_filter = CorrelationRuleFilter(**fields)
         elif kind == "Sql":
             if "SqlFilter" not in props:
                 raise ConfigError(f"{at}: FilterType is Sql but it has no SqlFilter.")
@@ -394,7 +431,8 @@ class _Reader:
             expression = sql["SqlExpression"]
             if not _is_text(expression) or not expression.strip():
                 self.fail(f"{at}.SqlFilter.SqlExpression", expression, "is not a SQL expression")
-            rule_filter = SqlRuleFilter(expression)
+            with _within(f"{at}.SqlFilter.SqlExpression"):
+                rule_filter = SqlRuleFilter(expression)
         else:
             self.fail(f"{at}.FilterType", kind, "is not Correlation or Sql")
             raise AssertionError  # pragma: no cover - fail raises
@@ -411,16 +449,15 @@ class _Reader:
             expression = act["SqlExpression"]
             if not _is_text(expression) or not expression.strip():
                 self.fail(f"{at}.Action.SqlExpression", expression, "is not a SQL action")
-            action = SqlRuleAction(expression)
+            with _within(f"{at}.Action.SqlExpression"):
+                action = SqlRuleAction(expression)
         rule = RuleSpec(name, rule_filter, action)
-        try:  # the SQL parses here, before the server listens
+        with _within(at):  # the SQL parses here, before the server listens
             RuleProperties(name, rule_filter, action).checked()
             if isinstance(rule_filter, SqlRuleFilter):
                 compile_filter(rule_filter.sql_expression, None)
             if action is not None:
                 compile_action(action.sql_expression, None)
-        except InvalidArgument as exc:
-            raise ConfigError(f"{at}: {exc}") from None
         return rule
 
 
