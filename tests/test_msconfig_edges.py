@@ -19,13 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
 from test_msconfig import EVERY_KEY, write
 
 import aiosb
 from aiosb import emulator, msconfig
 from aiosb.emulator.server import serve
+from aiosb.errors import InvalidArgument
+from aiosb.msconfig import _read as reader
 from aiosb.rules import SqlRuleFilter
 
 pytestmark = pytest.mark.timeout(120)
@@ -67,6 +69,16 @@ def _set(where: str, value: Any) -> Any:
     return lambda ns: ns["Queues"][0]["Properties"].update({where: value})
 
 
+RULE1 = f"{NS}.Topics[0].Subscriptions[1].Rules[0].Properties"
+RULE2 = f"{NS}.Topics[0].Subscriptions[2].Rules[0].Properties"
+
+
+def _rule(sub: int, where: str, value: Any) -> Any:
+    """A change that sets ``where`` of subscription ``sub``'s first rule to ``value``."""
+    return lambda ns: ns["Topics"][0]["Subscriptions"][sub]["Rules"][0]["Properties"].update(
+        {where: value})
+
+
 @pytest.mark.parametrize(("change", "said"), [
     (_set("LockDuration", "P99999999999D"), f'{Q0}.LockDuration: "P99999999999D" is longer '
      "than the longest duration Service Bus knows"),
@@ -99,12 +111,31 @@ def _set(where: str, value: Any) -> Any:
     (lambda ns: ns["Topics"][0]["Subscriptions"][1]["Rules"][0]["Properties"][
         "CorrelationFilter"]["Properties"].update(big=10**30),
      f"{NS}.Topics[0].Subscriptions[1].Rules[0].Properties.CorrelationFilter.Properties.big:"),
+    (_rule(2, "SqlFilter", {"SqlExpression": "a = '" + "x" * 1019 + "'"}),
+     f"{RULE2}.SqlFilter.SqlExpression: the SQL filter is 1025 characters; at most 1024"),
+    (_rule(2, "Action", {"SqlExpression": "SET a = '" + "x" * 1015 + "'"}),
+     f"{RULE2}.Action.SqlExpression: the SQL action is 1025 characters; at most 1024"),
+    (_rule(1, "CorrelationFilter", {"Properties": {f"p{i}": i for i in range(65)}}),
+     f"{RULE1}.CorrelationFilter: a correlation filter takes at most 64 parameters"),
+    (_rule(1, "CorrelationFilter", {"Properties": {"": 1}}),
+     f"{RULE1}.CorrelationFilter: a correlation filter parameter name must be text"),
+    (_rule(1, "CorrelationFilter", {"Properties": {"p": 1, "@p": 2}}),
+     f"{RULE1}.CorrelationFilter: the correlation filter names parameter '@p' twice"),
+    (lambda ns: ns.update(Name="a/b"), f"{NS}.Name: namespace name 'a/b' is not valid"),
+    (lambda ns: ns.update(Name="a" * 300), f"{NS}.Name: namespace name 'aaaa"),
+    (lambda ns: ns.update(Name="9lives"), f"{NS}.Name: namespace name '9lives' is not valid"),
 ], ids=["overflow", "digits", "past-max", "weeks", "count-32-bits", "subscription-case",
         "queue-and-topic", "topic-case", "rule-case", "subscription-slash",
-        "subscription-long", "reserved", "forward-to-subscription", "property-64-bits"])
+        "subscription-long", "reserved", "forward-to-subscription", "property-64-bits",
+        "sql-1025", "action-1025", "properties-65", "property-named-empty",
+        "property-twice", "namespace-slash", "namespace-300", "namespace-digit-first"])
 def test_a_bad_value_is_one_sentence_naming_its_path(tmp_path, change, said):
     """Each used to end in a traceback, be merged silently, or pass the reader and fail
-    half-way while applying; now the reader refuses it, naming the path and the field."""
+    half-way while applying; now the reader refuses it, naming the path and the field.
+    The last eight (review of #48) escaped as a bare InvalidArgument of aiosb's own
+    constructors (SQL over 1024 characters, correlation properties past 64, named ``""``
+    or twice) or passed the schema's pattern and were refused by the emulator later
+    (the namespace name), naming neither file nor path."""
     assert said in refused(write(tmp_path, changed(change)))
 
 
@@ -146,6 +177,32 @@ def test_the_file_itself_is_bounded(tmp_path, text, said):
     path = tmp_path / "Config.json"
     path.write_text(text)
     assert said in refused(path)
+
+
+def test_only_aiosbs_own_refusals_become_a_sentence_and_a_bug_stays_visible(monkeypatch):
+    """Review of #48: an InvalidArgument of aiosb's own constructors, wherever the
+    reader meets it, is the ConfigError at the path of what it was reading (the rule's
+    filter; past every part, the file); any other exception is a bug of the reader and
+    escapes as itself, never dressed as a sentence about the user's file."""
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise InvalidArgument("refused.")
+
+    monkeypatch.setattr(reader, "CorrelationRuleFilter", refuse)
+    with pytest.raises(msconfig.ConfigError) as caught:
+        msconfig.parse(copy.deepcopy(QUIET))
+    assert str(caught.value) == f"{NS}.Topics[0].Subscriptions[0].Rules[0].Properties." \
+        "CorrelationFilter: refused."
+    monkeypatch.undo()
+    monkeypatch.setattr(reader, "EmulatorConfig", refuse)  # outside every part: the net
+    with pytest.raises(msconfig.ConfigError, match=r"^the file: refused\.$"):
+        msconfig.parse(copy.deepcopy(QUIET))
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a bug of the reader")
+
+    monkeypatch.setattr(reader, "CorrelationRuleFilter", broken)
+    with pytest.raises(TypeError, match="a bug of the reader"):
+        msconfig.parse(copy.deepcopy(QUIET))
 
 
 def test_the_file_is_utf8_with_or_without_a_byte_order_mark(tmp_path):
@@ -323,6 +380,29 @@ NASTY = st.one_of(
 )
 
 
+_SQL_EDGE = st.builds(lambda head, n: head + "x" * n + "'",
+                      st.sampled_from(["a = '", "SET a = '"]), st.integers(1005, 1030))
+_CORRELATION_EDGE = st.builds(lambda properties: {"Properties": properties}, st.one_of(
+    st.dictionaries(st.text(max_size=4), st.integers(0, 9), min_size=60, max_size=70),
+    st.sampled_from([{"": 1}, {"p": 1, "@p": 2}, {"region": "eu", "": "x"}]),
+))
+_RULE = ("UserConfig", "Namespaces", 0, "Topics", 0, "Subscriptions")
+#: Values at the edges of aiosb's own limits, by their place in EVERY_KEY (review of
+#: #48): a SQL expression (a filter's or an action's) around 1024 characters, a
+#: correlation filter of more than 64 properties or with one named ``""`` or twice
+#: (``p`` and ``@p``), and namespace names the schema's pattern takes but the emulator
+#: refuses. Each escaped the reader as a bare InvalidArgument, or reached the emulator,
+#: and the generator without them never drew one: the property held on that reader.
+EDGES: list[tuple[tuple[str | int, ...], st.SearchStrategy[Any]]] = [
+    (("UserConfig", "Namespaces", 0, "Name"), st.sampled_from(
+        ["a/b", "a.b", "a_b", "9lives", "x-y", "a" * 50, "a" * 51, "a" * 300])),
+    ((*_RULE, 2, "Rules", 0, "Properties", "SqlFilter", "SqlExpression"), _SQL_EDGE),
+    ((*_RULE, 2, "Rules", 0, "Properties", "Action", "SqlExpression"), _SQL_EDGE),
+    ((*_RULE, 0, "Rules", 0, "Properties", "CorrelationFilter"), _CORRELATION_EDGE),
+    ((*_RULE, 1, "Rules", 0, "Properties", "CorrelationFilter"), _CORRELATION_EDGE),
+]
+
+
 def _places(value: Any, holder: Any, key: Any) -> list[tuple[Any, Any]]:
     """Every (container, key) of the document, the root's holder first."""
     found = [(holder, key)]
@@ -339,9 +419,17 @@ def _places(value: Any, holder: Any, key: Any) -> list[tuple[Any, Any]]:
 def config_files(draw: st.DrawFn) -> bytes:
     """EVERY_KEY, its values replaced, keys dropped, entries repeated under another case,
     then its bytes damaged: a byte order mark, deep nesting, a huge number, a cut, a
-    byte that is not UTF-8."""
+    byte that is not UTF-8. Half the files first get a value at the edge of aiosb's own
+    limits (:data:`EDGES`)."""
     holder = {"root": copy.deepcopy(EVERY_KEY)}
-    for _ in range(draw(st.integers(1, 3))):
+    edge = draw(st.sampled_from([None] * len(EDGES) + EDGES))
+    if edge is not None:
+        path, values = edge
+        container = holder["root"]
+        for step in path[:-1]:
+            container = container[step]
+        container[path[-1]] = draw(values)
+    for _ in range(draw(st.integers(0 if edge else 1, 3))):
         container, key = draw(st.sampled_from(_places(holder["root"], holder, "root")))
         if key not in container if isinstance(container, dict) else key >= len(container):
             continue  # a place an earlier change removed
@@ -372,6 +460,12 @@ def config_files(draw: st.DrawFn) -> bytes:
         depth = draw(st.sampled_from([10, 60, 70, 100_000]))
         raw = b"[" * depth + raw + b"]" * depth
     return raw
+
+
+#: Hypothesis's phases but its explanation, which traces every line of a failing run:
+#: with these files it takes minutes, and the test would end in its timeout instead of
+#: the failing file.
+PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink]
 
 
 #: What the namespace holds before the file: nothing; a topic named as a queue of the
@@ -407,7 +501,7 @@ def _read(path: Path) -> msconfig.EmulatorConfig | None:
         return None
 
 
-@settings(max_examples=500, deadline=None, database=None, derandomize=True,
+@settings(max_examples=500, deadline=None, database=None, derandomize=True, phases=PHASES,
           suppress_health_check=list(HealthCheck))
 @given(raw=config_files(), before=st.sampled_from(BEFORE))
 @example(raw=json.dumps(changed(_set("LockDuration", "P99999999999D"))).encode(),
@@ -417,12 +511,19 @@ def _read(path: Path) -> msconfig.EmulatorConfig | None:
     {"Name": "EVERYTHING"}))).encode(), before=_nothing)
 @example(raw=json.dumps(changed(lambda ns: ns["Queues"].append({"Name": "z", "Properties": {
     "ForwardTo": "nowhere"}}))).encode(), before=_nothing)
+@example(raw=json.dumps(changed(_rule(2, "SqlFilter", {"SqlExpression": "a = '" + "x" * 2000
+                                                       + "'"}))).encode(), before=_nothing)
+@example(raw=json.dumps(changed(_rule(1, "CorrelationFilter", {"Properties": {"": 1}}))
+                        ).encode(), before=_nothing)
+@example(raw=json.dumps(changed(lambda ns: ns.update(Name="a/b"))).encode(), before=_nothing)
 def test_any_file_gives_a_plan_or_one_sentence_and_a_sentence_makes_nothing(
         tmp_path_factory, raw, before):
     """Property: whatever the bytes, the reader returns a config or raises
     :class:`msconfig.ConfigError` in one sentence, never another exception; a config
     either applies or is refused in one sentence with the namespace as it was; and once
-    applied, applying it again changes nothing (0 created, 0 updated)."""
+    applied, applying it again changes nothing (0 created, 0 updated). The namespace is
+    the file's own, made as the server makes it: a name the reader passed is one the
+    emulator takes."""
     path = tmp_path_factory.mktemp("any") / "Config.json"
     path.write_bytes(raw)
     config = _read(path)
@@ -431,7 +532,8 @@ def test_any_file_gives_a_plan_or_one_sentence_and_a_sentence_makes_nothing(
 
     async def main() -> None:
         emulator.reset()
-        async with aiosb.connect("memory://sbemulatorns") as ns:
+        emulator.namespace(config.namespace)  # raises on a name the reader let through
+        async with aiosb.connect(f"memory://{config.namespace}") as ns:
             await before(ns)
             held = await snapshot(ns)
             try:
@@ -448,7 +550,7 @@ def test_any_file_gives_a_plan_or_one_sentence_and_a_sentence_makes_nothing(
     asyncio.run(main())
 
 
-@settings(max_examples=40, deadline=None, database=None, derandomize=True,
+@settings(max_examples=40, deadline=None, database=None, derandomize=True, phases=PHASES,
           suppress_health_check=list(HealthCheck))
 @given(raw=config_files(), before=st.sampled_from(BEFORE))
 @example(raw=json.dumps(changed(lambda ns: ns["Queues"].append({"Name": "z", "Properties": {
@@ -515,7 +617,14 @@ def test_with_a_data_dir_a_refused_file_commits_nothing(tmp_path_factory, raw, b
     (json.dumps(changed(lambda ns: ns["Queues"].append({"Name": "z", "Properties": {
         "ForwardTo": "nowhere"}}))), f"{NS}.Queues[3].Properties.ForwardTo: 'nowhere' is "
      "neither"),
-], ids=["overflow", "nesting", "twice", "half-way"])
+    (json.dumps(changed(_rule(2, "SqlFilter", {"SqlExpression": "a = '" + "x" * 2000 + "'"}))),
+     f"{RULE2}.SqlFilter.SqlExpression: the SQL filter is 2006 characters"),
+    (json.dumps(changed(_rule(1, "CorrelationFilter", {"Properties": {"": 1}}))),
+     f"{RULE1}.CorrelationFilter: a correlation filter parameter name must be text"),
+    (json.dumps(changed(lambda ns: ns.update(Name="a/b"))),
+     f"{NS}.Name: namespace name 'a/b' is not valid"),
+], ids=["overflow", "nesting", "twice", "half-way", "sql-long", "property-named-empty",
+        "namespace-name"])
 def test_the_command_stops_with_one_sentence_and_nothing_in_its_data_dir(tmp_path, text, said):
     """``aiosb serve --config BAD --data-dir D`` exits 2 before it listens, one line on
     stderr naming the file, the path and the field, no traceback; D holds no entity."""
