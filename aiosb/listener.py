@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import cast
 
 __all__ = [
+    "ACCEPT_BACKOFF_SECONDS",
     "FD_RESERVE",
     "FIRST_BYTE_SECONDS",
     "MAX_CONNECTIONS",
@@ -74,6 +75,18 @@ MAX_CONNECTIONS = 10_000
 FD_RESERVE = 64
 #: The first byte of a TLS record that opens a handshake (RFC 8446, 5.1).
 TLS_RECORD = 0x16
+#: Seconds the accept loop waits after an error accept(2) does not list as the peer's
+#: nor as a shortage (logged), before it accepts again: a port never stops for one.
+ACCEPT_BACKOFF_SECONDS = 1.0
+#: What accept(2) reports of the peer, or of the network, for one connection: that
+#: connection is lost, the port accepts the next (Linux's accept(2), "Error handling").
+_PEER_ERRORS = frozenset(
+    getattr(errno, name) for name in (
+        "ECONNABORTED", "ECONNRESET", "EPROTO", "ENETDOWN", "ENOPROTOOPT", "EHOSTDOWN",
+        "ENONET", "EHOSTUNREACH", "EOPNOTSUPP", "ENETUNREACH", "EPERM", "EINTR", "EAGAIN",
+        "ETIMEDOUT") if hasattr(errno, name))
+#: What accept(2) reports when descriptors or memory run out.
+_SHORTAGE_ERRORS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
 #: Where the loop cannot wait for a socket to be readable (Windows' proactor has no
 #: ``add_reader``), how often a connection is looked at for its first byte.
 _POLL_SECONDS = 0.05
@@ -292,12 +305,18 @@ class Port:
             try:
                 sock, _ = await loop.sock_accept(listening)
             except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                if exc.errno in _SHORTAGE_ERRORS:
                     log.warning("port %d: %s; closing idle connections", self.number, exc)
                     if not budget.make_room(1 + budget.cap // 10):
                         await asyncio.sleep(1.0)  # every one busy: wait for some to end
-                    continue
-                raise
+                elif exc.errno in _PEER_ERRORS or isinstance(exc, ConnectionError):
+                    log.info("port %d: a connection was lost before it was accepted: %s",
+                             self.number, exc)
+                else:  # nothing a peer does: said, and the port goes on after a while
+                    log.error("port %d: accept failed: %s; accepting again in %g s",
+                              self.number, exc, ACCEPT_BACKOFF_SECONDS, exc_info=exc)
+                    await asyncio.sleep(ACCEPT_BACKOFF_SECONDS)
+                continue
             sock.setblocking(False)
             connection = _Connection(sock, self)
             if not budget.admit(connection):
