@@ -150,6 +150,7 @@ __all__ = [
     "MAX_BODY",
     "MAX_WAIT",
     "PAGE",
+    "SHUTDOWN_SECONDS",
     "EmulatorServer",
     "ServedEmulator",
     "serve",
@@ -159,6 +160,10 @@ __all__ = [
 #: connections, a connection that never sends one, and headers trickling in): HTTP's
 #: open deadline, after the listener's (:mod:`aiosb.listener`).
 IDLE_SECONDS = 30.0
+#: When the server stops, seconds a request in progress is given to end; every
+#: connection is closed after that, whatever it waits for (a client that never reads its
+#: answer holds the stop no longer).
+SHUTDOWN_SECONDS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,7 +319,8 @@ async def serve(
     # handler_cancellation: a client that hangs up (its own timeout) cancels the
     # operation it asked for, so that a long poll does not lock messages for nobody.
     runner = web.AppRunner(
-        server.app(), handler_cancellation=True, access_log=None, keepalive_timeout=IDLE_SECONDS
+        server.app(), handler_cancellation=True, access_log=None,
+        keepalive_timeout=IDLE_SECONDS, shutdown_timeout=SHUTDOWN_SECONDS,
     )
     await runner.setup()
     server.open_connections = lambda: len(runner.server.connections) if runner.server else 0
@@ -339,9 +345,15 @@ async def serve(
     finally:
         if opened is not None:
             await opened.stop_accepting()
-        await runner.cleanup()
-        if opened is not None:
-            await opened.aclose()
+        # requests in progress are given SHUTDOWN_SECONDS; then every connection is
+        # closed, whatever it waits for (a client that reads nothing holds no stop)
+        cleanup = asyncio.ensure_future(runner.cleanup())
+        try:
+            await asyncio.wait([cleanup], timeout=SHUTDOWN_SECONDS)
+        finally:
+            if opened is not None:
+                await opened.aclose()
+            await cleanup
         if journal is not None:
             emulator.use_journal(None)
             await journal.aclose()
