@@ -34,12 +34,13 @@ Imports nothing of aiosb: it serves any protocol on any port.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import socket
 import ssl
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import cast
 
@@ -48,6 +49,7 @@ __all__ = [
     "FD_RESERVE",
     "FIRST_BYTE_SECONDS",
     "MAX_CONNECTIONS",
+    "STALLED_SECONDS",
     "TLS_FIRST_BYTE_SECONDS",
     "TLS_HANDSHAKE_SECONDS",
     "Budget",
@@ -55,6 +57,8 @@ __all__ = [
     "Port",
     "Route",
     "bind",
+    "carried_idle",
+    "carrying",
     "max_connections",
 ]
 
@@ -87,6 +91,11 @@ _PEER_ERRORS = frozenset(
         "ETIMEDOUT") if hasattr(errno, name))
 #: What accept(2) reports when descriptors or memory run out.
 _SHORTAGE_ERRORS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
+#: Seconds a connection's writes may stay stalled (more written to it than its
+#: transport's high-water mark, unread by the peer) before it counts as idle, closed
+#: first to make room, whatever its protocol says: a peer that asks and never reads
+#: (a request in progress, blocked on it, for ever) holds no place in the budget.
+STALLED_SECONDS = 30.0
 #: Where the loop cannot wait for a socket to be readable (Windows' proactor has no
 #: ``add_reader``), how often a connection is looked at for its first byte.
 _POLL_SECONDS = 0.05
@@ -126,6 +135,32 @@ class Route:
     idle: Callable[[asyncio.BaseProtocol], bool] = _never_idle
 
 
+#: What each protocol that carries another one says of its connection's idleness
+#: (:func:`carrying`), by the protocol the listener handed the connection to.
+_carried: dict[asyncio.BaseProtocol, Callable[[], bool]] = {}
+
+
+@contextlib.contextmanager
+def carrying(protocol: asyncio.BaseProtocol, idle: Callable[[], bool]) -> Iterator[None]:
+    """For the ``with`` block, the connection of ``protocol`` (an HTTP server's) carries
+    another protocol (AMQP inside a WebSocket) that ``idle()`` says is idle or not: the
+    :class:`Route`'s ``idle`` asks :func:`carried_idle`, so that what a protocol carries
+    counts as it would on a port of its own."""
+    _carried[protocol] = idle
+    try:
+        yield
+    finally:
+        if _carried.get(protocol) is idle:
+            del _carried[protocol]
+
+
+def carried_idle(protocol: asyncio.BaseProtocol) -> bool | None:
+    """Whether what ``protocol``'s connection carries is idle (:func:`carrying`); None
+    if it carries nothing."""
+    idle = _carried.get(protocol)
+    return None if idle is None else idle()
+
+
 #: What a port hands a connection to, chosen by its first byte (inside TLS, if any).
 Choose = Callable[[int], Route]
 
@@ -133,8 +168,8 @@ Choose = Callable[[int], Route]
 class _Connection:
     """One accepted connection, from its socket to the protocol it was handed to."""
 
-    __slots__ = ("closed", "handed", "port", "protocol", "route", "sock", "task",
-                 "transport")
+    __slots__ = ("closed", "handed", "port", "protocol", "route", "sock", "stalled_at",
+                 "task", "transport")
 
     def __init__(self, sock: socket.socket, port: Port) -> None:
         self.sock = sock
@@ -145,11 +180,30 @@ class _Connection:
         self.route: Route | None = None
         self.protocol: asyncio.BaseProtocol | None = None
         self.task: asyncio.Task[None] | None = None
+        self.stalled_at: float | None = None  # when its writes were first seen stalled
 
     def idle(self) -> bool:
         if self.route is None or self.protocol is None:
             return True  # no protocol has it yet: nothing is in progress
-        return self.route.idle(self.protocol)
+        return self.route.idle(self.protocol) or self.stalled()
+
+    def stalled(self) -> bool:
+        """Whether its writes have been seen stalled (its transport's write buffer
+        above the high-water mark: the protocol is paused) for :data:`STALLED_SECONDS`,
+        at every look since (a look: each time the budget looks for idle ones)."""
+        transport = self.transport
+        try:
+            size = transport.get_write_buffer_size()  # type: ignore[union-attr]
+            high = transport.get_write_buffer_limits()[1]  # type: ignore[union-attr]
+        except (AttributeError, NotImplementedError, RuntimeError):
+            return False  # no buffer to look at: never stalled
+        now = asyncio.get_running_loop().time()
+        if size <= high:
+            self.stalled_at = None
+            return False
+        if self.stalled_at is None:
+            self.stalled_at = now
+        return now - self.stalled_at >= STALLED_SECONDS
 
     def gone(self) -> bool:
         transport = self.transport

@@ -31,7 +31,7 @@ from ..emulator import Journal
 from ..listener import Listener, Port, Route
 from .connection import Connection
 
-__all__ = ["AmqpServer", "ManagementSite", "serve_amqp"]
+__all__ = ["AmqpServer", "Carrier", "ManagementSite", "serve_amqp"]
 
 log = logging.getLogger("aiosb.amqp")
 
@@ -104,9 +104,9 @@ class AmqpServer:
         return self._amqp
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     stream: _AmqpStream | None = None) -> None:
-        """Serve one AMQP connection (over TCP, TLS, or a WebSocket: ``stream`` is
-        None)."""
+                     stream: Carrier | _AmqpStream | None = None) -> None:
+        """Serve one AMQP connection (over TCP, TLS, or a WebSocket), made known to
+        ``stream`` (for the listener to tell whether it is idle: :func:`_unsigned`)."""
         sock = writer.get_extra_info("socket")
         if sock is not None:  # a peer gone without a word is found out, and let go
             with contextlib.suppress(OSError):
@@ -201,6 +201,16 @@ async def serve_amqp(
             server.ns.detach()
 
 
+class Carrier:
+    """What carries an AMQP connection (a WebSocket), told the connection once it is
+    made, so that the listener counts it as idle as a raw one (:func:`_unsigned`)."""
+
+    __slots__ = ("connection",)
+
+    def __init__(self) -> None:
+        self.connection: Connection | None = None
+
+
 class _AmqpStream(asyncio.StreamReaderProtocol):
     """The stream an AMQP :class:`~.connection.Connection` reads, and that connection
     (once made): whether the listener may close it to make room (:func:`_unsigned`)."""
@@ -215,7 +225,7 @@ class _AmqpStream(asyncio.StreamReaderProtocol):
         await self._server._serve(reader, writer, self)
 
 
-def _unsigned(protocol: asyncio.BaseProtocol) -> bool:
+def _unsigned(protocol: asyncio.BaseProtocol | Carrier) -> bool:
     """An AMQP connection that has signed in to nothing yet (no token, no key): idle to
     the listener, which closes it first to make room; a signed one is someone's."""
     connection = getattr(protocol, "connection", None)

@@ -135,7 +135,7 @@ from aiohttp import web
 
 from ... import emulator
 from ...auth import DEV_KEY, DEV_KEY_NAME, SasCredential
-from ...listener import Listener, Route
+from ...listener import Listener, Route, carried_idle
 from .._durable import Journal
 from ._app import BODY_SECONDS, MAX_BODY, EmulatorServer, Handler
 from ._hosts import AllowedHosts
@@ -214,7 +214,13 @@ class ServedEmulator:
 
 def _http_idle(handler: asyncio.BaseProtocol) -> bool:
     """An HTTP connection with no request in progress: the listener may close it to
-    make room (a WebSocket is a request in progress for as long as it is open)."""
+    make room. A WebSocket is a request in progress for as long as it is open: one that
+    carries a protocol is as idle as that protocol says (AMQP over WebSockets: as a raw
+    AMQP connection, :func:`aiosb.listener.carrying`); and one whose writes stall is
+    idle after :data:`aiosb.listener.STALLED_SECONDS` (the listener looks)."""
+    carried = carried_idle(handler)
+    if carried is not None:
+        return carried
     return not getattr(handler, "_request_in_progress", False)
 
 
