@@ -23,7 +23,7 @@ import contextlib
 import logging
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable
 
 from .. import emulator
 from ..auth import DEV_KEY, DEV_KEY_NAME, RIGHTS, SasChecker
@@ -149,7 +149,8 @@ async def serve_amqp(
     management: ManagementSite | None = None,
     tls_port: int | None = None,
     listener: Listener | None = None,
-    free_if_taken: Collection[int] = (),
+    free_if_taken: bool = False,
+    tls_free_if_taken: bool = False,
 ) -> AsyncIterator[AmqpServer]:
     """Listen for AMQP 1.0 on ``host``:``port`` (0: a free port) for ``namespace``.
 
@@ -170,8 +171,9 @@ async def serve_amqp(
             management API over HTTPS; it needs ``management`` with a TLS context.
         listener: The listener to open the ports on (the HTTP server's: one connection
             budget for every port); by default one of its own.
-        free_if_taken: Ports that, taken by another process, give way to a free one
-            (the defaults the user did not choose); any other taken port is an error.
+        free_if_taken: If ``port`` is taken, listen on a free one instead (a default
+            the user did not choose); else a taken port is an error.
+        tls_free_if_taken: The same for ``tls_port``.
     """
     if tls_port is not None and (management is None or management[1] is None):
         raise ValueError("serve_amqp: tls_port needs management with a TLS context.")
@@ -183,11 +185,11 @@ async def serve_amqp(
     ports: list[Port] = []
     try:
         ports.append(await listener.open(host, port, server.choose, tls=tls, sniff_tls=True,
-                                         free_if_taken=port in free_if_taken))
+                                         free_if_taken=free_if_taken))
         server.port = ports[0].number
         if tls_port is not None:
             ports.append(await listener.open(host, tls_port, server.choose, tls=tls,
-                                             free_if_taken=tls_port in free_if_taken))
+                                             free_if_taken=tls_free_if_taken))
             server.tls_port = ports[1].number
         yield server
     finally:
