@@ -23,10 +23,12 @@ read when the phase begins):
 
 Every connection of every port of a listener counts once against its one
 :class:`Budget` (:func:`max_connections`): at the cap a newcomer makes room by closing
-the oldest connections that are idle (any connection not yet handed to a protocol, and
-those its :class:`Route` says are idle), so however many connections a hostile peer
-opens on one port, signed clients on every port are still let in. Every accepted
-connection is tracked, and a port that closes closes them all.
+the oldest connections that are idle (any connection not yet handed to a protocol, those
+its :class:`Route` says are idle, or whose protocol carries one that is: :func:`carrying`,
+and those whose writes have stalled for :data:`STALLED_SECONDS`), so however many
+connections a hostile peer opens on one port, signed clients on every port are still
+let in. Every accepted connection is tracked, and a port that closes closes them all.
+An error of ``accept()`` never ends a port (:data:`ACCEPT_BACKOFF_SECONDS`).
 
 Imports nothing of aiosb: it serves any protocol on any port.
 """
