@@ -63,9 +63,10 @@ def run(main: Coroutine[Any, Any, T], loop: str = "auto") -> T:
 HEALTH_PATH = "/health"
 #: Microsoft's ports, as its emulator listens: AMQP (no TLS) and HTTP.
 MICROSOFT_AMQP_PORT, MICROSOFT_HTTP_PORT = 5672, 5300
-#: ``aiosb serve``'s default ports: HTTP, AMQP, AMQP over TLS (the SDKs' 5671). A default
-#: taken by another process (another ``aiosb serve``) gives way to a free port, said in
-#: the banner; a port the user named is taken or an error.
+#: ``aiosb serve``'s default ports: HTTP, AMQP, AMQP over TLS (the SDKs' 5671). A port
+#: left to its default that is taken (by another ``aiosb serve``, or by a port of this
+#: server the user named) gives way to a free port, said in the banner; a port the user
+#: named, and with ``--microsoft-emulator`` Microsoft's, is served or an error.
 HTTP_PORT, AMQP_PORT, AMQPS_PORT = 5380, 5672, 5671
 
 
@@ -110,7 +111,7 @@ async def serve_forever(
     explorer: bool = True,
     fsync: bool = False,
     allow_hosts: tuple[str, ...] = (),
-    free_if_taken: Collection[int] = (),
+    free_if_taken: Collection[str] = (),
 ) -> None:
     """Serve the emulator over HTTP (and AMQP 1.0 on ``amqp_port``, for the official SDKs)
     until interrupted, printing how to connect and (unless ``quiet``) a line per
@@ -123,9 +124,9 @@ async def serve_forever(
     emulator does besides (``GET /health``, its development key); ``explorer`` serves the
     Service Bus Explorer, a web page, at ``/explorer/``; ``allow_hosts``: names the HTTP
     server answers to besides localhost, IP addresses and ``host`` (DNS rebinding).
-    ``free_if_taken``: the ports
-    left to their defaults, which give way to free ones where another process has them
-    (the banner says so); any other port taken is an error."""
+    ``free_if_taken``: which ports (``"http"``, ``"amqp"``, ``"amqps"``) were left to
+    their defaults, which give way to free ones where they are taken (the banner says
+    by what); a port the user named that is taken is an error."""
     from .amqp._websocket import PATH, websocket_handler
     from .amqp.server import AmqpServer, serve_amqp
     from .auth import key_table
@@ -160,7 +161,7 @@ async def serve_forever(
         log_requests=not quiet, metrics=metrics, ssl_context=ssl_context,
         root=namespace, routes=routes, also_key=also, prepare=prepare, explorer=explorer,
         allow_hosts=allow_hosts,
-        free_if_taken=port in free_if_taken,
+        free_if_taken="http" in free_if_taken,
     ) as served, contextlib.AsyncExitStack() as stack:
         if amqp_port is not None:
             try:
@@ -172,7 +173,8 @@ async def serve_forever(
                 amqp = await stack.enter_async_context(serve_amqp(
                     host, amqp_port, namespace=namespace, keys=table, journal=served.journal,
                     management=management, tls_port=secure, listener=served.listener,
-                    free_if_taken=free_if_taken,
+                    free_if_taken="amqp" in free_if_taken,
+                    tls_free_if_taken="amqps" in free_if_taken,
                 ))
             except OSError as exc:  # say which of the ports, and what to do
                 raise OSError(
@@ -185,13 +187,15 @@ async def serve_forever(
         stopped = _Stopped()  # before the banner: a signal may follow it at once
         _tune_gc()
         _say(f"aiosb emulator server listening on {served.url}")
-        for what, asked, bound in (
-                ("HTTP", port, int(served.url.rsplit(":", 1)[1])),
-                ("AMQP", amqp_port, 0 if amqp is None else amqp.port),
-                ("AMQP over TLS", amqps_port, 0 if amqp is None else amqp.tls_port)):
+        served_on = (("HTTP", port, int(served.url.rsplit(":", 1)[1])),
+                     ("AMQP", amqp_port, 0 if amqp is None else amqp.port),
+                     ("AMQP over TLS", amqps_port, 0 if amqp is None else amqp.tls_port))
+        for what, asked, bound in served_on:
             if asked and bound and bound != asked:
-                _say(f"  port {asked} is taken by another process (another aiosb serve?): "
-                     f"{what} on port {bound} instead")
+                ours = [other for other, _, on in served_on if on == asked]
+                by = (f"this server's {ours[0]} port" if ours
+                      else "taken by another process (another aiosb serve?)")
+                _say(f"  port {asked} is {by}: {what} on port {bound} instead")
         if tls is not None:
             _say(f"  HTTPS, certificate {tls[0]}; namespace {namespace} at the root, for the "
                  "official administration clients:")
@@ -311,29 +315,37 @@ class _Stopped:
 
 
 def _ports(http: int | None, amqp: int | None, amqps: int | None,
-           microsoft: bool) -> tuple[int, int, int, frozenset[int]]:
+           microsoft: bool) -> tuple[int, int, int, frozenset[str]]:
     """The HTTP, AMQP and AMQP-over-TLS ports to serve on, from those the user named
-    (``None``: not named), and the defaults among them (which give way to free ports if
-    taken). A port named 0 makes every port not named 0 as well: a server on free ports
-    takes none of the well-known ones (a second server, a test suite beside another).
-    With ``microsoft``, Microsoft's ports, or those its environment variables name."""
+    (``None``: not named), and which of them (``"http"``, ``"amqp"``, ``"amqps"``) were
+    left to their defaults, and so give way to free ports if taken: what the user named
+    never moves, whatever its number. A port named 0 makes every port not named 0 as
+    well: a server on free ports takes none of the well-known ones (a second server, a
+    test suite beside another). With ``microsoft``, Microsoft's ports, or those its
+    environment variables name, all as named: an application left unchanged would
+    reach whatever else holds them (Microsoft's emulator in Docker), so a taken one is
+    an error, not moved."""
     environ = os.environ if microsoft else {}
     if http is None and environ.get("EMULATOR_HTTP_PORT", "").strip():
         http = _port_variable(environ, "EMULATOR_HTTP_PORT", MICROSOFT_HTTP_PORT)
     if amqp is None and environ.get("EMULATOR_AMQP_PORT", "").strip():
         amqp = _port_variable(environ, "EMULATOR_AMQP_PORT", MICROSOFT_AMQP_PORT)
     free = 0 in (http, amqp, amqps)
-    soft: set[int] = set()
+    soft: set[str] = set()
 
-    def default(port: int) -> int:
+    def default(which: str, port: int) -> int:
         if free:
             return 0
-        soft.add(port)
+        if not microsoft:
+            soft.add(which)
         return port
 
-    http = default(MICROSOFT_HTTP_PORT if microsoft else HTTP_PORT) if http is None else http
-    amqp = default(MICROSOFT_AMQP_PORT if microsoft else AMQP_PORT) if amqp is None else amqp
-    amqps = default(AMQPS_PORT) if amqps is None else amqps
+    if http is None:
+        http = default("http", MICROSOFT_HTTP_PORT if microsoft else HTTP_PORT)
+    if amqp is None:
+        amqp = default("amqp", MICROSOFT_AMQP_PORT if microsoft else AMQP_PORT)
+    if amqps is None:
+        amqps = default("amqps", AMQPS_PORT)
     return http, amqp, amqps, frozenset(soft)
 
 
@@ -378,7 +390,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                            help="port (0 picks a free one; default 5380, or 5300 with "
                            "--microsoft-emulator, or its EMULATOR_HTTP_PORT where set). A "
                            "port given as 0 makes every port not given free too; a default "
-                           "port another process holds gives way to a free one, said")
+                           "port that is taken gives way to a free one, said (not with "
+                           "--microsoft-emulator)")
     serve_cmd.add_argument("--key-name", default="RootManageSharedAccessKey",
                            help="shared access key name requests must be signed with")
     serve_cmd.add_argument("--key", default=None,

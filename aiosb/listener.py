@@ -23,10 +23,12 @@ read when the phase begins):
 
 Every connection of every port of a listener counts once against its one
 :class:`Budget` (:func:`max_connections`): at the cap a newcomer makes room by closing
-the oldest connections that are idle (any connection not yet handed to a protocol, and
-those its :class:`Route` says are idle), so however many connections a hostile peer
-opens on one port, signed clients on every port are still let in. Every accepted
-connection is tracked, and a port that closes closes them all.
+the oldest connections that are idle (any connection not yet handed to a protocol, those
+its :class:`Route` says are idle, or whose protocol carries one that is: :func:`carrying`,
+and those whose writes have stalled for :data:`STALLED_SECONDS`), so however many
+connections a hostile peer opens on one port, signed clients on every port are still
+let in. Every accepted connection is tracked, and a port that closes closes them all.
+An error of ``accept()`` never ends a port (:data:`ACCEPT_BACKOFF_SECONDS`).
 
 Imports nothing of aiosb: it serves any protocol on any port.
 """
@@ -34,19 +36,22 @@ Imports nothing of aiosb: it serves any protocol on any port.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import socket
 import ssl
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import cast
 
 __all__ = [
+    "ACCEPT_BACKOFF_SECONDS",
     "FD_RESERVE",
     "FIRST_BYTE_SECONDS",
     "MAX_CONNECTIONS",
+    "STALLED_SECONDS",
     "TLS_FIRST_BYTE_SECONDS",
     "TLS_HANDSHAKE_SECONDS",
     "Budget",
@@ -54,6 +59,8 @@ __all__ = [
     "Port",
     "Route",
     "bind",
+    "carried_idle",
+    "carrying",
     "max_connections",
 ]
 
@@ -74,6 +81,23 @@ MAX_CONNECTIONS = 10_000
 FD_RESERVE = 64
 #: The first byte of a TLS record that opens a handshake (RFC 8446, 5.1).
 TLS_RECORD = 0x16
+#: Seconds the accept loop waits after an error accept(2) does not list as the peer's
+#: nor as a shortage (logged), before it accepts again: a port never stops for one.
+ACCEPT_BACKOFF_SECONDS = 1.0
+#: What accept(2) reports of the peer, or of the network, for one connection: that
+#: connection is lost, the port accepts the next (Linux's accept(2), "Error handling").
+_PEER_ERRORS = frozenset(
+    getattr(errno, name) for name in (
+        "ECONNABORTED", "ECONNRESET", "EPROTO", "ENETDOWN", "ENOPROTOOPT", "EHOSTDOWN",
+        "ENONET", "EHOSTUNREACH", "EOPNOTSUPP", "ENETUNREACH", "EPERM", "EINTR", "EAGAIN",
+        "ETIMEDOUT") if hasattr(errno, name))
+#: What accept(2) reports when descriptors or memory run out.
+_SHORTAGE_ERRORS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
+#: Seconds a connection's writes may stay stalled (more written to it than its
+#: transport's high-water mark, unread by the peer) before it counts as idle, closed
+#: first to make room, whatever its protocol says: a peer that asks and never reads
+#: (a request in progress, blocked on it, for ever) holds no place in the budget.
+STALLED_SECONDS = 30.0
 #: Where the loop cannot wait for a socket to be readable (Windows' proactor has no
 #: ``add_reader``), how often a connection is looked at for its first byte.
 _POLL_SECONDS = 0.05
@@ -113,6 +137,32 @@ class Route:
     idle: Callable[[asyncio.BaseProtocol], bool] = _never_idle
 
 
+#: What each protocol that carries another one says of its connection's idleness
+#: (:func:`carrying`), by the protocol the listener handed the connection to.
+_carried: dict[asyncio.BaseProtocol, Callable[[], bool]] = {}
+
+
+@contextlib.contextmanager
+def carrying(protocol: asyncio.BaseProtocol, idle: Callable[[], bool]) -> Iterator[None]:
+    """For the ``with`` block, the connection of ``protocol`` (an HTTP server's) carries
+    another protocol (AMQP inside a WebSocket) that ``idle()`` says is idle or not: the
+    :class:`Route`'s ``idle`` asks :func:`carried_idle`, so that what a protocol carries
+    counts as it would on a port of its own."""
+    _carried[protocol] = idle
+    try:
+        yield
+    finally:
+        if _carried.get(protocol) is idle:
+            del _carried[protocol]
+
+
+def carried_idle(protocol: asyncio.BaseProtocol) -> bool | None:
+    """Whether what ``protocol``'s connection carries is idle (:func:`carrying`); None
+    if it carries nothing."""
+    idle = _carried.get(protocol)
+    return None if idle is None else idle()
+
+
 #: What a port hands a connection to, chosen by its first byte (inside TLS, if any).
 Choose = Callable[[int], Route]
 
@@ -120,8 +170,8 @@ Choose = Callable[[int], Route]
 class _Connection:
     """One accepted connection, from its socket to the protocol it was handed to."""
 
-    __slots__ = ("closed", "handed", "port", "protocol", "route", "sock", "task",
-                 "transport")
+    __slots__ = ("closed", "handed", "port", "protocol", "route", "sock", "stalled_at",
+                 "task", "transport")
 
     def __init__(self, sock: socket.socket, port: Port) -> None:
         self.sock = sock
@@ -132,11 +182,30 @@ class _Connection:
         self.route: Route | None = None
         self.protocol: asyncio.BaseProtocol | None = None
         self.task: asyncio.Task[None] | None = None
+        self.stalled_at: float | None = None  # when its writes were first seen stalled
 
     def idle(self) -> bool:
         if self.route is None or self.protocol is None:
             return True  # no protocol has it yet: nothing is in progress
-        return self.route.idle(self.protocol)
+        return self.route.idle(self.protocol) or self.stalled()
+
+    def stalled(self) -> bool:
+        """Whether its writes have been seen stalled (its transport's write buffer
+        above the high-water mark: the protocol is paused) for :data:`STALLED_SECONDS`,
+        at every look since (a look: each time the budget looks for idle ones)."""
+        transport = self.transport
+        try:
+            size = transport.get_write_buffer_size()  # type: ignore[union-attr]
+            high = transport.get_write_buffer_limits()[1]  # type: ignore[union-attr]
+        except (AttributeError, NotImplementedError, RuntimeError):
+            return False  # no buffer to look at: never stalled
+        now = asyncio.get_running_loop().time()
+        if size <= high:
+            self.stalled_at = None
+            return False
+        if self.stalled_at is None:
+            self.stalled_at = now
+        return now - self.stalled_at >= STALLED_SECONDS
 
     def gone(self) -> bool:
         transport = self.transport
@@ -292,12 +361,18 @@ class Port:
             try:
                 sock, _ = await loop.sock_accept(listening)
             except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                if exc.errno in _SHORTAGE_ERRORS:
                     log.warning("port %d: %s; closing idle connections", self.number, exc)
                     if not budget.make_room(1 + budget.cap // 10):
                         await asyncio.sleep(1.0)  # every one busy: wait for some to end
-                    continue
-                raise
+                elif exc.errno in _PEER_ERRORS or isinstance(exc, ConnectionError):
+                    log.info("port %d: a connection was lost before it was accepted: %s",
+                             self.number, exc)
+                else:  # nothing a peer does: said, and the port goes on after a while
+                    log.error("port %d: accept failed: %s; accepting again in %g s",
+                              self.number, exc, ACCEPT_BACKOFF_SECONDS, exc_info=exc)
+                    await asyncio.sleep(ACCEPT_BACKOFF_SECONDS)
+                continue
             sock.setblocking(False)
             connection = _Connection(sock, self)
             if not budget.admit(connection):

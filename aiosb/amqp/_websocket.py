@@ -17,7 +17,9 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from ..listener import carrying
 from ._links import MAX_FRAME
+from .server import Carrier, _unsigned
 
 __all__ = ["MAX_MESSAGE", "PATH", "SUBPROTOCOLS", "websocket_handler"]
 
@@ -34,7 +36,8 @@ MAX_MESSAGE = 4 * MAX_FRAME
 #: Bytes written and not yet sent past which the AMQP side is asked to wait.
 _HIGH_WATER = 64 * 1024
 
-Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Coroutine[Any, Any, None]]
+Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter, Carrier],
+                Coroutine[Any, Any, None]]
 
 
 def websocket_handler(
@@ -42,7 +45,9 @@ def websocket_handler(
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """An aiohttp handler for :data:`PATH` that serves each WebSocket as an AMQP
     connection with ``serve()`` (an :class:`~.server.AmqpServer`'s, looked up when a
-    client comes: the HTTP server starts before the AMQP one)."""
+    client comes: the HTTP server starts before the AMQP one). The listener counts the
+    WebSocket's connection as idle while its AMQP connection is unsigned, as it counts
+    a raw AMQP connection (:func:`aiosb.listener.carrying`)."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
         asked = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
@@ -62,16 +67,11 @@ def websocket_handler(
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
         writer = asyncio.StreamWriter(transport, protocol, reader, asyncio.get_running_loop())
-        connection = asyncio.create_task(served(reader, writer))
+        carrier = Carrier()
+        connection = asyncio.create_task(served(reader, writer, carrier))
         try:
-            async for msg in ws:
-                if msg.type == WSMsgType.BINARY:
-                    await transport.received(msg.data)
-                elif msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
-                    break
-                # text messages carry no AMQP: ignored, as the binding has only binary
-            protocol.eof_received()  # the reader meets its end
-            await connection
+            with carrying(request.protocol, lambda: _unsigned(carrier)):
+                await _relay(ws, transport, protocol, connection)
         finally:
             if not connection.done():
                 connection.cancel()
@@ -84,6 +84,21 @@ def websocket_handler(
         return ws
 
     return handle
+
+
+async def _relay(ws: web.WebSocketResponse, transport: _WebSocketTransport,
+                 protocol: asyncio.StreamReaderProtocol,
+                 connection: asyncio.Task[None]) -> None:
+    """Give each binary message to the AMQP connection until the WebSocket closes, then
+    wait for the connection to end."""
+    async for msg in ws:
+        if msg.type == WSMsgType.BINARY:
+            await transport.received(msg.data)
+        elif msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
+            break
+        # text messages carry no AMQP: ignored, as the binding has only binary
+    protocol.eof_received()  # the reader meets its end
+    await connection
 
 
 class _WebSocketTransport(asyncio.Transport):

@@ -23,7 +23,7 @@ import contextlib
 import logging
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable
 
 from .. import emulator
 from ..auth import DEV_KEY, DEV_KEY_NAME, RIGHTS, SasChecker
@@ -31,7 +31,7 @@ from ..emulator import Journal
 from ..listener import Listener, Port, Route
 from .connection import Connection
 
-__all__ = ["AmqpServer", "ManagementSite", "serve_amqp"]
+__all__ = ["AmqpServer", "Carrier", "ManagementSite", "serve_amqp"]
 
 log = logging.getLogger("aiosb.amqp")
 
@@ -104,9 +104,9 @@ class AmqpServer:
         return self._amqp
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     stream: _AmqpStream | None = None) -> None:
-        """Serve one AMQP connection (over TCP, TLS, or a WebSocket: ``stream`` is
-        None)."""
+                     stream: Carrier | _AmqpStream | None = None) -> None:
+        """Serve one AMQP connection (over TCP, TLS, or a WebSocket), made known to
+        ``stream`` (for the listener to tell whether it is idle: :func:`_unsigned`)."""
         sock = writer.get_extra_info("socket")
         if sock is not None:  # a peer gone without a word is found out, and let go
             with contextlib.suppress(OSError):
@@ -149,7 +149,8 @@ async def serve_amqp(
     management: ManagementSite | None = None,
     tls_port: int | None = None,
     listener: Listener | None = None,
-    free_if_taken: Collection[int] = (),
+    free_if_taken: bool = False,
+    tls_free_if_taken: bool = False,
 ) -> AsyncIterator[AmqpServer]:
     """Listen for AMQP 1.0 on ``host``:``port`` (0: a free port) for ``namespace``.
 
@@ -170,8 +171,9 @@ async def serve_amqp(
             management API over HTTPS; it needs ``management`` with a TLS context.
         listener: The listener to open the ports on (the HTTP server's: one connection
             budget for every port); by default one of its own.
-        free_if_taken: Ports that, taken by another process, give way to a free one
-            (the defaults the user did not choose); any other taken port is an error.
+        free_if_taken: If ``port`` is taken, listen on a free one instead (a default
+            the user did not choose); else a taken port is an error.
+        tls_free_if_taken: The same for ``tls_port``.
     """
     if tls_port is not None and (management is None or management[1] is None):
         raise ValueError("serve_amqp: tls_port needs management with a TLS context.")
@@ -183,11 +185,11 @@ async def serve_amqp(
     ports: list[Port] = []
     try:
         ports.append(await listener.open(host, port, server.choose, tls=tls, sniff_tls=True,
-                                         free_if_taken=port in free_if_taken))
+                                         free_if_taken=free_if_taken))
         server.port = ports[0].number
         if tls_port is not None:
             ports.append(await listener.open(host, tls_port, server.choose, tls=tls,
-                                             free_if_taken=tls_port in free_if_taken))
+                                             free_if_taken=tls_free_if_taken))
             server.tls_port = ports[1].number
         yield server
     finally:
@@ -199,6 +201,16 @@ async def serve_amqp(
                 await opened.aclose()
         finally:
             server.ns.detach()
+
+
+class Carrier:
+    """What carries an AMQP connection (a WebSocket), told the connection once it is
+    made, so that the listener counts it as idle as a raw one (:func:`_unsigned`)."""
+
+    __slots__ = ("connection",)
+
+    def __init__(self) -> None:
+        self.connection: Connection | None = None
 
 
 class _AmqpStream(asyncio.StreamReaderProtocol):
@@ -215,7 +227,7 @@ class _AmqpStream(asyncio.StreamReaderProtocol):
         await self._server._serve(reader, writer, self)
 
 
-def _unsigned(protocol: asyncio.BaseProtocol) -> bool:
+def _unsigned(protocol: asyncio.BaseProtocol | Carrier) -> bool:
     """An AMQP connection that has signed in to nothing yet (no token, no key): idle to
     the listener, which closes it first to make room; a signed one is someone's."""
     connection = getattr(protocol, "connection", None)

@@ -53,10 +53,50 @@ def test_a_port_named_zero_makes_every_port_not_named_free_and_defaults_give_way
     assert _ports(0, 0, None, False) == (0, 0, 0, frozenset())
     assert _ports(None, None, 0, False) == (0, 0, 0, frozenset())
     assert _ports(None, None, None, False) == (5380, 5672, 5671,
-                                               frozenset({5380, 5672, 5671}))
-    assert _ports(None, 6000, None, False) == (5380, 6000, 5671, frozenset({5380, 5671}))
+                                               frozenset({"http", "amqp", "amqps"}))
+    assert _ports(None, 6000, None, False) == (5380, 6000, 5671, frozenset({"http", "amqps"}))
     monkeypatch.setenv("EMULATOR_AMQP_PORT", "7000")  # named, the way Microsoft's moves
-    assert _ports(None, None, None, True) == (5300, 7000, 5671, frozenset({5300, 5671}))
+    assert _ports(None, None, None, True) == (5300, 7000, 5671, frozenset())
+    assert _ports(0, None, None, True) == (0, 7000, 0, frozenset())
+
+
+def test_a_port_gives_way_by_the_option_that_set_it_not_by_its_number(
+        monkeypatch: pytest.MonkeyPatch):
+    """#48 review 7: ``--amqp-port 5671`` is named, though 5671 is AMQP over TLS's
+    default: it never moves (it did: the set of ports that give way held 5671). With
+    ``--microsoft-emulator`` every port is named (an application left unchanged would
+    reach another emulator on a port that moved), unless a port is named 0."""
+    from aiosb.cli import _ports
+
+    monkeypatch.delenv("EMULATOR_AMQP_PORT", raising=False)
+    monkeypatch.delenv("EMULATOR_HTTP_PORT", raising=False)
+    assert _ports(None, 5671, None, False) == (5380, 5671, 5671, frozenset({"http", "amqps"}))
+    assert _ports(5672, None, None, False) == (5672, 5672, 5671, frozenset({"amqp", "amqps"}))
+    assert _ports(None, None, None, True) == (5300, 5672, 5671, frozenset())
+
+
+@pytest.mark.timeout(60)
+def test_a_named_port_taken_is_an_error_though_it_is_another_ports_default(tmp_path: Path):
+    """#48 review 7: the AMQP port named, taken by another process, and the AMQP over
+    TLS port's default by number: the server refuses to start (it moved it, silently)."""
+    pytest.importorskip("cryptography")
+    http, amqp = _free_ports(2)
+    root = Path(aiosb.__file__).parent.parent
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        code = ("import sys, aiosb.cli as cli\n"
+                f"cli.HTTP_PORT, cli.AMQP_PORT, cli.AMQPS_PORT = {http}, {amqp}, {taken}\n"
+                f"sys.exit(cli.main(['serve', '--quiet', '--amqp-port', '{taken}']))\n")
+        try:
+            done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, text=True,
+                                  capture_output=True, timeout=30,
+                                  env={**os.environ, "PYTHONPATH": str(root)})
+        except subprocess.TimeoutExpired as exc:
+            raise AssertionError(f"served instead of refusing: {exc.stdout!r}") from None
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"cannot serve on 127.0.0.1:{taken} (AMQP" in done.stderr, done.stderr
 
 
 def _serve(tmp_path: Path, defaults: tuple[int, int, int] | None = None,
@@ -137,6 +177,25 @@ async def test_two_servers_started_with_no_flags_run_side_by_side(tmp_path: Path
         for proc, _ in servers:
             proc.terminate()
             proc.wait(10)
+
+
+@pytest.mark.timeout(60)
+def test_a_default_that_is_our_own_named_port_gives_way_and_the_banner_says_whose(
+        tmp_path: Path):
+    """#48 review 7: ``--port P`` where P is AMQP's default: AMQP gives way, and the
+    banner says the port is this server's HTTP port, not another process's."""
+    pytest.importorskip("cryptography")
+    http, amqp, amqps = _free_ports(3)
+    proc, banner = _serve(tmp_path, (http, amqp, amqps), ("--port", str(amqp)))
+    try:
+        ports = _bound(banner)
+        assert ports["HTTP"] == amqp
+        assert (f"port {amqp} is this server's HTTP port: AMQP on port {ports['AMQP']} "
+                "instead") in banner, banner
+        assert "another process" not in banner, banner
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 @pytest.mark.timeout(60)

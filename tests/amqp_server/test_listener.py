@@ -117,13 +117,17 @@ async def test_a_tls_peer_silent_after_its_handshake_is_closed_within_the_deadli
 async def test_every_connection_in_every_phase_is_closed_when_the_server_stops(
         tmp_path: Path):
     """A silent TCP peer, one in its TLS handshake, one silent after it, an HTTP
-    connection handed over at the AMQP port: none outlives ``serve_amqp`` (the deadlines
-    left at their defaults, far longer than the test)."""
+    connection handed over at the AMQP port, and an HTTP request in progress whose
+    client reads nothing (its handler blocked writing the answer): none outlives the
+    server (the deadlines left at their defaults, far longer than the test), and the
+    stop takes no longer than ``SHUTDOWN_SECONDS`` (review of #48: it took two minutes,
+    aiohttp's graceful shutdown waiting 60 s twice for the blocked handler)."""
     from aiosb.emulator._tls import context, self_signed
+    from aiosb.emulator.server import SHUTDOWN_SECONDS
 
     cert, key = self_signed(tmp_path)
     trust = ssl.create_default_context(cafile=str(cert))
-    async with serve(root=NAMESPACE) as http:
+    async with serve(root=NAMESPACE, explorer=True) as http:
         async with serve_amqp(namespace=NAMESPACE, listener=http.listener,
                               management=(http.route, context(cert, key))) as amqp:  # type: ignore[arg-type]
             silent = await asyncio.open_connection("127.0.0.1", amqp.port)
@@ -133,14 +137,30 @@ async def test_every_connection_in_every_phase_is_closed_when_the_server_stops(
                                                   server_hostname="localhost")
             handed = await asyncio.open_connection("127.0.0.1", amqp.port)
             handed[1].write(b"GET /$Resources/queues HTTP/1.1\r\nHost: x\r\n")  # unfinished
+            unread = await _never_reading(int(http.url.rsplit(":", 1)[1]))
             await asyncio.sleep(0.3)
-            assert len(http.listener.budget) == 4  # type: ignore[union-attr]
-        for reader, writer in (silent, shaking, after, handed):
-            try:
-                assert await _closed_after(reader) < LATE
-            finally:
-                writer.close()
-        assert len(http.listener.budget) == 0  # type: ignore[union-attr]
+            assert len(http.listener.budget) == 5  # type: ignore[union-attr]
+            assert not all(c.idle() for c in http.listener.budget._held)  # type: ignore[union-attr]
+        began = time.monotonic()
+    assert time.monotonic() - began < SHUTDOWN_SECONDS + LATE
+    for reader, writer in (silent, shaking, after, handed, unread):
+        try:
+            assert await _closed_after(reader) < LATE
+        finally:
+            writer.close()
+    assert len(http.listener.budget) == 0  # type: ignore[union-attr]
+
+
+async def _never_reading(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A client that pipelines requests for a large answer (the explorer's script) and
+    reads nothing: the server's handler blocks writing, a request in progress."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(b"GET /explorer/explorer.js HTTP/1.1\r\nHost: localhost\r\n\r\n" * 400)
+    return reader, writer
 
 
 async def test_a_flood_on_the_amqp_port_makes_room_for_an_http_client(stack: Stack):

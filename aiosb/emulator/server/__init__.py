@@ -135,7 +135,7 @@ from aiohttp import web
 
 from ... import emulator
 from ...auth import DEV_KEY, DEV_KEY_NAME, SasCredential
-from ...listener import Listener, Route
+from ...listener import Listener, Route, carried_idle
 from .._durable import Journal
 from ._app import BODY_SECONDS, MAX_BODY, EmulatorServer, Handler
 from ._hosts import AllowedHosts
@@ -150,6 +150,7 @@ __all__ = [
     "MAX_BODY",
     "MAX_WAIT",
     "PAGE",
+    "SHUTDOWN_SECONDS",
     "EmulatorServer",
     "ServedEmulator",
     "serve",
@@ -159,6 +160,10 @@ __all__ = [
 #: connections, a connection that never sends one, and headers trickling in): HTTP's
 #: open deadline, after the listener's (:mod:`aiosb.listener`).
 IDLE_SECONDS = 30.0
+#: When the server stops, seconds a request in progress is given to end; every
+#: connection is closed after that, whatever it waits for (a client that never reads its
+#: answer holds the stop no longer).
+SHUTDOWN_SECONDS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +214,13 @@ class ServedEmulator:
 
 def _http_idle(handler: asyncio.BaseProtocol) -> bool:
     """An HTTP connection with no request in progress: the listener may close it to
-    make room (a WebSocket is a request in progress for as long as it is open)."""
+    make room. A WebSocket is a request in progress for as long as it is open: one that
+    carries a protocol is as idle as that protocol says (AMQP over WebSockets: as a raw
+    AMQP connection, :func:`aiosb.listener.carrying`); and one whose writes stall is
+    idle after :data:`aiosb.listener.STALLED_SECONDS` (the listener looks)."""
+    carried = carried_idle(handler)
+    if carried is not None:
+        return carried
     return not getattr(handler, "_request_in_progress", False)
 
 
@@ -314,7 +325,8 @@ async def serve(
     # handler_cancellation: a client that hangs up (its own timeout) cancels the
     # operation it asked for, so that a long poll does not lock messages for nobody.
     runner = web.AppRunner(
-        server.app(), handler_cancellation=True, access_log=None, keepalive_timeout=IDLE_SECONDS
+        server.app(), handler_cancellation=True, access_log=None,
+        keepalive_timeout=IDLE_SECONDS, shutdown_timeout=SHUTDOWN_SECONDS,
     )
     await runner.setup()
     server.open_connections = lambda: len(runner.server.connections) if runner.server else 0
@@ -339,9 +351,15 @@ async def serve(
     finally:
         if opened is not None:
             await opened.stop_accepting()
-        await runner.cleanup()
-        if opened is not None:
-            await opened.aclose()
+        # requests in progress are given SHUTDOWN_SECONDS; then every connection is
+        # closed, whatever it waits for (a client that reads nothing holds no stop)
+        cleanup = asyncio.ensure_future(runner.cleanup())
+        try:
+            await asyncio.wait([cleanup], timeout=SHUTDOWN_SECONDS)
+        finally:
+            if opened is not None:
+                await opened.aclose()
+            await cleanup
         if journal is not None:
             emulator.use_journal(None)
             await journal.aclose()
