@@ -111,7 +111,13 @@ def test_a_websocket_from_another_sites_page_is_refused(bridge: Bridge) -> None:
     Origin: AMQP over WebSockets with the well-known key needs no rebinding at all. An
     upgrade from a page at another site (or a sandboxed page, Origin null) is refused with
     403; from a page at localhost, or with no Origin (clients outside a browser), it goes
-    on (here to a handler that serves no AMQP: 503)."""
+    on (here to a handler that serves no AMQP: 503).
+
+    A page at an IP address is another site too (review of #48, finding 1): ``Origin``
+    names the page, not the server, and ``http://203.0.113.7`` is an attacker's server
+    reached by its address, or any device of the LAN. Only loopback addresses, and the
+    request's own origin exactly (a page this server served, scheme and port included),
+    are the server's."""
     upgrade = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
                "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
                "Sec-WebSocket-Protocol": "AMQPWSB10"}
@@ -119,11 +125,26 @@ def test_a_websocket_from_another_sites_page_is_refused(bridge: Bridge) -> None:
     async def test() -> None:
         async with serve(routes={PATH: websocket_handler(lambda: None)}) as served, \
                 aiohttp.ClientSession() as http:
+            port = URL(served.url).port
             for origin, status in (("https://evil.example", 403), ("null", 403),
                                    (f"http://{ATTACKER}", 403),
+                                   ("http://203.0.113.7", 403),
+                                   ("http://192.168.1.5:5380", 403),
+                                   ("http://[2001:db8::1]:8000", 403),
+                                   ("http://[::ffff:203.0.113.7]", 403),
+                                   (f"http://127.0.0.1:{port}@203.0.113.7", 403),
                                    ("http://localhost:3000", 503), ("http://127.0.0.1", 503),
+                                   ("http://127.5.6.7:8080", 503), ("http://[::1]:3000", 503),
                                    (None, 503)):
                 headers = {**upgrade, **({} if origin is None else {"Origin": origin})}
+                async with http.get(f"{served.url}{PATH}", headers=headers) as answer:
+                    assert answer.status == status, (origin, await answer.text())
+            # Reached by an address of the LAN (Host: 192.0.2.10:PORT), a page this very
+            # server served goes on; the same address at another port or scheme does not.
+            own = f"192.0.2.10:{port}"
+            for origin, status in ((f"http://{own}", 503), ("http://192.0.2.10", 403),
+                                   ("http://192.0.2.10:8000", 403), (f"https://{own}", 403)):
+                headers = {**upgrade, "Host": own, "Origin": origin}
                 async with http.get(f"{served.url}{PATH}", headers=headers) as answer:
                     assert answer.status == status, (origin, await answer.text())
             async with http.get(f"{served.url}/{unique('wsplain')}/q",
@@ -133,10 +154,40 @@ def test_a_websocket_from_another_sites_page_is_refused(bridge: Bridge) -> None:
     bridge.run(test(), timeout=30)
 
 
+def test_the_explorer_takes_requests_from_its_own_page_only_not_any_ip_address(
+    bridge: Bridge,
+) -> None:
+    """The explorer's own origin check (review of #48, finding 1, the same confusion
+    looked for): a page at an IP address is not the explorer's page, be it another
+    machine's (IPv4, IPv6, the LAN) or this machine's at another port; only the
+    explorer's own origin, exactly, signs in and reads."""
+    async def test(http: TestClient, server: EmulatorServer) -> None:
+        own = f"http://{http.host}:{http.port}"
+        assert (await Client(http).call(
+            "POST", "signin", {"key_name": DEV_KEY_NAME, "key": DEV_KEY},
+            headers={"X-Aiosb-Explorer": "1", "Origin": own}))[0] == 200
+        page = Client(http)
+        assert (await page.sign_in())[0] == 200
+        for origin in ("http://203.0.113.7", "http://[2001:db8::1]:8000",
+                       f"http://192.168.1.5:{http.port}", f"http://[::1]:{http.port}",
+                       "http://127.0.0.1:3000", f"https://{http.host}:{http.port}"):
+            status, body, _ = await page.call("GET", "me", headers={"Origin": origin})
+            assert status == 403 and "its own page only" in body["error"], (origin, body)
+            status, body, _ = await Client(http).call(
+                "POST", "signin", {"key_name": DEV_KEY_NAME, "key": DEV_KEY},
+                headers={"X-Aiosb-Explorer": "1", "Origin": origin})
+            assert status == 403, (origin, body)
+        assert (await page.call("GET", "me", headers={"Origin": own}))[0] == 200
+
+    in_process(bridge, test)
+
+
 def test_the_names_allowed() -> None:
     """localhost, any IP address (an address cannot be re-resolved), the listening host
     when it is a name, and the names added; nothing else, a subdomain of localhost and
-    the namespace's own Azure name included."""
+    the namespace's own Azure name included. A page's ``Origin`` is not a ``Host``: a
+    page at an IP address is the server's only at a loopback address or at the request's
+    own origin (review of #48, finding 1)."""
     hosts = AllowedHosts("0.0.0.0", ["Emulator.Test", "sb.internal:5300"])
     for host in ("localhost", "localhost:5380", "LocalHost.", "127.0.0.1:1", "[::1]",
                  "[::1]:5380", "192.168.1.5:5380", "emulator.test:80", "EMULATOR.TEST",
@@ -148,8 +199,18 @@ def test_the_names_allowed() -> None:
         assert not hosts.allows(host), host
     assert hosts.allows_origin("http://emulator.test:3000")
     assert hosts.allows_origin("https://[::1]:8443")
-    for origin in ("null", "https://attacker.test", "file://", "chrome-extension://x", ""):
+    assert hosts.allows_origin("http://127.0.0.2")
+    for origin in ("null", "https://attacker.test", "file://", "chrome-extension://x", "",
+                   "http://203.0.113.7", "http://[2001:db8::1]:8000", "http://0.0.0.0",
+                   "http://192.168.1.5:5380", "http://localhost@203.0.113.7",
+                   "http://localhost:x"):
         assert not hosts.allows_origin(origin), origin
+    # A page at an address other than loopback: only the request's own origin.
+    assert hosts.allows_origin("http://192.168.1.5:5380", "http://192.168.1.5:5380")
+    assert hosts.allows_origin("http://192.168.1.5", "http://192.168.1.5:80")
+    assert hosts.allows_origin("http://[2001:db8::1]:5380", "http://[2001:DB8::1]:5380")
+    assert not hosts.allows_origin("http://192.168.1.5:8000", "http://192.168.1.5:5380")
+    assert not hosts.allows_origin("https://192.168.1.5:5380", "http://192.168.1.5:5380")
     assert AllowedHosts("myhost.lan").allows("myhost.lan:5380")
     assert not AllowedHosts().allows("myhost.lan")
 

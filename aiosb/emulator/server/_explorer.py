@@ -21,6 +21,7 @@ resubmitting dead letters Listen and Send; purging, rules, faults and entities'
 settings Manage, as REST asks Manage to read an entity's description or its rules.
 
 **Cross-site requests.** Every API request from another origin is refused (``Origin``
+naming any other, a page at an IP address or at another port of this machine included,
 or ``Sec-Fetch-Site`` naming another site); every request that changes anything must
 carry the session's CSRF token in the ``X-Aiosb-Csrf`` header, which a page of another
 site can neither read nor send without a CORS preflight the server never approves (and
@@ -359,7 +360,10 @@ def _me(session: Session) -> dict[str, Any]:
 
 
 def _same_origin(request: web.Request) -> None:
-    """Refuse a request that another site's page made."""
+    """Refuse a request that another page made: its ``Origin``, when it has one, is the
+    explorer's own exactly (scheme, ``Host``, port). Not "any IP address", which is
+    right of ``Host`` alone (:mod:`._hosts`): a page at ``http://203.0.113.7`` is
+    another machine's, and one at ``http://127.0.0.1:3000`` another program's (#48)."""
     origin = request.headers.get("Origin")
     if origin is not None and origin != f"{request.scheme}://{request.host}":
         raise Refused(403, f"requests from {origin[:80]!r} are refused: the explorer takes "

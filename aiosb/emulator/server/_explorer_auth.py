@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import secrets
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
+
+from ._hosts import is_loopback
 
 #: How long a sign-in lasts, in seconds.
 SESSION_SECONDS = 8 * 3600
@@ -118,18 +119,6 @@ class Sessions:
     def close(self, token: str) -> None:
         """Sign out."""
         self._by_token.pop(token, None)
-
-
-def is_loopback(address: str | None) -> bool:
-    """Whether a client ``address`` is this machine's own (127.0.0.0/8, ``::1``, or
-    either mapped into IPv6)."""
-    try:
-        ip = ipaddress.ip_address((address or "").split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback
 
 
 def may_sign_in(secure: bool, address: str | None) -> str | None:
