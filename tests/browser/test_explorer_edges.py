@@ -26,7 +26,6 @@ from aiosb.bridge import Bridge
 from aiosb.emulator.process import ServerProcess
 from aiosb.emulator.server import (
     EmulatorServer,
-    _explorer,
     _explorer_auth,
     _explorer_ops,
     serve,
@@ -302,8 +301,11 @@ def test_wrong_keys_slow_one_address_and_key_name_and_never_refuse_the_right_key
     """Five wrong keys from one address for one key name slow that pair (429, with
     Retry-After, twice as long the next time); the right key from the same address
     still signs in; another key name from there is not slowed; a burst of guesses is
-    checked one at a time, and the right key behind it gets in."""
-    monkeypatch.setattr(_explorer, "SLOW_SECONDS", 0.3)
+    answered one at a time, and the right key sent behind it signs in at once, before
+    the first of them is answered (review of #48, finding 5: it waited its turn, 2 s
+    for each guess before it)."""
+    slow = 1.0
+    monkeypatch.setattr(_explorer_auth, "SLOW_SECONDS", slow)
 
     async def test(http: TestClient, server: EmulatorServer) -> None:
         assert server.explorer is not None
@@ -320,10 +322,17 @@ def test_wrong_keys_slow_one_address_and_key_name_and_never_refuse_the_right_key
         assert (await Client(http, "192.0.2.67", "https").sign_in(
             DEV_KEY_NAME, "wrong="))[0] == 401  # another address
         started = time.monotonic()
-        burst = await asyncio.gather(*(Client(http, "127.0.0.1").sign_in(
-            DEV_KEY_NAME, f"wrong{n}=") for n in range(4)), Client(http, "127.0.0.1").sign_in())
-        assert [answer[0] for answer in burst] == [429] * 4 + [200]
-        assert time.monotonic() - started >= 4 * 0.3  # one at a time
+        guesses = [asyncio.create_task(Client(http, "127.0.0.1").sign_in(
+            DEV_KEY_NAME, f"wrong{n}=")) for n in range(4)]
+        await lane_holds(server, ("127.0.0.1", DEV_KEY_NAME), 4)
+        asked = time.monotonic()
+        assert (await Client(http, "127.0.0.1").sign_in())[0] == 200
+        answered = time.monotonic() - asked
+        # At once: before the first guess ahead of it is answered, under one slowdown.
+        assert not any(guess.done() for guess in guesses)
+        assert answered < slow, answered
+        assert [answer[0] for answer in await asyncio.gather(*guesses)] == [429] * 4
+        assert time.monotonic() - started >= 4 * slow  # one at a time
         now[0] += _explorer_auth.FAILURE_WINDOW + 1  # slowed no more, the burst forgotten
         for _ in range(_explorer_auth.FAILURES - 1):
             assert (await guesser.sign_in(DEV_KEY_NAME, "wrong="))[0] == 401
@@ -334,6 +343,48 @@ def test_wrong_keys_slow_one_address_and_key_name_and_never_refuse_the_right_key
         assert (await guesser.sign_in())[0] == 200  # past it, a success starts afresh
         assert server.explorer._throttle.wait("127.0.0.1", DEV_KEY_NAME) == 0
         assert len(server.explorer._throttle) == 2  # the other pairs' one wrong key each
+
+    in_process(bridge, test)
+
+
+async def lane_holds(server: EmulatorServer, pair: tuple[str, str], count: int) -> None:
+    """Until ``count`` wrong keys of ``pair`` are in its lane (within 10 s)."""
+    assert server.explorer is not None
+    lanes = server.explorer._throttle._lanes
+    async with asyncio.timeout(10):
+        while pair not in lanes or lanes[pair][1] < count:
+            await asyncio.sleep(0.005)
+
+
+def test_wrong_keys_past_the_lanes_cap_are_answered_at_once(
+    bridge: Bridge, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review of #48, finding 5: waiting guesses hold connections, which every port
+    shares. Past QUEUED_MOST wrong keys of one address and key name in the lane, a wrong
+    key is answered 429 at once, with Retry-After, before any queued one is; the lane
+    empties; the right key still signs in at once; another address is not crowded."""
+    monkeypatch.setattr(_explorer_auth, "PAUSE_SECONDS", 1.0)
+    monkeypatch.setattr(_explorer_auth, "SLOW_SECONDS", 1.0)
+    most = _explorer_auth.QUEUED_MOST
+
+    async def test(http: TestClient, server: EmulatorServer) -> None:
+        pair = ("127.0.0.1", DEV_KEY_NAME)
+        queued = [asyncio.create_task(Client(http, "127.0.0.1").sign_in(
+            DEV_KEY_NAME, f"wrong{n}=")) for n in range(most)]
+        await lane_holds(server, pair, most)
+        for n in range(3):
+            status, body, headers = await Client(http, "127.0.0.1").sign_in(
+                DEV_KEY_NAME, f"more{n}=")
+            assert status == 429 and "waiting already" in body["error"], body
+            assert int(headers["Retry-After"]) >= 1
+        assert not any(guess.done() for guess in queued)  # answered at once, before them
+        assert server.explorer is not None
+        assert server.explorer._throttle._lanes[pair][1] == most  # the lane grew no longer
+        assert (await Client(http, "127.0.0.1").sign_in())[0] == 200
+        assert (await Client(http, "127.0.0.2").sign_in(DEV_KEY_NAME, "x="))[0] == 401
+        statuses = [answer[0] for answer in await asyncio.gather(*queued)]
+        assert statuses[0] == 401 and set(statuses) <= {401, 429}, statuses
+        assert pair not in server.explorer._throttle._lanes
 
     in_process(bridge, test)
 

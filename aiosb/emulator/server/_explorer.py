@@ -9,8 +9,8 @@ with its rights) in constant time and answers with a session cookie: random, ``H
 :data:`SESSION_SECONDS` (and on ``POST /explorer/api/signout``). The key never leaves
 the server's memory again. Over plain HTTP only a client on the server's machine may
 sign in (the key would cross the network readable), and a client address that keeps
-giving wrong keys for a key name is slowed, never refused the right key
-(:mod:`._explorer_auth`). A page that
+giving wrong keys for a key name is slowed; the right key, compared first, signs in at
+once (:mod:`._explorer_auth`). A page that
 signed each request with a SAS token it made would need the key in script, and
 WebCrypto, which browsers give only to secure contexts (HTTPS or localhost).
 
@@ -64,14 +64,15 @@ from ...errors import EntityNotFound, InvalidArgument, ServiceBusError
 from ...wire import status as _status
 from .. import EmulatorNamespace
 from .._durable import Journal
+from . import _explorer_auth
 from . import _explorer_ops as ops
 from ._explorer_auth import (
-    PAUSE_SECONDS,
     SESSION_SECONDS,
-    SLOW_SECONDS,
+    Crowded,
     Session,
     Sessions,
     Throttle,
+    key_matches,
     may_sign_in,
     visible,
 )
@@ -261,24 +262,26 @@ class Explorer:
         said["key_name"] = name
         entry = self._keys.get(name)
         if entry is None:  # no such key: no guess can succeed, none is counted
-            await asyncio.sleep(PAUSE_SECONDS)  # a guesser waits
+            await asyncio.sleep(_explorer_auth.PAUSE_SECONDS)  # a guesser waits
             raise Refused(401, "the key name or the key is not one of this server's.")
-        # The key is always checked, one sign-in of this address and key name at a time:
-        # a guesser is slowed, the right key never refused (#48).
-        async with self._throttle.turn(client, name):
-            secrets_of = entry[0] if isinstance(entry[0], tuple) else (entry[0],)
-            if not any(hmac.compare_digest(key.encode(), s.encode()) for s in secrets_of):
-                self._throttle.failed(client, name)
-                wait = self._throttle.wait(client, name)
-                if wait <= 0:
-                    await asyncio.sleep(PAUSE_SECONDS)  # a guesser waits
-                    raise Refused(401, "the key name or the key is not one of this server's.")
-                await asyncio.sleep(SLOW_SECONDS)  # and, slowed, waits longer
-                raise Refused(429, f"too many wrong keys for {name[:60]!r} from {client[:60]}: "
-                                   f"each is checked after {SLOW_SECONDS:g} s for "
-                                   f"{math.ceil(wait)} s more (the right key signs in).",
-                              {"Retry-After": str(math.ceil(wait))})
+        # The key is compared first: the right key signs in at once, whatever guesses
+        # wait; only a wrong key takes the lane of its address and key name (#48).
+        if key_matches(key, entry[0] if isinstance(entry[0], tuple) else (entry[0],)):
             self._throttle.succeeded(client, name)
+        else:
+            try:
+                wait = await self._throttle.wrong(client, name)
+            except Crowded as crowd:
+                raise Refused(429, f"too many wrong keys for {name[:60]!r} from "
+                                   f"{client[:60]} are waiting already: this one is refused "
+                                   "at once (the right key signs in).",
+                              {"Retry-After": str(crowd.retry_after)}) from None
+            if wait <= 0:
+                raise Refused(401, "the key name or the key is not one of this server's.")
+            raise Refused(429, f"too many wrong keys for {name[:60]!r} from {client[:60]}: "
+                               f"each is answered after {_explorer_auth.SLOW_SECONDS:g} s for "
+                               f"{math.ceil(wait)} s more (the right key signs in).",
+                          {"Retry-After": str(math.ceil(wait))})
         token, session = self._sessions.open(name, entry[1], request.cookies.get(COOKIE, ""))
         response = web.json_response(_me(session))
         response.set_cookie(COOKIE, token, path=PREFIX, max_age=SESSION_SECONDS,
