@@ -28,9 +28,9 @@ remembered.
 What this bounds, and what not: a guesser who sends one key after another is answered
 once every :data:`SLOW_SECONDS`; one who sends many at once learns of the right one at
 once (it is answered 200 whatever waits), so against a guesser with many connections
-the key's own strength is the defence (the keys aiosb makes are 256 random bits); the
-lane keeps its wrong keys from costing the server more than :data:`QUEUED_MOST`
-connections a pair.
+the key's own strength is the defence (a long random key: 32 random bytes, as Service
+Bus makes them); the lane keeps its wrong keys from costing the server more than
+:data:`QUEUED_MOST` connections a pair.
 
 **What a session sees** (:func:`visible`): REST gives an entity's description, its
 rules and the namespace's faults to Manage keys only; so does the explorer. A session
