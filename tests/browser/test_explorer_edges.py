@@ -28,6 +28,7 @@ from aiosb.emulator.server import (
     EmulatorServer,
     _explorer_auth,
     _explorer_ops,
+    _http,
     serve,
 )
 from aiosb.emulator.server._hosts import AllowedHosts
@@ -385,6 +386,39 @@ def test_wrong_keys_past_the_lanes_cap_are_answered_at_once(
         statuses = [answer[0] for answer in await asyncio.gather(*queued)]
         assert statuses[0] == 401 and set(statuses) <= {401, 429}, statuses
         assert pair not in server.explorer._throttle._lanes
+
+    in_process(bridge, test)
+
+
+def test_a_sign_in_whose_body_stops_arriving_is_answered_within_the_body_deadline(
+    bridge: Bridge, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review of #48, finding 2c: the sign-in read its body with no deadline, so a client
+    that sends the headers and half a body, then stalls, held its handler (and its
+    connection) for ever. It gets a 400 saying so within BODY_SECONDS (made 0.5 s here),
+    as a REST request does; a body sent whole afterwards signs in."""
+    monkeypatch.setattr(_http, "BODY_SECONDS", 0.5)
+
+    async def test(http: TestClient, server: EmulatorServer) -> None:
+        body = json.dumps({"key_name": DEV_KEY_NAME, "key": DEV_KEY}).encode()
+        reader, writer = await asyncio.open_connection(http.host, http.port)
+        try:
+            writer.write(
+                f"POST /explorer/api/signin HTTP/1.1\r\nHost: {http.host}:{http.port}\r\n"
+                "X-Aiosb-Explorer: 1\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:len(body) // 2])
+            await writer.drain()
+            started = time.monotonic()
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            except TimeoutError:
+                pytest.fail("no answer 10 s after the body stopped (the deadline is 0.5 s)")
+            assert time.monotonic() - started >= 0.5
+            assert head.startswith(b"HTTP/1.1 400"), head
+            assert b"did not arrive within 0.5 s" in await reader.read(4096)
+        finally:
+            writer.close()
+        assert (await Client(http).sign_in())[0] == 200
 
     in_process(bridge, test)
 

@@ -35,8 +35,9 @@ namespaces (entities, counts, size, messages in and out per second, and for a Ma
 key settings and faults), once a second, read once for every page open
 (:class:`._explorer_live.Sampler`); at most :data:`MAX_STREAMS` streams at once.
 
-**Errors and the log.** A body that is not plain JSON (``NaN``, nested past Python's
-limits) or a number out of range is a 400; anything unforeseen a JSON 500 with one log
+**Errors and the log.** A body that does not arrive within ``BODY_SECONDS`` (as a REST
+request's: :func:`._http.read_body`), is not plain JSON (``NaN``, nested past Python's
+limits) or has a number out of range is a 400; anything unforeseen a JSON 500 with one log
 line; every answer carries the same security headers. Sign-ins and every change are
 logged to the ``aiosb.server.requests`` logger (unless ``--quiet``), never a key.
 
@@ -77,6 +78,7 @@ from ._explorer_auth import (
     visible,
 )
 from ._explorer_live import Sampler
+from ._http import read_body
 from ._metrics import access_log
 
 log = logging.getLogger("aiosb.server")
@@ -381,8 +383,9 @@ async def _arguments(request: web.Request) -> dict[str, Any]:
     """The query's arguments, and a JSON body's fields over them."""
     args: dict[str, Any] = dict(request.query)
     if request.can_read_body:
+        data = await read_body(request)  # within BODY_SECONDS, as REST's (#48)
         try:
-            body = json.loads(await request.read() or b"{}", parse_constant=_no_constant,
+            body = json.loads(data or b"{}", parse_constant=_no_constant,
                               parse_float=_finite)
         except (ValueError, RecursionError):
             raise InvalidArgument("the body is not plain JSON (an object of strings, "
