@@ -26,9 +26,9 @@ from aiosb.bridge import Bridge
 from aiosb.emulator.process import ServerProcess
 from aiosb.emulator.server import (
     EmulatorServer,
-    _explorer,
     _explorer_auth,
     _explorer_ops,
+    _http,
     serve,
 )
 from aiosb.emulator.server._hosts import AllowedHosts
@@ -111,7 +111,13 @@ def test_a_websocket_from_another_sites_page_is_refused(bridge: Bridge) -> None:
     Origin: AMQP over WebSockets with the well-known key needs no rebinding at all. An
     upgrade from a page at another site (or a sandboxed page, Origin null) is refused with
     403; from a page at localhost, or with no Origin (clients outside a browser), it goes
-    on (here to a handler that serves no AMQP: 503)."""
+    on (here to a handler that serves no AMQP: 503).
+
+    A page at an IP address is another site too (review of #48, finding 1): ``Origin``
+    names the page, not the server, and ``http://203.0.113.7`` is an attacker's server
+    reached by its address, or any device of the LAN. Only loopback addresses, and the
+    request's own origin exactly (a page this server served, scheme and port included),
+    are the server's."""
     upgrade = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
                "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
                "Sec-WebSocket-Protocol": "AMQPWSB10"}
@@ -119,11 +125,26 @@ def test_a_websocket_from_another_sites_page_is_refused(bridge: Bridge) -> None:
     async def test() -> None:
         async with serve(routes={PATH: websocket_handler(lambda: None)}) as served, \
                 aiohttp.ClientSession() as http:
+            port = URL(served.url).port
             for origin, status in (("https://evil.example", 403), ("null", 403),
                                    (f"http://{ATTACKER}", 403),
+                                   ("http://203.0.113.7", 403),
+                                   ("http://192.168.1.5:5380", 403),
+                                   ("http://[2001:db8::1]:8000", 403),
+                                   ("http://[::ffff:203.0.113.7]", 403),
+                                   (f"http://127.0.0.1:{port}@203.0.113.7", 403),
                                    ("http://localhost:3000", 503), ("http://127.0.0.1", 503),
+                                   ("http://127.5.6.7:8080", 503), ("http://[::1]:3000", 503),
                                    (None, 503)):
                 headers = {**upgrade, **({} if origin is None else {"Origin": origin})}
+                async with http.get(f"{served.url}{PATH}", headers=headers) as answer:
+                    assert answer.status == status, (origin, await answer.text())
+            # Reached by an address of the LAN (Host: 192.0.2.10:PORT), a page this very
+            # server served goes on; the same address at another port or scheme does not.
+            own = f"192.0.2.10:{port}"
+            for origin, status in ((f"http://{own}", 503), ("http://192.0.2.10", 403),
+                                   ("http://192.0.2.10:8000", 403), (f"https://{own}", 403)):
+                headers = {**upgrade, "Host": own, "Origin": origin}
                 async with http.get(f"{served.url}{PATH}", headers=headers) as answer:
                     assert answer.status == status, (origin, await answer.text())
             async with http.get(f"{served.url}/{unique('wsplain')}/q",
@@ -133,10 +154,40 @@ def test_a_websocket_from_another_sites_page_is_refused(bridge: Bridge) -> None:
     bridge.run(test(), timeout=30)
 
 
+def test_the_explorer_takes_requests_from_its_own_page_only_not_any_ip_address(
+    bridge: Bridge,
+) -> None:
+    """The explorer's own origin check (review of #48, finding 1, the same confusion
+    looked for): a page at an IP address is not the explorer's page, be it another
+    machine's (IPv4, IPv6, the LAN) or this machine's at another port; only the
+    explorer's own origin, exactly, signs in and reads."""
+    async def test(http: TestClient, server: EmulatorServer) -> None:
+        own = f"http://{http.host}:{http.port}"
+        assert (await Client(http).call(
+            "POST", "signin", {"key_name": DEV_KEY_NAME, "key": DEV_KEY},
+            headers={"X-Aiosb-Explorer": "1", "Origin": own}))[0] == 200
+        page = Client(http)
+        assert (await page.sign_in())[0] == 200
+        for origin in ("http://203.0.113.7", "http://[2001:db8::1]:8000",
+                       f"http://192.168.1.5:{http.port}", f"http://[::1]:{http.port}",
+                       "http://127.0.0.1:3000", f"https://{http.host}:{http.port}"):
+            status, body, _ = await page.call("GET", "me", headers={"Origin": origin})
+            assert status == 403 and "its own page only" in body["error"], (origin, body)
+            status, body, _ = await Client(http).call(
+                "POST", "signin", {"key_name": DEV_KEY_NAME, "key": DEV_KEY},
+                headers={"X-Aiosb-Explorer": "1", "Origin": origin})
+            assert status == 403, (origin, body)
+        assert (await page.call("GET", "me", headers={"Origin": own}))[0] == 200
+
+    in_process(bridge, test)
+
+
 def test_the_names_allowed() -> None:
     """localhost, any IP address (an address cannot be re-resolved), the listening host
     when it is a name, and the names added; nothing else, a subdomain of localhost and
-    the namespace's own Azure name included."""
+    the namespace's own Azure name included. A page's ``Origin`` is not a ``Host``: a
+    page at an IP address is the server's only at a loopback address or at the request's
+    own origin (review of #48, finding 1)."""
     hosts = AllowedHosts("0.0.0.0", ["Emulator.Test", "sb.internal:5300"])
     for host in ("localhost", "localhost:5380", "LocalHost.", "127.0.0.1:1", "[::1]",
                  "[::1]:5380", "192.168.1.5:5380", "emulator.test:80", "EMULATOR.TEST",
@@ -148,8 +199,18 @@ def test_the_names_allowed() -> None:
         assert not hosts.allows(host), host
     assert hosts.allows_origin("http://emulator.test:3000")
     assert hosts.allows_origin("https://[::1]:8443")
-    for origin in ("null", "https://attacker.test", "file://", "chrome-extension://x", ""):
+    assert hosts.allows_origin("http://127.0.0.2")
+    for origin in ("null", "https://attacker.test", "file://", "chrome-extension://x", "",
+                   "http://203.0.113.7", "http://[2001:db8::1]:8000", "http://0.0.0.0",
+                   "http://192.168.1.5:5380", "http://localhost@203.0.113.7",
+                   "http://localhost:x"):
         assert not hosts.allows_origin(origin), origin
+    # A page at an address other than loopback: only the request's own origin.
+    assert hosts.allows_origin("http://192.168.1.5:5380", "http://192.168.1.5:5380")
+    assert hosts.allows_origin("http://192.168.1.5", "http://192.168.1.5:80")
+    assert hosts.allows_origin("http://[2001:db8::1]:5380", "http://[2001:DB8::1]:5380")
+    assert not hosts.allows_origin("http://192.168.1.5:8000", "http://192.168.1.5:5380")
+    assert not hosts.allows_origin("https://192.168.1.5:5380", "http://192.168.1.5:5380")
     assert AllowedHosts("myhost.lan").allows("myhost.lan:5380")
     assert not AllowedHosts().allows("myhost.lan")
 
@@ -241,8 +302,11 @@ def test_wrong_keys_slow_one_address_and_key_name_and_never_refuse_the_right_key
     """Five wrong keys from one address for one key name slow that pair (429, with
     Retry-After, twice as long the next time); the right key from the same address
     still signs in; another key name from there is not slowed; a burst of guesses is
-    checked one at a time, and the right key behind it gets in."""
-    monkeypatch.setattr(_explorer, "SLOW_SECONDS", 0.3)
+    answered one at a time, and the right key sent behind it signs in at once, before
+    the first of them is answered (review of #48, finding 5: it waited its turn, 2 s
+    for each guess before it)."""
+    slow = 1.0
+    monkeypatch.setattr(_explorer_auth, "SLOW_SECONDS", slow)
 
     async def test(http: TestClient, server: EmulatorServer) -> None:
         assert server.explorer is not None
@@ -259,10 +323,17 @@ def test_wrong_keys_slow_one_address_and_key_name_and_never_refuse_the_right_key
         assert (await Client(http, "192.0.2.67", "https").sign_in(
             DEV_KEY_NAME, "wrong="))[0] == 401  # another address
         started = time.monotonic()
-        burst = await asyncio.gather(*(Client(http, "127.0.0.1").sign_in(
-            DEV_KEY_NAME, f"wrong{n}=") for n in range(4)), Client(http, "127.0.0.1").sign_in())
-        assert [answer[0] for answer in burst] == [429] * 4 + [200]
-        assert time.monotonic() - started >= 4 * 0.3  # one at a time
+        guesses = [asyncio.create_task(Client(http, "127.0.0.1").sign_in(
+            DEV_KEY_NAME, f"wrong{n}=")) for n in range(4)]
+        await lane_holds(server, ("127.0.0.1", DEV_KEY_NAME), 4)
+        asked = time.monotonic()
+        assert (await Client(http, "127.0.0.1").sign_in())[0] == 200
+        answered = time.monotonic() - asked
+        # At once: before the first guess ahead of it is answered, under one slowdown.
+        assert not any(guess.done() for guess in guesses)
+        assert answered < slow, answered
+        assert [answer[0] for answer in await asyncio.gather(*guesses)] == [429] * 4
+        assert time.monotonic() - started >= 4 * slow  # one at a time
         now[0] += _explorer_auth.FAILURE_WINDOW + 1  # slowed no more, the burst forgotten
         for _ in range(_explorer_auth.FAILURES - 1):
             assert (await guesser.sign_in(DEV_KEY_NAME, "wrong="))[0] == 401
@@ -273,6 +344,90 @@ def test_wrong_keys_slow_one_address_and_key_name_and_never_refuse_the_right_key
         assert (await guesser.sign_in())[0] == 200  # past it, a success starts afresh
         assert server.explorer._throttle.wait("127.0.0.1", DEV_KEY_NAME) == 0
         assert len(server.explorer._throttle) == 2  # the other pairs' one wrong key each
+
+    in_process(bridge, test)
+
+
+def test_the_key_is_compared_with_each_secret_whole() -> None:
+    """The sign-in compares the key before anything waits (review of #48, finding 5),
+    with each secret of the key name (the Microsoft emulator's key beside the server's,
+    ``--microsoft-emulator``), whole: a prefix, a longer key or another case is wrong."""
+    secrets = ("aiosbKey=", "microsoftKey=")
+    assert _explorer_auth.key_matches("aiosbKey=", secrets)
+    assert _explorer_auth.key_matches("microsoftKey=", secrets)
+    for wrong in ("aiosbKey", "aiosbKey==", "AIOSBKEY=", "", "microsoftKey", "x" * 10_000):
+        assert not _explorer_auth.key_matches(wrong, secrets), wrong
+
+
+async def lane_holds(server: EmulatorServer, pair: tuple[str, str], count: int) -> None:
+    """Until ``count`` wrong keys of ``pair`` are in its lane (within 10 s)."""
+    assert server.explorer is not None
+    lanes = server.explorer._throttle._lanes
+    async with asyncio.timeout(10):
+        while pair not in lanes or lanes[pair][1] < count:
+            await asyncio.sleep(0.005)
+
+
+def test_wrong_keys_past_the_lanes_cap_are_answered_at_once(
+    bridge: Bridge, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review of #48, finding 5: waiting guesses hold connections, which every port
+    shares. Past QUEUED_MOST wrong keys of one address and key name in the lane, a wrong
+    key is answered 429 at once, with Retry-After, before any queued one is; the lane
+    empties; the right key still signs in at once; another address is not crowded."""
+    monkeypatch.setattr(_explorer_auth, "PAUSE_SECONDS", 1.0)
+    monkeypatch.setattr(_explorer_auth, "SLOW_SECONDS", 1.0)
+    most = _explorer_auth.QUEUED_MOST
+
+    async def test(http: TestClient, server: EmulatorServer) -> None:
+        pair = ("127.0.0.1", DEV_KEY_NAME)
+        queued = [asyncio.create_task(Client(http, "127.0.0.1").sign_in(
+            DEV_KEY_NAME, f"wrong{n}=")) for n in range(most)]
+        await lane_holds(server, pair, most)
+        for n in range(3):
+            status, body, headers = await Client(http, "127.0.0.1").sign_in(
+                DEV_KEY_NAME, f"more{n}=")
+            assert status == 429 and "waiting already" in body["error"], body
+            assert int(headers["Retry-After"]) >= 1
+        assert not any(guess.done() for guess in queued)  # answered at once, before them
+        assert server.explorer is not None
+        assert server.explorer._throttle._lanes[pair][1] == most  # the lane grew no longer
+        assert (await Client(http, "127.0.0.1").sign_in())[0] == 200
+        assert (await Client(http, "127.0.0.2").sign_in(DEV_KEY_NAME, "x="))[0] == 401
+        statuses = [answer[0] for answer in await asyncio.gather(*queued)]
+        assert statuses[0] == 401 and set(statuses) <= {401, 429}, statuses
+        assert pair not in server.explorer._throttle._lanes
+
+    in_process(bridge, test)
+
+
+def test_a_sign_in_whose_body_stops_arriving_is_answered_within_the_body_deadline(
+    bridge: Bridge, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review of #48, finding 2c: the sign-in read its body with no deadline, so a client
+    that sends the headers and half a body, then stalls, held its handler (and its
+    connection) for ever. It gets a 400 saying so within BODY_SECONDS (made 0.5 s here),
+    as a REST request does; a body sent whole afterwards signs in."""
+    monkeypatch.setattr(_http, "BODY_SECONDS", 0.5)
+
+    async def test(http: TestClient, server: EmulatorServer) -> None:
+        body = json.dumps({"key_name": DEV_KEY_NAME, "key": DEV_KEY}).encode()
+        reader, writer = await asyncio.open_connection(http.host, http.port)
+        try:
+            writer.write(
+                f"POST /explorer/api/signin HTTP/1.1\r\nHost: {http.host}:{http.port}\r\n"
+                "X-Aiosb-Explorer: 1\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:len(body) // 2])
+            await writer.drain()
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            except TimeoutError:
+                pytest.fail("no answer 10 s after the body stopped (the deadline is 0.5 s)")
+            assert head.startswith(b"HTTP/1.1 400"), head
+            assert b"did not arrive within 0.5 s" in await reader.read(4096)
+        finally:
+            writer.close()
+        assert (await Client(http).sign_in())[0] == 200
 
     in_process(bridge, test)
 

@@ -29,11 +29,13 @@ from . import _extensions, _fault_api, _manage, _rest_plane
 from ._explorer import Explorer
 from ._hosts import AllowedHosts
 from ._http import (
+    BODY_SECONDS,
     Route,
     bounded,
     budget_of,
     encoded_slash_first,
     error_response,
+    read_body,
     reads_at_root,
     right_needed,
     segments_of,
@@ -43,13 +45,13 @@ from ._metrics import Observer
 
 log = logging.getLogger("aiosb.server")
 
+__all__ = ["BODY_SECONDS", "MAX_BODY", "EmulatorServer", "Handler"]  # BODY_SECONDS: of ._http
+
 #: A request handler of aiohttp's.
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: The largest request body: a batch at the premium limit, base64-encoded, with room.
 MAX_BODY = 4 * 1024 * 1024
-#: How long a signed request's body may take to arrive.
-BODY_SECONDS = 30.0
 
 
 class EmulatorServer:
@@ -194,16 +196,7 @@ class EmulatorServer:
                 right_needed(request.method, route.segments),
             )
             if request.can_read_body:
-                try:
-                    if request.content.is_eof():  # all in already (most requests): no timer
-                        await request.read()  # kept: handlers read it again at no cost
-                    else:
-                        async with asyncio.timeout(BODY_SECONDS):
-                            await request.read()
-                except TimeoutError:
-                    raise InvalidArgument(
-                        f"the request body did not arrive within {BODY_SECONDS:g} s."
-                    ) from None
+                await read_body(request)  # within BODY_SECONDS; kept for the handlers
             budget = request.headers.get(_status.TIMEOUT_HEADER)
             limit = None if budget is None else budget_of(budget)
             response = await self._route(request, route, limit)

@@ -9,8 +9,8 @@ with its rights) in constant time and answers with a session cookie: random, ``H
 :data:`SESSION_SECONDS` (and on ``POST /explorer/api/signout``). The key never leaves
 the server's memory again. Over plain HTTP only a client on the server's machine may
 sign in (the key would cross the network readable), and a client address that keeps
-giving wrong keys for a key name is slowed, never refused the right key
-(:mod:`._explorer_auth`). A page that
+giving wrong keys for a key name is slowed; the right key, compared first, signs in at
+once (:mod:`._explorer_auth`). A page that
 signed each request with a SAS token it made would need the key in script, and
 WebCrypto, which browsers give only to secure contexts (HTTPS or localhost).
 
@@ -21,6 +21,7 @@ resubmitting dead letters Listen and Send; purging, rules, faults and entities'
 settings Manage, as REST asks Manage to read an entity's description or its rules.
 
 **Cross-site requests.** Every API request from another origin is refused (``Origin``
+naming any other, a page at an IP address or at another port of this machine included,
 or ``Sec-Fetch-Site`` naming another site); every request that changes anything must
 carry the session's CSRF token in the ``X-Aiosb-Csrf`` header, which a page of another
 site can neither read nor send without a CORS preflight the server never approves (and
@@ -34,8 +35,9 @@ namespaces (entities, counts, size, messages in and out per second, and for a Ma
 key settings and faults), once a second, read once for every page open
 (:class:`._explorer_live.Sampler`); at most :data:`MAX_STREAMS` streams at once.
 
-**Errors and the log.** A body that is not plain JSON (``NaN``, nested past Python's
-limits) or a number out of range is a 400; anything unforeseen a JSON 500 with one log
+**Errors and the log.** A body that does not arrive within ``BODY_SECONDS`` (as a REST
+request's: :func:`._http.read_body`), is not plain JSON (``NaN``, nested past Python's
+limits) or has a number out of range is a 400; anything unforeseen a JSON 500 with one log
 line; every answer carries the same security headers. Sign-ins and every change are
 logged to the ``aiosb.server.requests`` logger (unless ``--quiet``), never a key.
 
@@ -63,18 +65,20 @@ from ...errors import EntityNotFound, InvalidArgument, ServiceBusError
 from ...wire import status as _status
 from .. import EmulatorNamespace
 from .._durable import Journal
+from . import _explorer_auth
 from . import _explorer_ops as ops
 from ._explorer_auth import (
-    PAUSE_SECONDS,
     SESSION_SECONDS,
-    SLOW_SECONDS,
+    Crowded,
     Session,
     Sessions,
     Throttle,
+    key_matches,
     may_sign_in,
     visible,
 )
 from ._explorer_live import Sampler
+from ._http import read_body
 from ._metrics import access_log
 
 log = logging.getLogger("aiosb.server")
@@ -260,24 +264,26 @@ class Explorer:
         said["key_name"] = name
         entry = self._keys.get(name)
         if entry is None:  # no such key: no guess can succeed, none is counted
-            await asyncio.sleep(PAUSE_SECONDS)  # a guesser waits
+            await asyncio.sleep(_explorer_auth.PAUSE_SECONDS)  # a guesser waits
             raise Refused(401, "the key name or the key is not one of this server's.")
-        # The key is always checked, one sign-in of this address and key name at a time:
-        # a guesser is slowed, the right key never refused (#48).
-        async with self._throttle.turn(client, name):
-            secrets_of = entry[0] if isinstance(entry[0], tuple) else (entry[0],)
-            if not any(hmac.compare_digest(key.encode(), s.encode()) for s in secrets_of):
-                self._throttle.failed(client, name)
-                wait = self._throttle.wait(client, name)
-                if wait <= 0:
-                    await asyncio.sleep(PAUSE_SECONDS)  # a guesser waits
-                    raise Refused(401, "the key name or the key is not one of this server's.")
-                await asyncio.sleep(SLOW_SECONDS)  # and, slowed, waits longer
-                raise Refused(429, f"too many wrong keys for {name[:60]!r} from {client[:60]}: "
-                                   f"each is checked after {SLOW_SECONDS:g} s for "
-                                   f"{math.ceil(wait)} s more (the right key signs in).",
-                              {"Retry-After": str(math.ceil(wait))})
+        # The key is compared first: the right key signs in at once, whatever guesses
+        # wait; only a wrong key takes the lane of its address and key name (#48).
+        if key_matches(key, entry[0] if isinstance(entry[0], tuple) else (entry[0],)):
             self._throttle.succeeded(client, name)
+        else:
+            try:
+                wait = await self._throttle.wrong(client, name)
+            except Crowded as crowd:
+                raise Refused(429, f"too many wrong keys for {name[:60]!r} from "
+                                   f"{client[:60]} are waiting already: this one is refused "
+                                   "at once (the right key signs in).",
+                              {"Retry-After": str(crowd.retry_after)}) from None
+            if wait <= 0:
+                raise Refused(401, "the key name or the key is not one of this server's.")
+            raise Refused(429, f"too many wrong keys for {name[:60]!r} from {client[:60]}: "
+                               f"each is answered after {_explorer_auth.SLOW_SECONDS:g} s for "
+                               f"{math.ceil(wait)} s more (the right key signs in).",
+                          {"Retry-After": str(math.ceil(wait))})
         token, session = self._sessions.open(name, entry[1], request.cookies.get(COOKIE, ""))
         response = web.json_response(_me(session))
         response.set_cookie(COOKIE, token, path=PREFIX, max_age=SESSION_SECONDS,
@@ -359,7 +365,10 @@ def _me(session: Session) -> dict[str, Any]:
 
 
 def _same_origin(request: web.Request) -> None:
-    """Refuse a request that another site's page made."""
+    """Refuse a request that another page made: its ``Origin``, when it has one, is the
+    explorer's own exactly (scheme, ``Host``, port). Not "any IP address", which is
+    right of ``Host`` alone (:mod:`._hosts`): a page at ``http://203.0.113.7`` is
+    another machine's, and one at ``http://127.0.0.1:3000`` another program's (#48)."""
     origin = request.headers.get("Origin")
     if origin is not None and origin != f"{request.scheme}://{request.host}":
         raise Refused(403, f"requests from {origin[:80]!r} are refused: the explorer takes "
@@ -374,8 +383,9 @@ async def _arguments(request: web.Request) -> dict[str, Any]:
     """The query's arguments, and a JSON body's fields over them."""
     args: dict[str, Any] = dict(request.query)
     if request.can_read_body:
+        data = await read_body(request)  # within BODY_SECONDS, as REST's (#48)
         try:
-            body = json.loads(await request.read() or b"{}", parse_constant=_no_constant,
+            body = json.loads(data or b"{}", parse_constant=_no_constant,
                               parse_float=_finite)
         except (ValueError, RecursionError):
             raise InvalidArgument("the body is not plain JSON (an object of strings, "

@@ -11,16 +11,26 @@ plain HTTP it is taken only from the server's own machine (a loopback address); 
 anywhere else the server must be served over TLS. The rest of the server sees only
 expiring SAS tokens; a key read off the network would be good until it is changed.
 
-**Guessers** (:class:`Throttle`): wrong keys are counted for each client address *and
-key name* together, and each pair's sign-ins are checked one at a time, a wrong key
-answered 401 after :data:`PAUSE_SECONDS`. A pair that gives :data:`FAILURES` wrong keys
-within :data:`FAILURE_WINDOW` seconds is *slowed* for :data:`BLOCK_FIRST` seconds, twice
-as long each time again (up to :data:`BLOCK_MOST`): its wrong keys are then answered 429
-after :data:`SLOW_SECONDS`, so it tries at most one key every :data:`SLOW_SECONDS`. The
-right key is never refused, only waits its turn: a person who mistyped, or another on
-the same machine, still signs in (#48). Only the server's own key names are counted (a
-guess at another name can never succeed); at most :data:`CLIENTS_KEPT` pairs are
+**Guessers** (:class:`Throttle`): the key is compared first, in constant time, and the
+right key signs in at once, whatever waits: a person who mistyped, or another on the
+same machine, is never refused nor kept waiting behind a guesser (#48). Wrong keys are
+counted for each client address *and key name* together, and answered in the pair's
+*lane*, one at a time, each 401 after :data:`PAUSE_SECONDS`. A pair that gives
+:data:`FAILURES` wrong keys within :data:`FAILURE_WINDOW` seconds is *slowed* for
+:data:`BLOCK_FIRST` seconds, twice as long each time again (up to :data:`BLOCK_MOST`):
+its wrong keys are then answered 429 after :data:`SLOW_SECONDS` each. At most
+:data:`QUEUED_MOST` wrong keys of a pair are in its lane at once; another is answered
+429 at once (:class:`Crowded`), so that waiting guesses, each holding a connection
+(which every port shares), cannot pile up. Only the server's own key names are counted
+(a guess at another name can never succeed); at most :data:`CLIENTS_KEPT` pairs are
 remembered.
+
+What this bounds, and what not: a guesser who sends one key after another is answered
+once every :data:`SLOW_SECONDS`; one who sends many at once learns of the right one at
+once (it is answered 200 whatever waits), so against a guesser with many connections
+the key's own strength is the defence (a long random key: 32 random bytes, as Service
+Bus makes them); the lane keeps its wrong keys from costing the server more than
+:data:`QUEUED_MOST` connections a pair.
 
 **What a session sees** (:func:`visible`): REST gives an entity's description, its
 rules and the namespace's faults to Manage keys only; so does the explorer. A session
@@ -32,14 +42,17 @@ sizes and rates, and nothing of their settings or faults.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ipaddress
+import hashlib
+import hmac
+import math
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from ._hosts import is_loopback
 
 #: How long a sign-in lasts, in seconds.
 SESSION_SECONDS = 8 * 3600
@@ -55,6 +68,9 @@ BLOCK_FIRST, BLOCK_MOST = 30.0, 900.0
 SLOW_SECONDS = 2.0
 #: A wrong key is answered after this many seconds (a pair not slowed).
 PAUSE_SECONDS = 0.2
+#: Wrong keys of one (address, key name) pair in its lane at once (answered or waiting
+#: their turn); one more is answered 429 at once.
+QUEUED_MOST = 4
 #: After this long without a failure a pair starts afresh, in seconds.
 FORGIVE = 3600.0
 #: (address, key name) pairs remembered at once (the one that failed longest ago goes
@@ -120,16 +136,29 @@ class Sessions:
         self._by_token.pop(token, None)
 
 
-def is_loopback(address: str | None) -> bool:
-    """Whether a client ``address`` is this machine's own (127.0.0.0/8, ``::1``, or
-    either mapped into IPv6)."""
-    try:
-        ip = ipaddress.ip_address((address or "").split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback
+class Crowded(Exception):
+    """:data:`QUEUED_MOST` wrong keys of one pair wait already: this one is answered at
+    once; ``wait`` is how long the pair stays slowed."""
+
+    def __init__(self, wait: float) -> None:
+        super().__init__(f"too many wrong keys waiting (slowed {wait:.0f} s more)")
+        self.wait = wait
+
+    @property
+    def retry_after(self) -> int:
+        """The seconds to tell the client to wait (at least one)."""
+        return max(1, math.ceil(self.wait))
+
+
+def key_matches(key: str, secrets_of: Iterable[str]) -> bool:
+    """Whether ``key`` is one of ``secrets_of``, in a time that says nothing of how much
+    of one it matched, of its length, nor of which matched: each is compared, as a
+    digest of one length, with :func:`hmac.compare_digest`."""
+    given = hashlib.sha256(key.encode()).digest()
+    found = False
+    for secret in secrets_of:
+        found |= hmac.compare_digest(given, hashlib.sha256(secret.encode()).digest())
+    return found
 
 
 def may_sign_in(secure: bool, address: str | None) -> str | None:
@@ -152,8 +181,8 @@ class Throttle:
         #: (address, key name) -> [window start, failures in it, times slowed,
         #: slowed until, last failure]
         self._clients: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
-        #: The one-at-a-time lane of each pair signing in now: its lock, and how many
-        #: sign-ins hold it or wait for it.
+        #: The one-at-a-time lane of each pair giving wrong keys now: its lock, and how
+        #: many wrong keys hold it or wait for it.
         self._lanes: dict[tuple[str, str], list[Any]] = {}
 
     def wait(self, client: str, key_name: str) -> float:
@@ -161,19 +190,32 @@ class Throttle:
         entry = self._clients.get((client, key_name))
         return 0.0 if entry is None else max(0.0, entry[3] - self._clock())
 
-    @contextlib.asynccontextmanager
-    async def turn(self, client: str, key_name: str) -> AsyncIterator[None]:
-        """One sign-in of ``client`` with ``key_name``: the pair's sign-ins are checked
-        one at a time (a burst of guesses waits in line, each answered after its pause),
-        the right key's too, which waits its turn but is never refused."""
+    async def wrong(self, client: str, key_name: str) -> float:
+        """A wrong key of ``client`` for ``key_name``, answered in the pair's lane: one
+        at a time, each counted when its turn comes and answered after
+        :data:`PAUSE_SECONDS`, or :data:`SLOW_SECONDS` while the pair is slowed.
+
+        Returns:
+            How long the pair stays slowed (0: it is not, and the key is answered 401).
+
+        Raises:
+            Crowded: At once, the key counted, when :data:`QUEUED_MOST` wrong keys of
+                the pair are in its lane already.
+        """
         pair = (client, key_name)
         lane = self._lanes.get(pair)
         if lane is None:
             lane = self._lanes[pair] = [asyncio.Lock(), 0]
+        elif lane[1] >= QUEUED_MOST:
+            self.failed(client, key_name)
+            raise Crowded(self.wait(client, key_name))
         lane[1] += 1
         try:
             async with lane[0]:
-                yield
+                self.failed(client, key_name)
+                wait = self.wait(client, key_name)
+                await asyncio.sleep(SLOW_SECONDS if wait > 0 else PAUSE_SECONDS)
+                return wait
         finally:
             lane[1] -= 1
             if not lane[1]:

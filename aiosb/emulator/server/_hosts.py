@@ -12,9 +12,20 @@ over WebSockets).
 
 The server's names (:class:`AllowedHosts`): ``localhost``, any IP address written as
 one (``127.0.0.1``, ``[::1]``, ``192.168.1.5``: an address cannot be re-resolved, so a
-page at one is at the server itself), the host the server listens on when it is a name,
-and the names the user adds (``aiosb serve --allow-host NAME``), each with any port. A
-request without ``Host`` (HTTP/1.0, which no browser sends) is answered as before.
+request sent to one is sent to the server itself), the host the server listens on when
+it is a name, and the names the user adds (``aiosb serve --allow-host NAME``), each with
+any port. A request without ``Host`` (HTTP/1.0, which no browser sends) is answered as
+before.
+
+A WebSocket upgrade needs more (:meth:`AllowedHosts.allows_origin`): a browser opens a
+WebSocket from any page to any address, with no CORS, naming the page in ``Origin``.
+``Host`` names the server, ``Origin`` names the *page*, so "an IP address cannot be
+re-pointed" says nothing of it: a page served from ``http://203.0.113.7/`` (an attacker's
+server reached by its address, or any device on the LAN) is no page of this server's.
+A page is accepted only at ``localhost``, a loopback address (``127.0.0.0/8``, ``::1``:
+this machine), a name given with ``--allow-host`` (or the ``--host`` name), or exactly
+the request's own origin (its scheme and ``Host``, port included): a page this server
+served.
 """
 
 
@@ -31,6 +42,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: The names every server answers to, besides IP addresses.
 LOOPBACK_NAMES = ("localhost",)
+#: The port a page's ``Origin`` has when it names none.
+DEFAULT_PORTS = {"http": 80, "https": 443}
 #: The status a foreign ``Host`` gets (RFC 9110: the server is not configured to
 #: answer for that name).
 MISDIRECTED = 421
@@ -50,6 +63,32 @@ def host_name(host: str) -> str:
     if rest and not (rest[0] == ":" and rest[1:].isdigit()):
         return host  # not name[:port]: matches no name
     return name.rstrip(".")
+
+
+def is_loopback(address: str | None) -> bool:
+    """Whether ``address`` is one of this machine's own (127.0.0.0/8, ``::1``, or
+    either mapped into IPv6); a name, even ``localhost``, is not an address."""
+    try:
+        ip = ipaddress.ip_address((address or "").split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def origin_of(url: str) -> tuple[str, str, int] | None:
+    """The scheme, name and port of an origin (``scheme://host[:port]``, the port its
+    scheme's default when none is written); ``None`` for any other (``null``, a file,
+    an extension's page, credentials in it)."""
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in DEFAULT_PORTS or not parts.netloc or "@" in parts.netloc:
+        return None
+    return parts.scheme, host_name(parts.netloc), port or DEFAULT_PORTS[parts.scheme]
 
 
 def _is_address(name: str) -> bool:
@@ -80,15 +119,18 @@ class AllowedHosts:
         name = host_name(host)
         return name in self.names or _is_address(name)
 
-    def allows_origin(self, origin: str) -> bool:
-        """Whether a page of ``origin`` (``scheme://host[:port]``) is at one of the
-        server's names."""
-        try:
-            parts = urllib.parse.urlsplit(origin.strip())
-        except ValueError:
+    def allows_origin(self, origin: str, own: str | None = None) -> bool:
+        """Whether a page of ``origin`` (``scheme://host[:port]``) may open a WebSocket
+        to the server: a page at ``localhost``, a loopback address, one of the names
+        the user gave (any port), or exactly at ``own``, the request's own origin
+        (``scheme://`` and its ``Host``: a page the server served). Not any IP address:
+        ``Origin`` names the page, not the server (see the module's docstring)."""
+        page = origin_of(origin)
+        if page is None:
             return False
-        return parts.scheme in ("http", "https") and bool(parts.netloc) and self.allows(
-            parts.netloc)
+        if page[1] in self.names or is_loopback(page[1]):
+            return True
+        return own is not None and page == origin_of(own)
 
     def middleware(self, refused: Callable[[web.Request, int], None] | None = None
                    ) -> Middleware:
@@ -102,12 +144,14 @@ class AllowedHosts:
             if self.allows(host):
                 origin = request.headers.get("Origin")
                 if (origin is None or request.headers.get("Upgrade", "").lower() != "websocket"
-                        or self.allows_origin(origin)):
+                        or self.allows_origin(
+                            origin, None if host is None else f"{request.scheme}://{host}")):
                     return await handler(request)
                 status = 403
                 said = (f"A WebSocket from a page of {origin[:100]!r} is refused: this "
-                        "server takes WebSockets from pages at localhost, IP addresses and "
-                        "the names given with aiosb serve --allow-host NAME.\n")
+                        "server takes WebSockets from pages at localhost, a loopback address, "
+                        "the server itself and the names given with aiosb serve "
+                        "--allow-host NAME.\n")
             if refused is not None:
                 refused(request, status)
             return web.Response(status=status, text=said, headers={

@@ -33,6 +33,9 @@ from .._broker import NAMESPACE_NAME
 
 #: The longest a receive may wait, in seconds.
 MAX_WAIT = MAX_RECEIVE_WAIT
+#: How long a request's body may take to arrive, in seconds (:func:`read_body`: a
+#: signed REST request's, the explorer's).
+BODY_SECONDS = 30.0
 PAGE = 100  # entries of a listing, unless $top asks for others (as Service Bus)
 MAX_PAGE = 1000
 _MAX_SEGMENT = 512
@@ -175,6 +178,22 @@ def error_response(exc: ServiceBusError, status: int | None = None) -> web.Respo
             _status.RETRYABLE_HEADER: "true" if exc.retryable else "false",
         },
     )
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The request's body, which must arrive within :data:`BODY_SECONDS` (read when
+    called: patch it here): a client that stops sending it, stalled or hostile, is
+    answered :class:`InvalidArgument` instead of holding its handler and its connection
+    for ever. A body in whole already (most) takes no timer. aiohttp keeps what it read:
+    handlers read it again at no cost."""
+    if request.content.is_eof():
+        return await request.read()
+    try:
+        async with asyncio.timeout(BODY_SECONDS):
+            return await request.read()
+    except TimeoutError:
+        raise InvalidArgument(
+            f"the request body did not arrive within {BODY_SECONDS:g} s.") from None
 
 
 def json_body(data: bytes) -> Any:
