@@ -47,6 +47,8 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 #: The status a foreign ``Host`` gets (RFC 9110: the server is not configured to
 #: answer for that name).
 MISDIRECTED = 421
+#: How many ``Host`` values the middleware keeps its verdict on (beyond, each is parsed).
+VERDICTS_KEPT = 256
 
 
 def host_name(host: str) -> str:
@@ -137,13 +139,25 @@ class AllowedHosts:
         """An aiohttp middleware answering a foreign ``Host`` 421 before any handler
         runs; ``refused(request, status)`` is told of each (the request log)."""
 
+        # The verdict on each Host value seen: a request pays a dict lookup, not a parse
+        # (every request passes here, the hot path of sends and receives included).
+        verdicts: dict[str | None, bool] = {}
+
         @web.middleware
         async def check_host(request: web.Request, handler: Handler) -> web.StreamResponse:
-            host = request.headers.get("Host")
+            headers = request.headers
+            host = headers.get("Host")
+            allowed = verdicts.get(host)
+            if allowed is None:
+                allowed = self.allows(host)
+                if len(verdicts) < VERDICTS_KEPT:
+                    verdicts[host] = allowed
+            if allowed and "Upgrade" not in headers:
+                return await handler(request)
             status, said = MISDIRECTED, refusal(str(host))
-            if self.allows(host):
-                origin = request.headers.get("Origin")
-                if (origin is None or request.headers.get("Upgrade", "").lower() != "websocket"
+            if allowed:
+                origin = headers.get("Origin")
+                if (origin is None or headers.get("Upgrade", "").lower() != "websocket"
                         or self.allows_origin(
                             origin, None if host is None else f"{request.scheme}://{host}")):
                     return await handler(request)
