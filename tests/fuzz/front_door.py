@@ -85,10 +85,9 @@ def reached(plan: Plan, conn: Conn) -> str:
 def _tagged_logging() -> None:
     """Every record of WARNING and above, of any logger, on stderr as one tagged line.
 
-    aiohttp logs a malformed request after the first on a connection at ERROR, with its
-    traceback ("Error handling request": a client's bytes, answered 400): tagged
-    ``CLIENT``, counted, and no finding (the first is logged at DEBUG)."""
-    from aiohttp.http_exceptions import HttpProcessingError
+    A client's malformed request, first on its connection or not, is no ERROR: the
+    server tells it at DEBUG (``aiosb.emulator.server._http.HTTP_LOG``), so one logged
+    at ERROR is a finding like any other (#48)."""
 
     class Tagged(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
@@ -98,8 +97,6 @@ def _tagged_logging() -> None:
             if exc is not None:
                 text += f": {type(exc).__name__}: {exc}\n"
                 text += logging.Formatter().formatException(record.exc_info)  # type: ignore[arg-type]
-                if record.name == "aiohttp.server" and isinstance(exc, HttpProcessingError):
-                    level = "CLIENT"
             sys.stderr.write(TAG + json.dumps([level, record.name, text]) + "\n")
             sys.stderr.flush()
 

@@ -139,7 +139,7 @@ from ...listener import Listener, Route, carried_idle
 from .._durable import Journal
 from ._app import BODY_SECONDS, MAX_BODY, EmulatorServer, Handler
 from ._hosts import AllowedHosts
-from ._http import MAX_WAIT, PAGE, right_needed
+from ._http import HTTP_LOG, MAX_WAIT, PAGE, right_needed
 
 _right_needed = right_needed  # the name the tests knew
 
@@ -325,7 +325,7 @@ async def serve(
     # handler_cancellation: a client that hangs up (its own timeout) cancels the
     # operation it asked for, so that a long poll does not lock messages for nobody.
     runner = web.AppRunner(
-        server.app(), handler_cancellation=True, access_log=None,
+        server.app(), handler_cancellation=True, access_log=None, logger=HTTP_LOG,
         keepalive_timeout=IDLE_SECONDS, shutdown_timeout=SHUTDOWN_SECONDS,
     )
     await runner.setup()

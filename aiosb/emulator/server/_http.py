@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import math
 import urllib.parse
 from collections.abc import Awaitable, Callable
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 from xml.sax.saxutils import escape
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from ..._clock import within
 from ...errors import (
@@ -38,6 +40,26 @@ MAX_WAIT = MAX_RECEIVE_WAIT
 BODY_SECONDS = 30.0
 PAGE = 100  # entries of a listing, unless $top asks for others (as Service Bus)
 MAX_PAGE = 1000
+
+
+class _ClientsBytes(logging.Filter):
+    """A request the client malformed is the client's error (answered 400), not the
+    server's: aiohttp logs one after the first on a connection at ERROR with its
+    traceback, so an unauthenticated client could fill the log (found by fuzzing, #48).
+    Such a record is told at DEBUG, as aiohttp tells the first, or not at all."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError) and record.levelno > logging.DEBUG:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return HTTP_LOG.isEnabledFor(logging.DEBUG)
+        return True
+
+
+#: The logger of the HTTP server's connections (aiohttp's ``logger``): aiohttp's own
+#: records, but a client's malformed bytes never above DEBUG (:class:`_ClientsBytes`).
+HTTP_LOG = logging.getLogger("aiosb.server.http")
+HTTP_LOG.addFilter(_ClientsBytes())
 _MAX_SEGMENT = 512
 
 
