@@ -119,7 +119,7 @@ async def serve_forever(
     same, or another) makes the AMQP port answer a client that opens with TLS with the
     HTTPS management API, so that one connection string reaches both (#34), and
     ``amqps_port`` (with ``amqp_tls``) serve AMQP over TLS, as the SDKs speak it to a
-    namespace on Azure. ``config`` (an :class:`aiosb.msconfig.EmulatorConfig`) is made
+    namespace on Azure. ``config`` (an :class:`aiosb.server.msconfig.EmulatorConfig`) is made
     in the namespace before the server listens; ``microsoft`` answers as Microsoft's
     emulator does besides (``GET /health``, its development key); ``explorer`` serves the
     Service Bus Explorer, a web page, at ``/explorer/``; ``allow_hosts``: names the HTTP
@@ -127,11 +127,11 @@ async def serve_forever(
     ``free_if_taken``: which ports (``"http"``, ``"amqp"``, ``"amqps"``) were left to
     their defaults, which give way to free ones where they are taken (the banner says
     by what); a port the user named that is taken is an error."""
-    from .amqp._websocket import PATH, websocket_handler
-    from .amqp.server import AmqpServer, serve_amqp
     from .auth import key_table
-    from .emulator.server import DEV_KEY, serve
-    from .emulator.server._hosts import AllowedHosts
+    from .server.amqp._websocket import PATH, websocket_handler
+    from .server.amqp.front_end import AmqpServer, serve_amqp
+    from .server.http import DEV_KEY, serve
+    from .server.http._hosts import AllowedHosts
 
     if not quiet:
         _log_to_stdout()
@@ -141,12 +141,12 @@ async def serve_forever(
 
     async def prepare() -> None:
         if config is not None:
-            from . import msconfig
+            from .server import msconfig
 
             async with connect(f"memory://{namespace}") as ns:
                 said.extend(await msconfig.apply(ns, config))
     ssl_context = None
-    from .emulator._tls import context
+    from .server.tls import context
 
     if tls is not None:
         ssl_context = context(*tls)
@@ -464,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error(str(exc))
             config = None
             if args.config is not None:
-                from . import msconfig
+                from .server import msconfig
 
                 try:
                     config = msconfig.load(args.config)
@@ -489,7 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tls = None
             if (args.tls_cert is None) != (args.tls_key is None):
                 parser.error("--tls-cert and --tls-key go together")
-            from .emulator._tls import UnsafeTlsFolder, default_dir, self_signed
+            from .server.tls import UnsafeTlsFolder, default_dir, self_signed
 
             tls_dir = args.tls_dir or default_dir()  # per user, not the working directory
             try:
@@ -535,7 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
     except ServiceBusError as exc:
         if args.command == "serve" and args.config is not None:
-            from . import msconfig
+            from .server import msconfig
 
             if isinstance(exc, msconfig.ConfigError):  # the file against the namespace
                 print(f"aiosb: {args.config}: {exc}", file=sys.stderr)

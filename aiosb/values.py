@@ -24,7 +24,7 @@ names each class's AMQP type. Each class holds only what its type can (an intege
 type its range, ``Float32`` single precision's, ``Char`` one code point, ``Symbol``
 ASCII, a decimal its width): anything else raises :class:`ValueError` when made, so
 that no value reaches a delivery that its encoding would fail on. The vocabulary of
-:mod:`aiosb` (imports nothing above it); the AMQP codec (:mod:`aiosb.amqp.codec`)
+:mod:`aiosb` (imports nothing above it); the AMQP codec (:mod:`aiosb.server.amqp.codec`)
 encodes each as its type.
 """
 

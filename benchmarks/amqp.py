@@ -26,7 +26,7 @@ from typing import Any
 
 import aiosb
 from aiosb import Message
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.process import ServerProcess
 
 from ._harness import MIN_RUNS, check, report, run
 from .http import _cpu_seconds

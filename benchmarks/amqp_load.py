@@ -33,8 +33,9 @@ from collections.abc import Callable
 from typing import Any
 
 import aiosb
-from aiosb.amqp import performatives as p
-from aiosb.amqp.codec import (
+from aiosb.auth import DEV_KEY, DEV_KEY_NAME, SasCredential
+from aiosb.server.amqp import performatives as p
+from aiosb.server.amqp.codec import (
     AMQP_HEADER,
     SASL_HEADER,
     Described,
@@ -45,9 +46,8 @@ from aiosb.amqp.codec import (
     encode,
     frame,
 )
-from aiosb.amqp.messages import sections_of
-from aiosb.auth import DEV_KEY, DEV_KEY_NAME, SasCredential
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.amqp.messages import sections_of
+from aiosb.server.process import ServerProcess
 
 from ._harness import MIN_RUNS, check, report
 from .http import _cpu_seconds

@@ -39,8 +39,8 @@ from aiohttp import web
 
 import aiosb
 from aiosb import Message, emulator
-from aiosb.emulator.process import ServerProcess
-from aiosb.emulator.server import serve
+from aiosb.server.http import serve
+from aiosb.server.process import ServerProcess
 
 from ._harness import (
     MIN_RUNS,

@@ -23,9 +23,9 @@ from typing import Any
 
 import aiosb
 from aiosb import Message, PairedNamespaceOptions, emulator
-from aiosb.emulator.process import ServerProcess
-from aiosb.emulator.server import serve
 from aiosb.pairing import Health
+from aiosb.server.http import serve
+from aiosb.server.process import ServerProcess
 
 from ._harness import MIN_RUNS, check, loops, report, run
 

@@ -127,7 +127,7 @@ async def _durable_fill(data: Path, depth: int) -> int:
     """``depth`` messages of ``BODY`` bytes into queue ``q`` of namespace ``depth`` of a
     durable server kept in ``data`` (sent in process: the fill is not what is measured);
     the size the broker counts for each."""
-    from aiosb.emulator.server import serve
+    from aiosb.server.http import serve
 
     async with serve(data_dir=data) as server:
         async with aiosb.connect(server.namespace_url("depth")) as ns:
@@ -274,7 +274,7 @@ async def _traced_restart(data: Path, depth: int) -> float:
     """Traced bytes per stored message that loading the durable store in ``data`` holds
     (:mod:`tracemalloc`, as :mod:`benchmarks.memory` measures the in-memory figure: no
     resident-set noise), once every message is loaded."""
-    from aiosb.emulator._durable import Journal
+    from aiosb.emulator.durable._journal import Journal
 
     journal = Journal(data)
     await journal.open()

@@ -34,7 +34,7 @@ from typing import Any
 
 from aiosb import Message
 from aiosb.bridge import Bridge
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.process import ServerProcess
 
 from ._harness import check, report
 

@@ -60,7 +60,7 @@ from typing import Any
 import aiosb
 from aiosb import Message
 from aiosb.bridge import Bridge
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.process import ServerProcess
 from aiosb.spark._read import RECEIVE
 
 from ._harness import check, report

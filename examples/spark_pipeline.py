@@ -29,7 +29,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this Pyt
 import aiosb
 from aiosb import PairedNamespaceOptions
 from aiosb.bridge import Bridge
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.process import ServerProcess
 
 KEYS = 16
 PAIRING = {"failover_interval_seconds": "0.5", "ping_primary_interval_seconds": "1",

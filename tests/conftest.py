@@ -89,7 +89,7 @@ def _journal_answers_come_from_outside(request: pytest.FixtureRequest,
     wait on an executor (it would otherwise move the clock on while the writer writes)."""
     if request.node.get_closest_marker("looptime") is None:
         return
-    from aiosb.emulator import _link
+    from aiosb.emulator.durable import _writer_client as _link
 
     send = _link.WriterLink.send
 
@@ -106,7 +106,7 @@ def _journal_answers_come_from_outside(request: pytest.FixtureRequest,
 def amqp_closes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The condition of every AMQP connection the server closes for cause (its
     ``Connection._fail``: the idle watch, a protocol violation), in order."""
-    from aiosb.amqp import connection
+    from aiosb.server.amqp import connection
 
     closes: list[str] = []
     fail = connection.Connection._fail

@@ -19,9 +19,9 @@ import pytest
 import aiosb
 from aiosb import Message
 from aiosb.auth import DEV_KEY, DEV_KEY_NAME
-from aiosb.emulator import _tls
-from aiosb.emulator.process import ServerProcess
-from aiosb.emulator.server import serve
+from aiosb.server import tls as _tls
+from aiosb.server.http import serve
+from aiosb.server.process import ServerProcess
 
 pytest.importorskip("cryptography")
 management = pytest.importorskip("azure.servicebus.aio.management")
@@ -168,7 +168,7 @@ async def test_managing_over_an_amqp_connection_string_says_where_management_is(
     and receives; its management (the SDK's administration client, HTTPS at the same
     port) meets a port that speaks AMQP only. It is said at once, with the way to manage
     entities, not retried for the operation timeout as a TLS error."""
-    from aiosb.amqp import serve_amqp
+    from aiosb.server.amqp import serve_amqp
 
     async with aiosb.connect("memory://amqpadmin") as setup:
         await setup.create_queue("orders")

@@ -21,8 +21,8 @@ import pytest
 import aiosb
 from aiosb import emulator
 from aiosb.auth import DEV_KEY, DEV_KEY_NAME
-from aiosb.emulator import _tls
-from aiosb.emulator.server import serve
+from aiosb.server import tls as _tls
+from aiosb.server.http import serve
 
 pytest.importorskip("cryptography")
 management = pytest.importorskip("azure.servicebus.aio.management")
@@ -219,7 +219,7 @@ async def test_nested_names_are_entities_even_where_a_namespace_could_be_named(s
 def test_authorization_rules_survive_the_durable_store():
     """A durable server keeps an entity's authorization rules (its row holds their
     fields), keys and all."""
-    from aiosb.emulator._rows import decode_props, encode_props
+    from aiosb.emulator.durable._rows import decode_props, encode_props
     from aiosb.entities import AuthorizationRule, QueueProperties
 
     props = QueueProperties("orders", authorization_rules=(
@@ -242,7 +242,7 @@ async def test_the_amqp_ports_management_serves_one_namespace_whole_paths(certif
     import aiohttp
 
     from aiosb import SasCredential
-    from aiosb.amqp import serve_amqp
+    from aiosb.server.amqp import serve_amqp
 
     cert, key = certificate
     name = f"parityns{next(_names)}"
@@ -281,8 +281,8 @@ async def test_the_amqp_ports_management_serves_one_namespace_whole_paths(certif
 def test_the_explorer_shows_authorization_rules_without_their_keys():
     """The explorer's settings of an entity name each rule and its rights; the keys,
     which a Listen-only visitor must not read, are left out."""
-    from aiosb.emulator.server._explorer_ops import plain
     from aiosb.entities import AuthorizationRule
+    from aiosb.server.explorer._operations import plain
 
     shown = plain((AuthorizationRule("reader", ("Listen",), "secret1", "secret2"),))
     assert shown == ["reader (Listen)"]
@@ -305,7 +305,7 @@ def test_aiosb_over_amqp_hands_authorization_rules_to_the_sdk_and_back():
     import inspect
 
     from aiosb.entities import AuthorizationRule, QueueProperties
-    from aiosb.transport._amqp_convert import entity_from_sdk, entity_kwargs
+    from aiosb.transport.amqp._convert import entity_from_sdk, entity_kwargs
 
     props = QueueProperties("orders", authorization_rules=(
         AuthorizationRule("reader", ("Listen",), "cHJpbWFyeQ==", "c2Vjb25kYXJ5"),)
@@ -327,7 +327,7 @@ def test_every_port_the_http_site_listens_at_serves_every_namespace():
     AMQP port, which hands HTTP over) serves its one namespace whole (#47)."""
     from types import SimpleNamespace
 
-    from aiosb.emulator.server._app import EmulatorServer
+    from aiosb.server.http._app import EmulatorServer
 
     server = EmulatorServer()
     server.ports = frozenset((5001, 5002))

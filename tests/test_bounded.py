@@ -9,8 +9,8 @@ import asyncio
 
 import pytest
 
-from aiosb.emulator.server._http import bounded
 from aiosb.errors import InvalidArgument, OperationTimeout
+from aiosb.server.http._requests import bounded
 
 pytestmark = pytest.mark.looptime
 

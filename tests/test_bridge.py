@@ -14,7 +14,7 @@ import pytest
 
 from aiosb import Message, emulator, errors
 from aiosb.bridge import Bridge
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.process import ServerProcess
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 ``/orders/messages`` is queue ``orders`` of the default namespace, as on a namespace's
 own host, while ``/contoso/orders/messages`` stays queue ``orders`` of ``contoso``.
 
-Which reading a path gets is :func:`aiosb.emulator.server._http.reads_at_root`; the
+Which reading a path gets is :func:`aiosb.server.http._requests.reads_at_root`; the
 table below pins it, and the server tests show both readings reach the right broker.
 """
 
@@ -18,9 +18,9 @@ from yarl import URL
 
 import aiosb
 from aiosb import SasCredential, emulator
-from aiosb.emulator.process import ServerProcess
-from aiosb.emulator.server import DEV_KEY, DEV_KEY_NAME, serve
-from aiosb.emulator.server._http import reads_at_root
+from aiosb.server.http import DEV_KEY, DEV_KEY_NAME, serve
+from aiosb.server.http._requests import reads_at_root
+from aiosb.server.process import ServerProcess
 
 ROOT = "defaultns"
 _EXISTING = {"contoso", ROOT}

@@ -104,7 +104,7 @@ def test_every_public_name_has_its_reference_entry():
     ]
     assert missing == []
     for module in ("aiosb.errors", "aiosb.testing", "aiosb.telemetry", "aiosb.spark",
-                   "aiosb.emulator.server.serve", "aiosb.emulator.Faults",
+                   "aiosb.server.http.serve", "aiosb.emulator.Faults",
                    "aiosb.pairing.health"):
         assert module in directives
 

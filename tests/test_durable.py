@@ -21,11 +21,11 @@ import pytest
 import aiosb
 from aiosb import Message, emulator
 from aiosb._clock import CLOCK
-from aiosb.emulator._durable import Journal
 from aiosb.emulator._record import _Record
-from aiosb.emulator._rows import encode_record
-from aiosb.emulator.server import serve
+from aiosb.emulator.durable._journal import Journal
+from aiosb.emulator.durable._rows import encode_record
 from aiosb.protocol import ManagementRequest
+from aiosb.server.http import serve
 from aiosb.wire.json_values import dumps
 
 LOCK = 30

@@ -20,7 +20,7 @@ import pytest
 
 import aiosb
 from aiosb import Message, cli, emulator
-from aiosb.emulator.server import serve
+from aiosb.server.http import serve
 
 #: ``PRAGMA synchronous`` as SQLite reads it back.
 NORMAL, FULL = 1, 2
@@ -80,7 +80,7 @@ async def test_a_group_writes_batches_of_any_size_exactly(tmp_path, monkeypatch,
     UPDATE ... FROM, before 3.33), every third completed (deleted as runs, with gaps):
     the rows on disk are the messages held, the locked ones with their lock, and a
     restart holds them again."""
-    from aiosb.emulator import _link
+    from aiosb.emulator.durable import _writer_client as _link
 
     if not update_from:  # the writer's process is told to (it cannot be patched)
         monkeypatch.setattr(_link, "WRITER_FLAGS", ["--row-locks"])
@@ -143,7 +143,9 @@ async def test_a_lock_is_written_once_held_a_while_and_never_if_settled_sooner(
     still held then has, in a group of its own."""
     import pickle
 
-    from aiosb.emulator import _durable, _link, _writer
+    from aiosb.emulator.durable import _journal as _durable
+    from aiosb.emulator.durable import _writer_client as _link
+    from aiosb.emulator.durable import _writer_process as _writer
 
     locks_sent: list[int] = []
     send = _link.WriterLink.send

@@ -22,9 +22,9 @@ import pytest
 
 import aiosb
 from aiosb import Message, emulator, errors
-from aiosb.emulator import _recovery
-from aiosb.emulator._durable import Journal
-from aiosb.emulator.server import serve
+from aiosb.emulator.durable import _recovery
+from aiosb.emulator.durable._journal import Journal
+from aiosb.server.http import serve
 
 pytestmark = pytest.mark.looptime
 
@@ -373,7 +373,7 @@ def test_a_row_of_the_compact_table_round_trips_every_field(where):
     every field (those a message seldom has in the row's tail) and its store; a
     broker-assigned id stays a number where this process spells ids as the rows do."""
     from aiosb.emulator._record import FIELDS, _Record
-    from aiosb.emulator._rows import message_row, record_of_row
+    from aiosb.emulator.durable._rows import message_row, record_of_row
 
     every = {"s": "text \u00fc", "i": 2**70, "f": 1.5, "b": b"\x00\xff", "t": True,
              "n": None, "d": datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC),

@@ -26,11 +26,13 @@ import pytest
 
 import aiosb
 from aiosb import Message, emulator, errors
-from aiosb.emulator import _groups, _link, _writer
-from aiosb.emulator._durable import Journal
-from aiosb.emulator._migrate import SCHEMA
 from aiosb.emulator._record import _Record
-from aiosb.emulator.server import serve
+from aiosb.emulator.durable import _groups
+from aiosb.emulator.durable import _writer_client as _link
+from aiosb.emulator.durable import _writer_process as _writer
+from aiosb.emulator.durable._journal import Journal
+from aiosb.emulator.durable._schema import SCHEMA
+from aiosb.server.http import serve
 
 #: ``WriterLink.send`` as the module defines it (before the looptime fixture of
 #: ``tests/conftest.py`` wraps it): its answers are not waits on the world outside.

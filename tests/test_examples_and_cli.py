@@ -113,7 +113,7 @@ def test_serve_prints_how_to_connect_and_serves_until_stopped():
     import signal
 
     import aiosb
-    from aiosb.emulator.server import DEV_KEY
+    from aiosb.server.http import DEV_KEY
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "aiosb.cli", "serve", "--port", "0", "--amqp-port", "0",

@@ -23,8 +23,8 @@ import pytest
 
 import aiosb
 from aiosb import Message, ReceivedMessage, emulator
-from aiosb.amqp.codec import Described, Symbol, ULong, encode
 from aiosb.message import MESSAGE_FIELDS, RECEIVED_FIELDS, builder, column_reader, copier
+from aiosb.server.amqp.codec import Described, Symbol, ULong, encode
 from aiosb.wire import aiosb_json, rest
 
 UTC = _dt.UTC
@@ -147,7 +147,7 @@ def test_the_rest_codec_carries_every_field_of_a_received_message():
     """What the server answers a REST receive with, read by the HTTP transport; the REST
     protocol has no entity path (the client knows it) and no expiry (derived from the
     enqueue time and the time to live), and properties come back as text."""
-    from aiosb.emulator.server._rest_plane import rest_headers
+    from aiosb.server.http._rest_plane import rest_headers
 
     msg = full_received()
     msg.enqueued_timestamp = AT.timestamp()
@@ -165,7 +165,7 @@ def test_the_amqp_mapping_carries_every_field():
     pytest.importorskip("azure.servicebus")
     from amqp.sdk import received
 
-    from aiosb.transport._amqp_convert import message_from_sdk, message_to_sdk
+    from aiosb.transport.amqp._convert import message_from_sdk, message_to_sdk
 
     msg = full_message()
     sdk_message = received(sdk_message=message_to_sdk(msg), sequence_number=7)
@@ -298,7 +298,7 @@ async def test_the_broker_keeps_every_field():
 
 async def test_the_durable_journal_keeps_every_field(tmp_path):
     """R-3: what the journal writes and reads back after a restart."""
-    from aiosb.emulator._durable import Journal
+    from aiosb.emulator.durable._journal import Journal
 
     journal = Journal(tmp_path)
     await journal.open()

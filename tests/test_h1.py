@@ -1,4 +1,4 @@
-"""The HTTP transport's own HTTP/1.1 client (aiosb.transport._h1, #16), against a server
+"""The HTTP transport's own HTTP/1.1 client (aiosb.transport.http._h1, #16), against a server
 scripted byte by byte: how answers end (a length, chunks, the connection's close), when
 a connection is used again, and what a failure at each step becomes. The transport's
 behaviour against the emulator server is the conformance suite's."""
@@ -13,7 +13,7 @@ from yarl import URL
 
 import aiosb
 from aiosb import errors
-from aiosb.transport._h1 import Broken, ConnectFailed, Pool
+from aiosb.transport.http._h1 import Broken, ConnectFailed, Pool
 
 #: An answer script: given the request (head and body) and the connection's number,
 #: write to the writer; return False to close the connection after it.
@@ -335,7 +335,7 @@ async def test_an_informational_answer_is_skipped_and_an_unasked_one_breaks_the_
 async def test_an_ipv6_server_is_reached_with_its_host_in_brackets():
     import socket
 
-    from aiosb.emulator.server import serve
+    from aiosb.server.http import serve
 
     if not socket.has_ipv6:
         pytest.skip("this machine has no IPv6")
@@ -421,7 +421,7 @@ async def test_an_answer_ended_by_a_reset_is_broken_not_taken_whole(pools):
 
 
 async def test_an_answer_with_too_many_header_bytes_is_broken(pools, monkeypatch):
-    from aiosb.transport import _h1
+    from aiosb.transport.http import _h1
 
     monkeypatch.setattr(_h1, "MAX_HEAD", 1000)
     async with Scripted(ok(extra=b"X-Big: " + b"x" * 2000 + b"\r\n")) as server:

@@ -28,8 +28,8 @@ from aiosb.emulator._record import (
     received_messages,
     record_of,
 )
-from aiosb.emulator.server import DEV_KEY, DEV_KEY_NAME, serve
 from aiosb.message import ReceivedMessage
+from aiosb.server.http import DEV_KEY, DEV_KEY_NAME, serve
 from aiosb.wire import aiosb_json as _json
 from aiosb.wire import json_values
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 import aiosb
 from aiosb import Message, ReceivedMessage, SasCredential, errors
-from aiosb.emulator.server import DEV_KEY, DEV_KEY_NAME, serve
 from aiosb.errors import InvalidArgument
+from aiosb.server.http import DEV_KEY, DEV_KEY_NAME, serve
 from aiosb.wire import aiosb_json as _json
 from aiosb.wire import frames
 

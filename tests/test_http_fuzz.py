@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from aiosb import SasCredential
-from aiosb.emulator.server import DEV_KEY, DEV_KEY_NAME, ServedEmulator, serve
+from aiosb.server.http import DEV_KEY, DEV_KEY_NAME, ServedEmulator, serve
 from aiosb.wire import rest as _rest
 
 WORDS = [

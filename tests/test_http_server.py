@@ -19,7 +19,7 @@ from yarl import URL
 
 import aiosb
 from aiosb import Message, SasCredential, emulator, errors
-from aiosb.emulator.server import DEV_KEY, DEV_KEY_NAME, serve
+from aiosb.server.http import DEV_KEY, DEV_KEY_NAME, serve
 from aiosb.wire import atom as _atom
 from aiosb.wire import rest as _rest
 from aiosb.wire import status as _status
@@ -424,7 +424,7 @@ async def test_r4_a_body_that_stops_arriving_is_refused_after_the_body_timeout(h
     has arrived whole skips that timer."""
     import asyncio
 
-    from aiosb.emulator.server._app import BODY_SECONDS
+    from aiosb.server.http._app import BODY_SECONDS
 
     await make_queue(http)
     host, port = URL(http.server.url).host, URL(http.server.url).port

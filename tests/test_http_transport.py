@@ -11,9 +11,9 @@ import pytest
 
 import aiosb
 from aiosb import Message, errors
-from aiosb.emulator.server import serve
 from aiosb.pairing.runtime import is_outage
 from aiosb.protocol import ManagementRequest
+from aiosb.server.http import serve
 from aiosb.transport.http import HttpTransport
 from aiosb.wire import atom as _atom
 from aiosb.wire import status as _status

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import aiosb
-from aiosb.amqp.server import serve_amqp
+from aiosb.server.amqp.front_end import serve_amqp
 
 JS = Path(__file__).parent / "js"
 pytestmark = pytest.mark.skipif(
@@ -101,8 +101,8 @@ async def test_the_javascript_admin_client_manages_entities_over_https(js_client
     import os
 
     from aiosb.auth import DEV_KEY, DEV_KEY_NAME
-    from aiosb.emulator import _tls
-    from aiosb.emulator.server import serve
+    from aiosb.server import tls as _tls
+    from aiosb.server.http import serve
 
     pytest.importorskip("cryptography")
     cert, key = _tls.self_signed(tmp_path)
@@ -125,7 +125,7 @@ async def test_the_javascript_admin_client_takes_the_data_plane_connection_strin
     administration client's HTTP(S) with the management API."""
     import os
 
-    from aiosb.emulator.process import ServerProcess
+    from aiosb.server.process import ServerProcess
 
     pytest.importorskip("cryptography")
     with ServerProcess(args=["--tls-dir", str(tmp_path)]) as server:
@@ -197,7 +197,7 @@ async def test_the_javascript_client_beats_through_the_idle_timeout(
 ):
     """The JavaScript client sends a heartbeat at half the idle timeout aiosb serve's OPEN
     says (4 s here): idle for 9 s, its connection is never closed, and it sends on."""
-    from aiosb.amqp import _links, connection
+    from aiosb.server.amqp import _links, connection
 
     monkeypatch.setattr(_links, "IDLE_SECONDS", 4.0)
     monkeypatch.setattr(connection, "IDLE_SECONDS", 4.0)
@@ -232,7 +232,7 @@ async def test_the_javascript_client_speaks_amqp_over_websockets(js_client: Path
     certificate trusted as docs/sdks.md says for Node (NODE_EXTRA_CA_CERTS)."""
     import os
 
-    from aiosb.emulator.process import ServerProcess
+    from aiosb.server.process import ServerProcess
 
     with ServerProcess(args=["--tls-dir", str(tmp_path)]) as server:
         async with aiosb.connect(f"{server.url}/sbemulatorns") as ns:

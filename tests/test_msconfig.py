@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from ports import port_free
 
-from aiosb import msconfig
-from aiosb.emulator.process import ServerProcess
 from aiosb.rules import CorrelationRuleFilter, SqlRuleAction, SqlRuleFilter
+from aiosb.server import msconfig
+from aiosb.server.process import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -24,11 +24,12 @@ from hypothesis import strategies as st
 from test_msconfig import EVERY_KEY, write
 
 import aiosb
-from aiosb import emulator, msconfig
-from aiosb.emulator.server import serve
+from aiosb import emulator
 from aiosb.errors import InvalidArgument
-from aiosb.msconfig import _read as reader
 from aiosb.rules import SqlRuleFilter
+from aiosb.server import msconfig
+from aiosb.server.http import serve
+from aiosb.server.msconfig import _reader as reader
 
 pytestmark = pytest.mark.timeout(120)
 

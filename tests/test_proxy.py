@@ -22,7 +22,7 @@ from proxy_server import ProxyServer
 import aiosb
 from aiosb import Message, errors
 from aiosb._endpoint import Endpoint, Proxy
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.process import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -18,7 +18,7 @@ from readme_blocks import AMQP, KINDS, SERVER, Block, blocks, of_kind
 import aiosb
 from aiosb import Message, emulator
 from aiosb.bridge import Bridge
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.process import ServerProcess
 
 
 def _names(**more: object) -> dict[str, object]:

@@ -17,7 +17,7 @@ from message_strategies import ids, text, value
 
 import aiosb
 from aiosb import Message, emulator, errors
-from aiosb.emulator.server import serve
+from aiosb.server.http import serve
 
 names = st.text(max_size=8) | st.from_regex(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,8}", fullmatch=True)
 message_kw = st.fixed_dictionaries(

@@ -13,8 +13,8 @@ import pytest
 
 import aiosb
 from aiosb import Message, errors
-from aiosb.emulator.server import serve
 from aiosb.protocol import ColumnTransport, ReceiveRequest, check_columns, received_from_columns
+from aiosb.server.http import serve
 
 UTC = _dt.UTC
 

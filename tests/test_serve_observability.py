@@ -10,8 +10,8 @@ import pytest
 
 import aiosb
 from aiosb import Message
-from aiosb.emulator.process import ServerProcess
-from aiosb.emulator.server import serve
+from aiosb.server.http import serve
+from aiosb.server.process import ServerProcess
 
 pytest.importorskip("prometheus_client")
 

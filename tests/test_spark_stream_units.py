@@ -14,7 +14,7 @@ from test_spark_units import _active, _fill
 from aiosb import Message
 from aiosb.bridge import Bridge
 from aiosb.spark import _stream
-from aiosb.spark._link import Link
+from aiosb.spark._locked_chunks import Link
 from aiosb.spark._options import stream_read_options
 from aiosb.spark._stream import StreamSource
 

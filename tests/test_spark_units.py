@@ -13,7 +13,7 @@ import pytest
 import aiosb
 from aiosb import Message, errors
 from aiosb.bridge import Bridge
-from aiosb.spark._link import Link
+from aiosb.spark._locked_chunks import Link
 from aiosb.spark._options import read_options, stream_read_options, write_options
 from aiosb.spark._read import shares
 from aiosb.spark._stream import Holder, StreamSource

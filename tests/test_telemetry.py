@@ -346,7 +346,7 @@ async def test_the_official_sdk_reads_the_creation_context_aiosb_wrote(otel):
     from azure.servicebus._common.tracing import get_span_link_from_message
     from azure.servicebus.aio import ServiceBusClient
 
-    from aiosb.amqp import serve_amqp
+    from aiosb.server.amqp import serve_amqp
 
     async with aiosb.connect("memory://otel-sdk") as ns:
         await ns.create_queue("orders")

@@ -32,8 +32,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.x509.oid import NameOID
 
-from aiosb.emulator import _tls
-from aiosb.emulator.process import ServerProcess
+from aiosb.server import tls as _tls
+from aiosb.server.process import ServerProcess
 
 #: Anyone else's user id: nobody's.
 NOBODY = 65534

@@ -13,8 +13,8 @@ import pytest
 
 import aiosb
 from aiosb import Message, SasCredential, errors
-from aiosb.amqp.codec import decode_typed, encode
-from aiosb.emulator.server import DEV_KEY, DEV_KEY_NAME, serve
+from aiosb.server.amqp.codec import decode_typed, encode
+from aiosb.server.http import DEV_KEY, DEV_KEY_NAME, serve
 from aiosb.values import (
     Byte,
     Char,
@@ -141,7 +141,7 @@ async def test_an_http_send_of_a_value_its_type_cannot_hold_is_refused_whole():
 def test_a_symbol_the_sdk_read_that_is_not_ascii_is_still_a_symbol():
     """aiosb's AMQP transport reads a symbol the SDK gave (bytes) as a Symbol; one that
     is not ASCII (a peer's error) is escaped, not refused: a receive does not fail on it."""
-    from aiosb.transport._amqp_values import AmqpSymbol, from_sdk
+    from aiosb.transport.amqp._typed_values import AmqpSymbol, from_sdk
 
     got = from_sdk(AmqpSymbol("é".encode()))
     assert (type(got), got) == (Symbol, "\\xc3\\xa9")

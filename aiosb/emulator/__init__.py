@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from .._clock import CLOCK
 from ..errors import InvalidOperation
-from . import _durable
 from ._broker import EmulatorNamespace
-from ._durable import Journal
 from ._faults import OPERATIONS, Fault, Faults
 from ._partitions import FRAGMENT_SHIFT
 from ._record import MAX_DELIVERY_EXCEEDED, TTL_EXPIRED
+from .durable import _journal as _durable
+from .durable._journal import Journal
 
 __all__ = [
     "FRAGMENT_SHIFT",

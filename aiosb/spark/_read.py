@@ -29,7 +29,7 @@ import pyarrow as pa
 from .._blocking import loop_threads
 from ..bridge import BlockingReceiver, Bridge
 from ._arrow import message_columns, to_batch
-from ._link import Chunk, Link, Locks, lost_tokens
+from ._locked_chunks import Chunk, Link, Locks, lost_tokens
 from ._options import Connection, ReadOptions
 
 log = logging.getLogger("aiosb.spark")

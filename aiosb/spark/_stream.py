@@ -42,7 +42,7 @@ from .._clock import CLOCK
 from ..bridge import BlockingReceiver, Bridge
 from ..errors import OperationTimeout
 from ._arrow import arrow_schema
-from ._link import Chunk, Link, Locks, lost_tokens
+from ._locked_chunks import Chunk, Link, Locks, lost_tokens
 from ._options import StreamReadOptions
 from ._read import RECEIVE, _receiver
 

@@ -1,9 +1,9 @@
 """aiosb's own JSON encodings of messages, exact and typed, used only between aiosb's
-client and aiosb's server (the ``$aiosb`` extensions of :mod:`aiosb.emulator.server`):
+client and aiosb's server (the ``$aiosb`` extensions of :mod:`aiosb.server.http`):
 one object per message with every field of :class:`~aiosb.Message` /
 :class:`~aiosb.ReceivedMessage`, or a batch as one object of columns (what aiosb's
 client sends and asks for: per-message objects cost most of a batch's time). The
-encodings are described in :mod:`aiosb.emulator.server`. Imports only the vocabulary.
+encodings are described in :mod:`aiosb.server.http`. Imports only the vocabulary.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The Atom XML of Service Bus management: entity descriptions, entries and feeds.
 
-Both halves use it: the server (:mod:`aiosb.emulator.server`) to read what clients PUT
+Both halves use it: the server (:mod:`aiosb.server.http`) to read what clients PUT
 and to answer, the HTTP transport to write requests and read answers. Elements are
 written in the order Service Bus's data-contract serializer expects (the order of the
 azure-servicebus SDK's generated ``QueueDescription``, ``TopicDescription`` and

@@ -13,7 +13,7 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 
 from aiosb import Message
-from aiosb.transport._amqp_convert import message_from_sdk, message_to_sdk
+from aiosb.transport.amqp._convert import message_from_sdk, message_to_sdk
 
 from .sdk import received
 

@@ -23,7 +23,7 @@ from azure.servicebus._transport._pyamqp_transport import PyamqpTransport
 
 from aiosb import errors
 from aiosb.pairing.runtime import is_outage
-from aiosb.transport._amqp_errors import condition_of, is_idle_detach, map_error
+from aiosb.transport.amqp._error_map import condition_of, is_idle_detach, map_error
 
 IDLE_TEXT = (
     "The link 'G3:123:amqps://contoso.servicebus.windows.net/orders' is force detached. "

@@ -9,8 +9,8 @@ import pytest
 import aiosb
 from aiosb import errors
 from aiosb.entities import parse_entity_path
-from aiosb.transport._amqp_endpoint import namespace_name
 from aiosb.transport.amqp import AmqpTransport
+from aiosb.transport.amqp._namespace_name import namespace_name
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -64,7 +64,7 @@ async def test_the_official_sdk_sends_again_after_sitting_idle_past_the_timeout(
     from azure.servicebus import ServiceBusMessage
     from azure.servicebus.aio import ServiceBusClient
 
-    from aiosb.amqp import _links, connection
+    from aiosb.server.amqp import _links, connection
 
     monkeypatch.setattr(_links, "IDLE_SECONDS", 2.0)
     monkeypatch.setattr(connection, "IDLE_SECONDS", 2.0)

@@ -9,9 +9,9 @@ import pytest
 
 import aiosb
 from aiosb import emulator
-from aiosb.amqp.server import AmqpServer, serve_amqp
 from aiosb.message import ReceivedMessage
 from aiosb.protocol import ReceiveRequest
+from aiosb.server.amqp.front_end import AmqpServer, serve_amqp
 
 NAMESPACE = "amqpns"
 

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aiosb.amqp._columns import columns_of, read_columns
-from aiosb.amqp.codec import DecodeError, Described, Symbol, ULong, encode
-from aiosb.amqp.messages import messages_of
-from aiosb.amqp.performatives import BATCH_FORMAT
 from aiosb.errors import ServiceBusError
 from aiosb.message import Message
 from aiosb.protocol import check_columns
+from aiosb.server.amqp._batch_columns import columns_of, read_columns
+from aiosb.server.amqp.codec import DecodeError, Described, Symbol, ULong, encode
+from aiosb.server.amqp.messages import messages_of
+from aiosb.server.amqp.performatives import BATCH_FORMAT
 
 PROPERTIES, APP, DATA, HEADER = 0x73, 0x74, 0x75, 0x70
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 import aiohttp
 import pytest
 
-from aiosb import listener
-from aiosb.amqp import performatives as p
-from aiosb.amqp._websocket import PATH, websocket_handler
-from aiosb.amqp.codec import Symbol, frame
-from aiosb.amqp.server import AmqpServer, serve_amqp
-from aiosb.emulator.server import ServedEmulator, serve
-from aiosb.listener import Budget, Listener
+from aiosb.server import listener
+from aiosb.server.amqp import performatives as p
+from aiosb.server.amqp._websocket import PATH, websocket_handler
+from aiosb.server.amqp.codec import Symbol, frame
+from aiosb.server.amqp.front_end import AmqpServer, serve_amqp
+from aiosb.server.http import ServedEmulator, serve
+from aiosb.server.listener import Budget, Listener
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from aiosb.amqp import performatives as p
-from aiosb.amqp.codec import AMQP_HEADER, SASL_HEADER, Described, Symbol, UInt, ULong
 from aiosb.auth import DEV_KEY, DEV_KEY_NAME
+from aiosb.server.amqp import performatives as p
+from aiosb.server.amqp.codec import AMQP_HEADER, SASL_HEADER, Described, Symbol, UInt, ULong
 
 from .test_hostile import Raw
 

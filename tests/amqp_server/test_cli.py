@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import aiosb
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.process import ServerProcess
 
 pytest.importorskip("azure.servicebus")
 

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from aiosb.amqp import performatives as p
-from aiosb.amqp.codec import (
+from aiosb.server.amqp import performatives as p
+from aiosb.server.amqp.codec import (
     Array,
     Byte,
     Char,
@@ -147,7 +147,7 @@ def test_a_decimal_reads_as_its_value():
 
 def test_every_encoding_constructor_is_in_the_table():
     """A type the codec gains must gain a row."""
-    from aiosb.amqp.codec import _ENCODERS
+    from aiosb.server.amqp.codec import _ENCODERS
 
     covered = {type(row[0]) for row in TABLE}
     assert set(_ENCODERS) - covered <= {bytearray, memoryview, tuple}

@@ -15,8 +15,10 @@ from azure.servicebus.amqp import AmqpAnnotatedMessage, AmqpMessageBodyType
 
 import aiosb
 from aiosb import Message, emulator
-from aiosb.amqp._receiving import delivery_payload
-from aiosb.amqp.codec import (
+from aiosb.auth import SasCredential
+from aiosb.protocol import ReceiveRequest
+from aiosb.server.amqp._receiving import delivery_payload
+from aiosb.server.amqp.codec import (
     Byte,
     Described,
     Float32,
@@ -29,10 +31,8 @@ from aiosb.amqp.codec import (
     elements,
     encode,
 )
-from aiosb.amqp.messages import messages_of, sections_of
-from aiosb.auth import SasCredential
-from aiosb.emulator.server import serve
-from aiosb.protocol import ReceiveRequest
+from aiosb.server.amqp.messages import messages_of, sections_of
+from aiosb.server.http import serve
 
 from .conftest import NAMESPACE, drain
 
@@ -257,7 +257,7 @@ async def test_the_amqp_transport_carries_the_sections_over_the_sdk(server):
 
 def test_a_section_the_server_cannot_hold_is_one_sentence():
     """What the front end rejects a transfer with (amqp:decode-error and this text)."""
-    from aiosb.amqp.codec import DecodeError
+    from aiosb.server.amqp.codec import DecodeError
 
     with pytest.raises(DecodeError, match="unknown message section 121"):
         messages_of(section(0x79, "what is this"), 0)

@@ -14,9 +14,11 @@ import pytest
 
 import aiosb
 from aiosb import emulator
-from aiosb.amqp import performatives as p
-from aiosb.amqp._decoding import decode
-from aiosb.amqp.codec import (
+from aiosb.message import Message
+from aiosb.protocol import ReceiveRequest
+from aiosb.server.amqp import performatives as p
+from aiosb.server.amqp._decoding import decode
+from aiosb.server.amqp.codec import (
     AMQP_HEADER,
     SASL_HEADER,
     DecodeError,
@@ -27,8 +29,6 @@ from aiosb.amqp.codec import (
     ULong,
     frame,
 )
-from aiosb.message import Message
-from aiosb.protocol import ReceiveRequest
 
 from .conftest import NAMESPACE, drain
 
@@ -110,8 +110,8 @@ class Raw:
     async def put_token(self, port: int, path: str, next_incoming: int = 0) -> None:
         """Authorize ``path`` as the SDKs do: a token put on $cbs (handles 100, 101);
         ``next_incoming``: the transfer id the client expects next from the server."""
-        from aiosb.amqp.codec import encode
         from aiosb.auth import DEV_KEY, DEV_KEY_NAME, SasCredential
+        from aiosb.server.amqp.codec import encode
 
         audience = f"sb://localhost:{port}/{path}"
         for handle, receiving in ((100, False), (101, True)):
@@ -324,7 +324,7 @@ async def test_a_disposition_over_a_vast_range_looks_only_at_what_is_outstanding
 async def test_transfers_beyond_the_credit_given_close_the_connection(server):
     """A sender that ignores its credit would queue transfers without end behind a hung
     send (300,000 in the probe, 340 MB); beyond the credit it is refused."""
-    from aiosb.amqp.connection import CREDIT
+    from aiosb.server.amqp.connection import CREDIT
 
     raw = await _sender(server)
     with emulator.namespace(NAMESPACE).faults.fail("q1", kind="timeout", operations=["send"]):
@@ -340,7 +340,7 @@ async def test_transfers_beyond_the_credit_given_close_the_connection(server):
 async def test_a_client_that_never_opens_is_let_go(server, monkeypatch):
     """The AMQP open's deadline (#48: the protocol's own phase, after the listener's),
     patched where it is read: the listener no longer keeps a copy of it."""
-    from aiosb.amqp import connection
+    from aiosb.server.amqp import connection
 
     monkeypatch.setattr(connection, "HANDSHAKE_SECONDS", 0.2)
     raw = await Raw.to(server)
@@ -441,8 +441,8 @@ async def test_requests_whose_replies_are_never_taken_close_the_connection(serve
     done (a schedule-message here: no message is scheduled with no reply to say so)."""
     import datetime as dt
 
-    from aiosb.amqp._links import MOST_REPLIES
-    from aiosb.amqp.codec import encode
+    from aiosb.server.amqp._links import MOST_REPLIES
+    from aiosb.server.amqp.codec import encode
 
     raw = await Raw.to(server)
     await raw.open()
@@ -502,7 +502,7 @@ async def test_a_connection_silent_past_the_idle_timeout_it_was_told_is_closed(s
     silent for 120 s is closed (AMQP 2.4.5) as Service Bus closes it (connection:forced,
     which the SDKs meet by reconnecting), so a peer that vanished without a word holds no
     connection and no link."""
-    from aiosb.amqp._links import IDLE_SECONDS
+    from aiosb.server.amqp._links import IDLE_SECONDS
 
     loop = asyncio.get_running_loop()
     raw = await Raw.to(server)
@@ -539,7 +539,7 @@ async def test_the_sdk_receives_on_after_a_message_over_one_frame(mode):
     from azure.servicebus import ServiceBusMessage
     from azure.servicebus.aio import ServiceBusClient
 
-    from aiosb.amqp.server import serve_amqp
+    from aiosb.server.amqp.front_end import serve_amqp
 
     async with aiosb.connect("memory://bigframes?tier=premium") as ns:
         await ns.create_queue("big")
@@ -633,7 +633,7 @@ def _transfer(raw: Raw, did: int, payload: bytes, more: bool = False,
 
 
 def _data(body: bytes) -> bytes:
-    from aiosb.amqp.codec import encode
+    from aiosb.server.amqp.codec import encode
 
     return encode(Described(ULong(0x75), body))
 
@@ -696,8 +696,8 @@ async def test_a_silent_client_that_reads_nothing_is_let_go_with_its_links(serve
     25 MB its credit asked for), the connection went on: closing waits to write them,
     so the frame reader never ended and the link's pump, the connection and what it
     held stayed. Now the reader ends at once and the socket goes within CLOSE_SECONDS."""
-    from aiosb.amqp._links import IDLE_SECONDS
-    from aiosb.amqp.connection import CLOSE_SECONDS
+    from aiosb.server.amqp._links import IDLE_SECONDS
+    from aiosb.server.amqp.connection import CLOSE_SECONDS
 
     ns = emulator.namespace(NAMESPACE)
     for _ in range(125):
@@ -715,7 +715,7 @@ async def test_a_silent_client_that_reads_nothing_is_let_go_with_its_links(serve
 async def test_a_large_frame_that_comes_slowly_is_heard_all_along(server):
     """A 200 KB frame sent over five minutes, a part a minute: the client is not
     silent, though no frame is whole for longer than the idle timeout."""
-    from aiosb.amqp._links import IDLE_SECONDS
+    from aiosb.server.amqp._links import IDLE_SECONDS
 
     raw = await _sender(server)
     data = frame(0, p.performative(p.TRANSFER, UInt(0), UInt(0), b"t", UInt(0), False),
@@ -807,8 +807,8 @@ async def test_a_management_request_that_breaks_its_reader_is_answered_400(serve
     """A schedule-message whose scheduled time is an integer too large for a date (or
     an entry with no message) raised past the reply: no answer ever came, and the SDK
     waited out its whole timeout."""
-    from aiosb.amqp.codec import encode
-    from aiosb.amqp.messages import sections_of
+    from aiosb.server.amqp.codec import encode
+    from aiosb.server.amqp.messages import sections_of
 
     raw = await Raw.to(server)
     await raw.open()
@@ -862,7 +862,7 @@ async def test_a_bug_met_serving_a_frame_closes_that_connection_with_internal_er
 ):
     """An unexpected exception ends its own connection with amqp:internal-error (and
     the server's log), not a traceback the client never hears of; others are served."""
-    from aiosb.amqp import connection
+    from aiosb.server.amqp import connection
 
     def broken(self: Any, channel: int, fields: list[Any]) -> None:
         raise RuntimeError("a bug")

@@ -1,4 +1,4 @@
-"""Issue 48, item 1: one listener owns every port of ``aiosb serve`` (:mod:`aiosb.listener`).
+"""Issue 48, item 1: one listener owns every port of ``aiosb serve`` (:mod:`aiosb.server.listener`).
 Attacked as a hostile peer would: a silent TCP peer, a slow TLS handshake, a TLS peer
 silent after its handshake are each closed within their phase's deadline, and on stop;
 a flood past the connection budget on the AMQP port closes its idle connections for an
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 import aiosb
-from aiosb import listener
-from aiosb.amqp.server import AmqpServer, serve_amqp
-from aiosb.emulator.server import ServedEmulator, serve
+from aiosb.server import listener
+from aiosb.server.amqp.front_end import AmqpServer, serve_amqp
+from aiosb.server.http import ServedEmulator, serve
 
 pytest.importorskip("cryptography")
 pytestmark = pytest.mark.timeout(60)
@@ -49,7 +49,7 @@ class Stack:
 async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
     """HTTP, AMQP (TLS by its first byte) and AMQPS on one listener, as cli's
     ``serve_forever`` opens them."""
-    from aiosb.emulator._tls import context, self_signed
+    from aiosb.server.tls import context, self_signed
 
     cert, key = self_signed(tmp_path)
     async with serve(root=NAMESPACE) as http, serve_amqp(
@@ -122,8 +122,8 @@ async def test_every_connection_in_every_phase_is_closed_when_the_server_stops(
     server (the deadlines left at their defaults, far longer than the test), and the
     stop takes no longer than ``SHUTDOWN_SECONDS`` (review of #48: it took two minutes,
     aiohttp's graceful shutdown waiting 60 s twice for the blocked handler)."""
-    from aiosb.emulator._tls import context, self_signed
-    from aiosb.emulator.server import SHUTDOWN_SECONDS
+    from aiosb.server.http import SHUTDOWN_SECONDS
+    from aiosb.server.tls import context, self_signed
 
     cert, key = self_signed(tmp_path)
     trust = ssl.create_default_context(cafile=str(cert))
@@ -259,7 +259,7 @@ async def test_an_http_request_never_finished_is_closed_within_the_http_deadline
         monkeypatch: pytest.MonkeyPatch):
     """After the listener's phases, the protocol's own: an HTTP connection must bring a
     complete request within the HTTP server's IDLE_SECONDS (read when it starts)."""
-    from aiosb.emulator import server as http_server
+    from aiosb.server import http as http_server
 
     monkeypatch.setattr(http_server, "IDLE_SECONDS", DEADLINE)
     async with serve() as http:

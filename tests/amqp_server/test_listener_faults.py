@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
-from aiosb import listener
-from aiosb.emulator.server import serve
+from aiosb.server import listener
+from aiosb.server.http import serve
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -75,7 +75,7 @@ async def test_an_unexpected_accept_error_is_logged_and_the_port_goes_on(
     looks), and the port accepts again after ACCEPT_BACKOFF_SECONDS."""
     monkeypatch.setattr(listener, "ACCEPT_BACKOFF_SECONDS", 0.1)
     _flaky_accept(monkeypatch, lambda: OSError(errno.EINVAL, "Invalid argument"))
-    with caplog.at_level(logging.ERROR, logger="aiosb.listener"):
+    with caplog.at_level(logging.ERROR, logger="aiosb.server.listener"):
         async with serve(root="ns") as http:
             host_port = http.url.split("://", 1)[1].rsplit(":", 1)
             _, writer = await asyncio.open_connection(host_port[0], int(host_port[1]))

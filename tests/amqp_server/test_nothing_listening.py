@@ -12,8 +12,8 @@ import pytest
 
 import aiosb
 from aiosb import Message, errors
-from aiosb.amqp.server import serve_amqp
 from aiosb.pairing._common import is_outage
+from aiosb.server.amqp.front_end import serve_amqp
 
 from .conftest import NAMESPACE
 

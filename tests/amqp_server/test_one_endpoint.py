@@ -18,7 +18,7 @@ from ports import port_free
 
 import aiosb
 from aiosb import Message
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.process import ServerProcess
 
 pytest.importorskip("cryptography")
 pytest.importorskip("azure.servicebus")
@@ -122,11 +122,11 @@ async def test_without_a_certificate_tls_is_answered_in_amqp_and_said(caplog):
     import asyncio
     import ssl
 
-    from aiosb.amqp import serve_amqp
+    from aiosb.server.amqp import serve_amqp
 
     async with aiosb.connect("memory://no-tls") as setup:
         await setup.create_queue("orders")
-    caplog.set_level(logging.INFO, logger="aiosb.amqp")
+    caplog.set_level(logging.INFO, logger="aiosb.server.amqp")
     async with serve_amqp(namespace="no-tls") as server:
         context = ssl.create_default_context()
         with pytest.raises(ssl.SSLError, match=r"WRONG_VERSION_NUMBER|wrong version"):
@@ -314,7 +314,7 @@ def test_the_certificate_is_kept_across_restarts_and_made_once_by_servers_starti
     once make one pair between them (a lock)."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from aiosb.emulator import _tls
+    from aiosb.server import tls as _tls
 
     with ProcessPoolExecutor(4) as pool:
         made = list(pool.map(_make_shared, [str(tmp_path)] * 4))
@@ -331,7 +331,7 @@ def test_the_certificate_is_kept_across_restarts_and_made_once_by_servers_starti
 
 
 def _make_shared(folder: str) -> bytes:
-    from aiosb.emulator import _tls
+    from aiosb.server import tls as _tls
 
     cert, _ = _tls.self_signed(folder, reuse=True)
     return cert.read_bytes()

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 import aiosb
-from aiosb.amqp.server import AmqpServer, serve_amqp
 from aiosb.auth import DEV_KEY, DEV_KEY_NAME, SasCredential, key_table
+from aiosb.server.amqp.front_end import AmqpServer, serve_amqp
 
 proton = pytest.importorskip("proton", reason="the Proton tests need python-qpid-proton "
                              "(the dev extra)")

@@ -14,8 +14,6 @@ import pytest
 from azure.servicebus.aio import ServiceBusClient
 
 from aiosb import emulator
-from aiosb.amqp import _rules
-from aiosb.amqp.codec import Described, Symbol, decode, encode
 from aiosb.errors import InvalidArgument
 from aiosb.message import Message
 from aiosb.protocol import ManagementRequest, SessionRequest
@@ -27,6 +25,8 @@ from aiosb.rules import (
     SqlRuleFilter,
     TrueRuleFilter,
 )
+from aiosb.server.amqp import _rule_descriptions as _rules
+from aiosb.server.amqp.codec import Described, Symbol, decode, encode
 
 from .conftest import NAMESPACE
 

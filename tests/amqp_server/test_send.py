@@ -152,7 +152,7 @@ async def test_a_wrong_key_is_refused_with_the_sdk_authentication_error(server):
 
 
 async def test_a_key_without_send_rights_may_not_attach_a_sender(server):
-    from aiosb.amqp.server import serve_amqp
+    from aiosb.server.amqp.front_end import serve_amqp
 
     keys = {"listener": ("bGlzdGVu", frozenset({"Listen"}))}
     async with serve_amqp(namespace=NAMESPACE, keys=keys) as listen_only:

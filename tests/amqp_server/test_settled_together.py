@@ -14,10 +14,10 @@ import pytest
 from azure.servicebus.aio import ServiceBusClient
 
 from aiosb import emulator
-from aiosb.amqp import performatives as p
-from aiosb.amqp.codec import UInt
 from aiosb.message import Message
 from aiosb.protocol import Settlement
+from aiosb.server.amqp import performatives as p
+from aiosb.server.amqp.codec import UInt
 
 from .conftest import NAMESPACE, drain
 from .test_hostile import Raw

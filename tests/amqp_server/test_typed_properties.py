@@ -19,9 +19,10 @@ import pytest
 
 import aiosb
 from aiosb import emulator
-from aiosb.amqp import performatives as p
-from aiosb.amqp._receiving import delivery_payload
-from aiosb.amqp.codec import (
+from aiosb.auth import SasCredential
+from aiosb.server.amqp import performatives as p
+from aiosb.server.amqp._receiving import delivery_payload
+from aiosb.server.amqp.codec import (
     Byte,
     Char,
     Float32,
@@ -35,10 +36,9 @@ from aiosb.amqp.codec import (
     UShort,
     encode,
 )
-from aiosb.amqp.messages import messages_of
-from aiosb.amqp.server import serve_amqp
-from aiosb.auth import SasCredential
-from aiosb.emulator.server import serve
+from aiosb.server.amqp.front_end import serve_amqp
+from aiosb.server.amqp.messages import messages_of
+from aiosb.server.http import serve
 
 from .test_hostile import Raw, _receiver, _sender
 from .typed import PAYLOAD, READ, SENT, TYPED, WHEN, WIDE, WIRE, annotations_of, properties_of

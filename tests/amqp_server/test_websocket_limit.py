@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from aiosb.amqp._websocket import MAX_MESSAGE, PATH
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.amqp._websocket import MAX_MESSAGE, PATH
+from aiosb.server.process import ServerProcess
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -23,11 +23,11 @@ from azure.servicebus.exceptions import ServiceBusAuthenticationError, ServiceBu
 
 import aiosb
 from aiosb import emulator
-from aiosb.amqp import performatives as p
-from aiosb.amqp.codec import Described, UInt, ULong
-from aiosb.amqp.server import serve_amqp
 from aiosb.message import Message
 from aiosb.protocol import ReceiveRequest, Settlement
+from aiosb.server.amqp import performatives as p
+from aiosb.server.amqp.codec import Described, UInt, ULong
+from aiosb.server.amqp.front_end import serve_amqp
 
 from .conftest import NAMESPACE, drain
 from .test_hostile import _receiver

@@ -16,9 +16,9 @@ from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode
 from azure.servicebus.aio import ServiceBusClient
 from azure.servicebus.exceptions import ServiceBusError
 
-from aiosb.amqp import _framing
-from aiosb.amqp import performatives as p
-from aiosb.amqp.codec import Described, decode
+from aiosb.server.amqp import _framing
+from aiosb.server.amqp import performatives as p
+from aiosb.server.amqp.codec import Described, decode
 
 #: The delivery states, the termini and the error: each written whole wherever it
 #: travels.
@@ -122,8 +122,8 @@ async def test_termini_and_outcomes_a_client_sent_short_come_back_whole(server):
     off (as AMQP lets it, and as Proton and rhea do) gets them back whole, as aiosb
     writes its own (#47)."""
     from aiosb import emulator
-    from aiosb.amqp.codec import UInt, ULong
     from aiosb.message import Message
+    from aiosb.server.amqp.codec import UInt, ULong
 
     from .conftest import NAMESPACE
     from .test_hostile import Raw

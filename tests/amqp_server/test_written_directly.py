@@ -1,7 +1,7 @@
 """The hot paths written byte by byte (#36) write what the general encoder writes.
 
-A delivery (:func:`aiosb.amqp._receiving.delivery_payload`) and a transfer performative
-(:func:`aiosb.amqp.performatives.transfer`) skip the general encoder for speed; these
+A delivery (:func:`aiosb.server.amqp._receiving.delivery_payload`) and a transfer performative
+(:func:`aiosb.server.amqp.performatives.transfer`) skip the general encoder for speed; these
 properties hold them to it, over every field a delivery carries, and the decoder reads
 back what the fields said.
 """
@@ -16,11 +16,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiosb.amqp import performatives as p
-from aiosb.amqp._receiving import _epoch_millis, _payload_kept, delivery_payload, delivery_tag
-from aiosb.amqp.codec import DecodeError, Described, UByte, UInt, ULong, encode
-from aiosb.amqp.messages import Sections, sections_of
 from aiosb.message import ReceivedMessage
+from aiosb.server.amqp import performatives as p
+from aiosb.server.amqp._receiving import (
+    _epoch_millis,
+    _payload_kept,
+    delivery_payload,
+    delivery_tag,
+)
+from aiosb.server.amqp.codec import DecodeError, Described, UByte, UInt, ULong, encode
+from aiosb.server.amqp.messages import Sections, sections_of
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,7 +13,7 @@ import datetime as _dt
 import uuid
 from typing import Any
 
-from aiosb.amqp.codec import (
+from aiosb.server.amqp.codec import (
     Byte,
     Char,
     Decimal32,

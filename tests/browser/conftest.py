@@ -18,7 +18,7 @@ import pytest
 
 from aiosb.auth import DEV_KEY, DEV_KEY_NAME
 from aiosb.bridge import Bridge
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.process import ServerProcess
 
 #: The browser the tests drive.
 CHROMIUM = os.environ.get("AIOSB_CHROMIUM", "/usr/bin/chromium")

@@ -19,7 +19,7 @@ from playwright.sync_api import expect
 import aiosb
 from aiosb import Message, PairedNamespaceOptions
 from aiosb.bridge import Bridge
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.process import ServerProcess
 
 from .conftest import READER, READER_KEY, screenshot, unique
 

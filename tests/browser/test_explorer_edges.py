@@ -20,18 +20,15 @@ from yarl import URL
 
 import aiosb
 from aiosb import Message
-from aiosb.amqp._websocket import PATH, websocket_handler
 from aiosb.auth import DEV_KEY, DEV_KEY_NAME, SasCredential
 from aiosb.bridge import Bridge
-from aiosb.emulator.process import ServerProcess
-from aiosb.emulator.server import (
-    EmulatorServer,
-    _explorer_auth,
-    _explorer_ops,
-    _http,
-    serve,
-)
-from aiosb.emulator.server._hosts import AllowedHosts
+from aiosb.server.amqp._websocket import PATH, websocket_handler
+from aiosb.server.explorer import _operations as _explorer_ops
+from aiosb.server.explorer import _sign_in as _explorer_auth
+from aiosb.server.http import EmulatorServer, serve
+from aiosb.server.http import _requests as _http
+from aiosb.server.http._hosts import AllowedHosts
+from aiosb.server.process import ServerProcess
 
 from .conftest import CHROMIUM, CHROMIUM_ARGS, unique
 from .test_explorer_hardening import Client, in_process

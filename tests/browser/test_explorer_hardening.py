@@ -25,10 +25,12 @@ from playwright.sync_api import expect
 import aiosb
 from aiosb.auth import DEV_KEY, DEV_KEY_NAME
 from aiosb.bridge import Bridge
-from aiosb.emulator import _tls
-from aiosb.emulator.process import ServerProcess
-from aiosb.emulator.server import EmulatorServer, _explorer, _explorer_auth, serve
 from aiosb.errors import InvalidArgument
+from aiosb.server import explorer as _explorer
+from aiosb.server import tls as _tls
+from aiosb.server.explorer import _sign_in as _explorer_auth
+from aiosb.server.http import EmulatorServer, serve
+from aiosb.server.process import ServerProcess
 
 from .conftest import READER, READER_KEY, unique
 

@@ -15,8 +15,8 @@ import pytest
 import aiosb
 from aiosb.auth import DEV_KEY, DEV_KEY_NAME
 from aiosb.bridge import Bridge
-from aiosb.emulator.process import ServerProcess
-from aiosb.emulator.server._explorer_auth import SESSIONS_PER_KEY
+from aiosb.server.explorer._sign_in import SESSIONS_PER_KEY
+from aiosb.server.process import ServerProcess
 
 from .conftest import READER, READER_KEY, WRITER, WRITER_KEY, unique
 

@@ -11,7 +11,7 @@ Tests that inject faults (``broker``) or fast-forward minutes of broker time
 (test_expiry.py) need the emulator and are skipped there; the others run on the real
 clock.
 
-The ``http`` backend serves the emulator with :func:`aiosb.emulator.server.serve` on an
+The ``http`` backend serves the emulator with :func:`aiosb.server.http.serve` on an
 ephemeral port, in the test's own event loop, and connects to it over real sockets. That
 keeps ``looptime`` working: looptime only moves the loop's clock when no I/O is ready,
 and on loopback a write is readable by the peer at once, so a request and its answer
@@ -32,7 +32,7 @@ import pytest
 import aiosb
 from aiosb import emulator
 from aiosb.auth import DEV_KEY, DEV_KEY_NAME
-from aiosb.emulator.server import serve
+from aiosb.server.http import serve
 
 AMQP_CONNECTION_STRING = os.environ.get("AIOSB_TEST_CONNECTION_STRING")
 BACKENDS = [
@@ -173,7 +173,7 @@ def broker(ns_name: str) -> emulator.EmulatorNamespace:
 
 @pytest.fixture(scope="session")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from aiosb.emulator import _tls
+    from aiosb.server import tls as _tls
 
     return _tls.self_signed(tmp_path_factory.mktemp("tls"))
 
@@ -186,8 +186,8 @@ async def url(backend: str, ns_name: str, request: pytest.FixtureRequest) -> Asy
         async with serve() as server:
             yield server.namespace_url(ns_name)
     elif backend == "amqp-serve":
-        from aiosb.amqp import serve_amqp
-        from aiosb.emulator import _tls
+        from aiosb.server import tls as _tls
+        from aiosb.server.amqp import serve_amqp
 
         cert, key = request.getfixturevalue("certificate")
         async with serve(ssl_context=_tls.context(cert, key), root=ns_name) as http, \

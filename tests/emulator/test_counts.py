@@ -13,8 +13,8 @@ import pytest
 
 import aiosb
 from aiosb import Message, emulator
-from aiosb.emulator._durable import Journal
 from aiosb.emulator._record import AVAILABLE, LOCKED, SCHEDULED
+from aiosb.emulator.durable._journal import Journal
 
 pytestmark = pytest.mark.looptime
 

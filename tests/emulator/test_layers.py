@@ -109,4 +109,4 @@ def test_the_store_and_the_record_know_nothing_above_them() -> None:
 def test_the_broker_knows_no_transport_client_or_server() -> None:
     reached = _reach("aiosb.emulator._broker")
     assert not any(m.startswith("aiosb.transport") for m in reached)
-    assert not {"aiosb.client", "aiosb.emulator.server", "aiosb.pairing"} & reached
+    assert not {"aiosb.client", "aiosb.server.http", "aiosb.pairing"} & reached

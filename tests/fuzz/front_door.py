@@ -86,7 +86,7 @@ def _tagged_logging() -> None:
     """Every record of WARNING and above, of any logger, on stderr as one tagged line.
 
     A client's malformed request, first on its connection or not, is no ERROR: the
-    server tells it at DEBUG (``aiosb.emulator.server._http.HTTP_LOG``), so one logged
+    server tells it at DEBUG (``aiosb.server.http._requests.HTTP_LOG``), so one logged
     at ERROR is a finding like any other (#48)."""
 
     class Tagged(logging.Handler):

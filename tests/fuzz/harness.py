@@ -28,10 +28,10 @@ from pathlib import Path
 
 import aiosb
 from aiosb import Message, emulator
-from aiosb.amqp import performatives as p
-from aiosb.amqp.codec import AMQP_HEADER, SASL_HEADER, DecodeError
-from aiosb.amqp.server import AmqpServer, serve_amqp
 from aiosb.auth import SasChecker
+from aiosb.server.amqp import performatives as p
+from aiosb.server.amqp.codec import AMQP_HEADER, SASL_HEADER, DecodeError
+from aiosb.server.amqp.front_end import AmqpServer, serve_amqp
 
 NAMESPACE = "fuzzns"
 #: Seconds the server has to close a connection after its client's input ended.

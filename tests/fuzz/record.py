@@ -16,7 +16,7 @@ import datetime as _dt
 from pathlib import Path
 
 import aiosb
-from aiosb.amqp.server import serve_amqp
+from aiosb.server.amqp.front_end import serve_amqp
 
 CORPUS = Path(__file__).parent / "corpus"
 NAMESPACE = "fuzzns"

@@ -24,8 +24,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from aiosb.amqp import performatives as p
-from aiosb.amqp.codec import (
+from aiosb.auth import DEV_KEY, DEV_KEY_NAME, SasCredential
+from aiosb.server.amqp import performatives as p
+from aiosb.server.amqp.codec import (
     AMQP_HEADER,
     SASL_HEADER,
     Array,
@@ -44,7 +45,6 @@ from aiosb.amqp.codec import (
     encode,
     frame,
 )
-from aiosb.auth import DEV_KEY, DEV_KEY_NAME, SasCredential
 
 from .harness import NAMESPACE
 

@@ -180,7 +180,7 @@ async def test_r1_holds_with_the_primary_on_amqp_through_the_official_sdk():
     reports them, and still no acknowledged message is lost, no refused one arrives and
     the backlog drains. Ten minutes of chaos compressed to thirty seconds."""
     pytest.importorskip("azure.servicebus")
-    from aiosb.amqp import serve_amqp
+    from aiosb.server.amqp import serve_amqp
 
     p_name, s_name = "chaos-amqp-p", "chaos-amqp-s"
     async with aiosb.connect(f"memory://{p_name}") as setup:

@@ -26,7 +26,7 @@ async def test_two_emulator_primaries_on_one_host_keep_their_backlogs_apart():
     ``localhost/x-servicebus-transfer/{i}``; the syphon that waited first, the second
     pairing's here, took the message and sent it into the wrong primary.)"""
     pytest.importorskip("azure.servicebus")
-    from aiosb.amqp import serve_amqp
+    from aiosb.server.amqp import serve_amqp
 
     first_name, second_name = "names-amqp-p1", "names-amqp-p2"
     for name in (first_name, second_name):

@@ -18,7 +18,7 @@ import pytest
 
 import aiosb
 from aiosb import Message, PairedNamespaceOptions
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.process import ServerProcess
 
 pytest.importorskip("cryptography")
 pytest.importorskip("azure.servicebus")

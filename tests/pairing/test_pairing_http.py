@@ -9,8 +9,8 @@ import pytest
 
 import aiosb
 from aiosb import Message
-from aiosb.emulator.server import serve
 from aiosb.pairing import Health
+from aiosb.server.http import serve
 
 # Imported here, at collection, not first inside the test (aiosb.connect imports it on
 # the first http:// URL): on CPython 3.11.7 pytest's assertion rewriting of it there,

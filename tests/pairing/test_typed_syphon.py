@@ -14,9 +14,9 @@ from amqp_server.typed import PAYLOAD, SENT, WIRE, annotations_of, properties_of
 
 import aiosb
 from aiosb import emulator
-from aiosb.amqp._receiving import delivery_payload
-from aiosb.amqp.messages import messages_of
-from aiosb.emulator.server import serve
+from aiosb.server.amqp._receiving import delivery_payload
+from aiosb.server.amqp.messages import messages_of
+from aiosb.server.http import serve
 from aiosb.transport import http as _http  # noqa: F401  (see test_pairing_http)
 
 from .conftest import backlog_contents, drain, syphon_options

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 import aiosb
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.process import ServerProcess
 
 pytest.importorskip("azure.servicebus")
 

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.process import ServerProcess
 
 from .conftest import LOCK, SKEW, create_queue, create_queue_sync
 

@@ -47,7 +47,7 @@ from proxy_server import ProxyServer
 
 import aiosb
 from aiosb.auth import DEV_KEY, DEV_KEY_NAME
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.process import ServerProcess
 
 from .conftest import server_clock_lead
 

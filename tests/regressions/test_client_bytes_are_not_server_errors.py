@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from aiosb.emulator.server import serve
+from aiosb.server.http import serve
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -9,7 +9,7 @@ import pytest
 
 import aiosb
 from aiosb import Message, PairedNamespaceOptions, emulator, errors
-from aiosb.emulator.server import serve
+from aiosb.server.http import serve
 
 pytestmark = pytest.mark.looptime
 

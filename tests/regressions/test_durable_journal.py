@@ -14,8 +14,8 @@ import pytest
 
 import aiosb
 from aiosb import Message, emulator, errors
-from aiosb.emulator._durable import Journal
-from aiosb.emulator.server import serve
+from aiosb.emulator.durable._journal import Journal
+from aiosb.server.http import serve
 
 
 @pytest.fixture(autouse=True)
@@ -209,7 +209,8 @@ def _refused(monkeypatch, first: int) -> list[int]:
     """The writer process refuses the first ``first`` groups it is sent (their frames
     arrive mangled: unpickling fails in the writer, which answers FAILED and rolls
     back) and writes the rest; the list counts the groups sent."""
-    from aiosb.emulator import _link, _writer
+    from aiosb.emulator.durable import _writer_client as _link
+    from aiosb.emulator.durable import _writer_process as _writer
 
     sent: list[int] = []
     send = _link.WriterLink.send
@@ -309,7 +310,7 @@ async def test_rows_taken_back_after_their_entity_went_are_not_written_after_it(
     """A group carrying a queue's message is refused, and its answer arrives after the
     queue was deleted: the message's row is not written again after the delete (it would
     stay in the database, of no entity)."""
-    from aiosb.emulator import _link
+    from aiosb.emulator.durable import _writer_client as _link
 
     emulator.reset()
     j = await start(tmp_path)
@@ -402,7 +403,8 @@ async def test_a_writer_that_dies_is_started_again_and_nothing_is_lost(tmp_path)
 def test_the_writer_forgets_the_entity_ids_of_a_transaction_rolled_back(tmp_path):
     """An entity's id made in a transaction that rolled back is made again: a cached id
     would put the entity's rows under the next entity's id."""
-    from aiosb.emulator import _durable, _writer
+    from aiosb.emulator.durable import _journal as _durable
+    from aiosb.emulator.durable import _writer_process as _writer
 
     db = sqlite3.connect(tmp_path / "w.sqlite3", isolation_level=None)
     db.executescript(_durable._SCHEMA)

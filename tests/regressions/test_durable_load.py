@@ -1,5 +1,5 @@
 """Regression tests from the review of durable mode (#39): the background load of a
-restart (:mod:`aiosb.emulator._recovery`). R-3: nothing acknowledged is lost across a
+restart (:mod:`aiosb.emulator.durable._recovery`). R-3: nothing acknowledged is lost across a
 restart, and no operation answers from part of a store while it loads.
 """
 
@@ -19,11 +19,12 @@ import pytest
 
 import aiosb
 from aiosb import Message, emulator, errors
-from aiosb.emulator import _durable, _recovery
-from aiosb.emulator._durable import Journal
 from aiosb.emulator._record import _Record
-from aiosb.emulator._rows import encode_record
-from aiosb.emulator.server import serve
+from aiosb.emulator.durable import _journal as _durable
+from aiosb.emulator.durable import _recovery
+from aiosb.emulator.durable._journal import Journal
+from aiosb.emulator.durable._rows import encode_record
+from aiosb.server.http import serve
 
 
 @pytest.fixture
@@ -404,7 +405,7 @@ def _active_lines(text: str) -> list[str]:
 async def test_metrics_and_the_live_view_leave_out_an_entity_still_loading(tmp_path, hold):
     """#39, R-3: GET /metrics and the explorer's live view read every entity's counts
     straight from its stores: while an entity loaded they reported it empty."""
-    from aiosb.emulator.server._explorer_live import Sampler
+    from aiosb.server.explorer._live import Sampler
 
     async with serve(data_dir=tmp_path) as server:
         async with aiosb.connect(server.namespace_url("m")) as ns:

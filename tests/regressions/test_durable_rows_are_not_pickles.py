@@ -13,9 +13,9 @@ import pytest
 import aiosb
 from aiosb import emulator, errors
 from aiosb.emulator._record import FIELDS, _Record
-from aiosb.emulator._rows import FORMAT, decode_record, encode_record
-from aiosb.emulator.server import serve
+from aiosb.emulator.durable._rows import FORMAT, decode_record, encode_record
 from aiosb.entities import QueueProperties
+from aiosb.server.http import serve
 
 pytestmark = pytest.mark.looptime
 

@@ -12,7 +12,7 @@ import pytest
 import aiosb
 from aiosb import Message, errors
 from aiosb.auth import SasCredential
-from aiosb.emulator.server import serve
+from aiosb.server.http import serve
 
 KEYS = {"sender": ("c2VuZGVy", ["Send"]), "listener": ("bGlzdGVuZXI=", ["Listen"])}
 

@@ -9,7 +9,7 @@ import pytest
 import aiosb
 from aiosb import Message, errors
 from aiosb.auth import SasCredential
-from aiosb.emulator.server import serve
+from aiosb.server.http import serve
 
 
 async def _rest(server, name: str):

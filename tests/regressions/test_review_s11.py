@@ -13,7 +13,7 @@ from yarl import URL
 
 from aiosb.auth import SasCredential
 from aiosb.client import Receiver
-from aiosb.emulator.server import DEV_KEY, serve
+from aiosb.server.http import DEV_KEY, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 

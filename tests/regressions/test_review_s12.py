@@ -14,8 +14,8 @@ import aiosb
 from aiosb import Message, errors
 from aiosb.auth import SasCredential
 from aiosb.emulator._record import FIELDS
-from aiosb.emulator._rows import decode_record
-from aiosb.emulator.server import _right_needed, serve
+from aiosb.emulator.durable._rows import decode_record
+from aiosb.server.http import _right_needed, serve
 from aiosb.wire import aiosb_json as _json
 
 

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.process import ServerProcess
 
 from . import venvs
 

@@ -74,7 +74,7 @@ def test_aiosbs_transport_keeps_property_types_on_the_release(name: str) -> None
     """aiosb's own AMQP transport (``aiosb.connect(connection_string)``) on each
     release: a message with typed properties sent and received back with its types.
     The transport teaches the SDK's codec the types by replacing its map decoders
-    (aiosb/transport/_amqp_values.py); before 7.15 the SDK's decoders take the buffer
+    (aiosb/transport/amqp/_typed_values.py); before 7.15 the SDK's decoders take the buffer
     alone, and a replacement that handed them the nesting depth broke every frame that
     holds a map on 7.12 to 7.14 (``_decode_binary_small() takes 1 positional argument
     but 2 were given``)."""

@@ -11,7 +11,7 @@ type names (a long that fits 32 bits, a ubyte, a symbol ...) with
 one JSON line: each property's value and the name of its class as received. Every
 frame aiosb's transport reads that holds a map (open, attach, each ``$cbs`` and
 ``$management`` reply) goes through the map decoder aiosb gives the SDK's codec
-(aiosb/transport/_amqp_values.py), so a release whose decoders that one cannot call
+(aiosb/transport/amqp/_typed_values.py), so a release whose decoders that one cannot call
 fails at the first of them. The queue is made beforehand.
 """
 

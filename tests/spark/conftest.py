@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from aiosb.bridge import Bridge
-from aiosb.emulator.process import ServerProcess
+from aiosb.server.process import ServerProcess
 
 pytestmark = pytest.mark.spark
 _names = itertools.count()
