@@ -135,6 +135,7 @@ class Endpoint:
             credential the SDK takes.
         verify: The certificate to trust.
         proxy: The proxy to go through.
+        query: The URL's query parameters, in order (``memory://NAME?tier=premium``).
     """
 
     kind: Literal["memory", "http", "amqp"]
@@ -149,6 +150,7 @@ class Endpoint:
     credential: Any = None
     verify: Verify = None
     proxy: Proxy | None = None
+    query: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(
@@ -226,9 +228,10 @@ class Endpoint:
         host = split.netloc.rpartition("@")[2]
         host = host[1:].partition("]")[0] if host.startswith("[") else host.partition(":")[0]
         tls = scheme == "https" if kind == "http" else kind == "amqp" and not emulator
+        query = tuple(urllib.parse.parse_qsl(split.query))
         if kind == "memory":
             name = split.netloc or split.path.strip("/")
-            return cls("memory", "memory", "", name=name)
+            return cls("memory", "memory", "", name=name, query=query)
         found: Proxy | None
         if proxy is False:
             found = None
@@ -242,7 +245,7 @@ class Endpoint:
             found = None
         return cls(
             kind, scheme, host, port, tls, split.path.strip("/"), "", emulator,
-            connection_string, credential, verify, found,
+            connection_string, credential, verify, found, query,
         )
 
     @property

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import random
-import urllib.parse
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -171,7 +170,7 @@ def _open_transport(
     if endpoint.kind == "memory":
         from .transport.memory import MemoryTransport
 
-        query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
+        query = dict(endpoint.query)
         tier = options.pop("tier", None) or query.pop("tier", None)
         _no_unknown({**options, **query}, set(), "memory://")
         if endpoint.verify is not None or endpoint.proxy is not None:

@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                         http_url, q, rounds, ids=True, every=e))
                 else:
                     seconds = run(lambda q=queue: aiosb_sends(
-                        connection, q, rounds, AmqpTransport(connection)))
+                        connection, q, rounds, AmqpTransport.from_url(connection)))
                 after = _cpu_seconds(server.pid)
                 rates[key].append(rounds * BATCH / seconds)
                 if before is not None and after is not None:

@@ -221,7 +221,7 @@ async def stub():
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
-    transport = aiosb.transport.http.HttpTransport(f"http://127.0.0.1:{port}/ns")
+    transport = aiosb.transport.http.HttpTransport.from_url(f"http://127.0.0.1:{port}/ns")
     await transport.open()
     try:
         yield server, transport

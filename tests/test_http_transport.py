@@ -127,14 +127,16 @@ async def test_sessions_are_refused_over_the_extensions_too():
 
 
 def test_urls_and_credentials():
-    real = HttpTransport("https://contoso.servicebus.windows.net", aiosb.SasCredential("k", "v"))
+    real = HttpTransport.from_url(
+        "https://contoso.servicebus.windows.net", aiosb.SasCredential("k", "v")
+    )
     assert (real.namespace, real.extensions) == ("contoso", False)
-    local = HttpTransport("http://127.0.0.1:5380/fabrikam")
+    local = HttpTransport.from_url("http://127.0.0.1:5380/fabrikam")
     assert (local.namespace, local.extensions) == ("fabrikam", True)
     with pytest.raises(errors.InvalidArgument, match="credential"):
-        HttpTransport("https://contoso.servicebus.windows.net")
+        HttpTransport.from_url("https://contoso.servicebus.windows.net")
     with pytest.raises(errors.InvalidArgument, match="names no namespace"):
-        HttpTransport("http://127.0.0.1:5380")
+        HttpTransport.from_url("http://127.0.0.1:5380")
     with pytest.raises(errors.InvalidArgument, match="unknown option"):
         aiosb.connect("http://127.0.0.1:5380/x", colour="red")
 

@@ -434,4 +434,7 @@ def fake_transport() -> tuple[AmqpTransport, dict[str, Any]]:
         made["admin"] = FakeAdmin(**kwargs)
         return made["admin"]
 
-    return AmqpTransport(CONNECTION_STRING, client_factory=client, admin_factory=admin), made
+    transport = AmqpTransport.from_url(
+        CONNECTION_STRING, client_factory=client, admin_factory=admin
+    )
+    return transport, made

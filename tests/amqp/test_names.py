@@ -19,7 +19,7 @@ EMULATOR = f"{KEY};UseDevelopmentEmulator=true"
 
 
 def name_of(endpoint: str, rest: str = EMULATOR) -> str:
-    return AmqpTransport(f"Endpoint={endpoint};{rest}").namespace
+    return AmqpTransport.from_url(f"Endpoint={endpoint};{rest}").namespace
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,7 @@ def test_two_emulators_on_one_host_have_two_names():
 
 def test_one_endpoint_written_with_or_without_its_default_port_has_one_name():
     assert name_of("sb://localhost") == name_of("sb://localhost:5672") == "localhost_5672"
-    assert namespace_name("broker") == namespace_name("broker:5671") == "broker_5671"
+    assert namespace_name("broker", None) == namespace_name("broker", 5671) == "broker_5671"
 
 
 def test_an_sb_url_with_a_credential_is_named_alike():

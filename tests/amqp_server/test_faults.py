@@ -64,7 +64,7 @@ async def test_a_send_given_up_on_is_dropped_not_done_after_its_failure(server):
 
     faults = emulator.namespace(NAMESPACE).faults
     url = server.connection_string()
-    async with aiosb.Namespace(AmqpTransport(url), url=url, operation_timeout=1) as ns:
+    async with aiosb.Namespace(AmqpTransport.from_url(url), url=url, operation_timeout=1) as ns:
         sender = ns.sender("q1")
         await sender.send(aiosb.Message(b"first"))  # the link is open
         fault = faults.fail("q1", kind="timeout", operations=["send"])

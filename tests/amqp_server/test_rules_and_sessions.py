@@ -103,7 +103,7 @@ async def test_the_aiosb_amqp_transport_lists_sessions_through_the_sdk(server):
 
     ns = emulator.namespace(NAMESPACE)
     await ns.send("sq", [Message(b"x", session_id=sid) for sid in ("b", "a")])
-    transport = AmqpTransport(server.connection_string())
+    transport = AmqpTransport.from_url(server.connection_string())
     await transport.open()
     try:
         got = await transport.manage(ManagementRequest("sessions", None, "sq"))

@@ -221,7 +221,7 @@ def _connect(url: str, backend: str, **options: float) -> aiosb.Namespace:
             admin, connection_verify=cert, retry_total=0
         )
 
-    transport = AmqpTransport(url, admin_factory=admin_factory)
+    transport = AmqpTransport.from_url(url, admin_factory=admin_factory)
     return aiosb.Namespace(transport, url=url, **options)
 
 

@@ -168,7 +168,7 @@ def counting_amqp_transport(url: str):
                 self.given_up += 1
                 raise
 
-    return Counting(url)
+    return Counting.from_url(url)
 
 
 @pytest.mark.looptime(False)  # the official SDK times by the wall clock

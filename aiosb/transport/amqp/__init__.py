@@ -83,84 +83,75 @@ class AmqpTransport(AdminOperations):
     """A :class:`~aiosb.transport.Transport` over the ``azure-servicebus`` aio SDK.
 
     Its namespace is NAME at ``NAME.servicebus.windows.net``, and host and port at any
-    other host: ``localhost_5672`` (:func:`~._amqp_endpoint.namespace_name`).
+    other host: ``localhost_5672`` (:func:`~._namespace_name.namespace_name`).
+
+    :func:`aiosb.connect` makes it from the :class:`~aiosb._endpoint.Endpoint` it
+    parsed; :meth:`from_url` makes one from a connection string or an ``sb://`` URL.
 
     Args:
-        connection_string: ``Endpoint=sb://NAME.servicebus.windows.net/;
-            SharedAccessKeyName=...;SharedAccessKey=...``.
-        fully_qualified_namespace: ``NAME.servicebus.windows.net``, with ``credential``,
-            instead of a connection string.
-        credential: A :class:`~aiosb.SasCredential` or any credential the SDK takes
+        endpoint: An AMQP endpoint: a connection string's
+            (``Endpoint=sb://NAME.servicebus.windows.net/;SharedAccessKeyName=...;
+            SharedAccessKey=...``), or ``sb://NAME.servicebus.windows.net`` with a
+            credential: a :class:`~aiosb.SasCredential` or any credential the SDK takes
             (``AzureNamedKeyCredential``, ``AzureSasCredential``, an async token
-            credential).
+            credential). Its certificate to trust is for AMQP over TLS and the
+            administration client's HTTPS (``aiosb serve`` answers that at its AMQP port
+            with a self-signed certificate); with a proxy the SDK speaks AMQP over
+            WebSockets.
         max_message_size: The namespace's message size limit in bytes (256 KB on
             standard; give premium's).
-        connection_verify: The CA file (PEM) the endpoint's certificate is checked
-            against, for AMQP over TLS and the administration client's HTTPS (``aiosb
-            serve`` answers that at its AMQP port with a self-signed certificate).
         client_factory: Makes the ``ServiceBusClient`` from keyword arguments (tests).
         admin_factory: Makes the ``ServiceBusAdministrationClient`` likewise (tests).
 
     Raises:
         InvalidOperation: ``azure-servicebus`` is not installed.
-        InvalidArgument: Neither a connection string nor a namespace and credential, or
-            an endpoint whose port is no number.
+        InvalidArgument: Not an AMQP endpoint, or one with neither a connection string
+            nor a credential.
     """
 
     #: Most locked messages one connection can hold and still settle (a client reading
     #: more must receive them on more connections).
     lock_capacity = MAX_TRACKED_LOCKS
 
-
     def __init__(
         self,
-        connection_string: str | Endpoint | None = None,
+        endpoint: Endpoint,
         *,
-        fully_qualified_namespace: str | None = None,
-        credential: Any = None,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-        connection_verify: Verify = None,
-        proxy: str | Proxy | None = None,
         client_factory: Callable[..., Any] | None = None,
         admin_factory: Callable[..., Any] | None = None,
     ) -> None:
         sdk()  # fail at connect(), with the install hint, when the extra is missing
-        if isinstance(connection_string, Endpoint):
-            given = connection_string
-        elif connection_string is not None:
-            given = Endpoint.parse(connection_string, verify=connection_verify,
-                                   proxy=proxy or False)
-        elif fully_qualified_namespace:
-            fqn = fully_qualified_namespace.split("://")[-1].strip("/")
-            given = Endpoint.parse(f"sb://{fqn}", credential, verify=connection_verify,
-                                   proxy=proxy or False)
-        else:
-            given = None
-        if given is None or given.kind != "amqp" or (
-            given.connection_string is None and given.credential is None
-        ):
-            if given is not None and given.kind == "amqp":
-                raise InvalidArgument(
-                    f"sb://{given.netloc} needs a credential: connect(url, credential="
-                    "(key_name, key)), or use the namespace's connection string."
-                )
+        if not isinstance(endpoint, Endpoint):
+            raise InvalidArgument(
+                f"AmqpTransport takes an Endpoint, not {endpoint!r}: "
+                "AmqpTransport.from_url(connection_string) makes one from a connection "
+                "string or an sb:// URL."
+            )
+        if endpoint.kind != "amqp":
             raise InvalidArgument(
                 "the AMQP transport needs a connection string, or a namespace and a credential."
             )
-        self.endpoint = given
+        if endpoint.connection_string is None and endpoint.credential is None:
+            raise InvalidArgument(
+                f"sb://{endpoint.netloc} needs a credential: connect(url, credential="
+                "(key_name, key)), or use the namespace's connection string."
+            )
+        self.endpoint = endpoint
         # A connection string's host as the SDK reads it (lower-cased); a namespace as
-        # given. The name: namespace_name's (a Service Bus NAME stays what it was).
-        by_string = given.connection_string is not None
-        self.host = given.host.lower() if by_string else given.netloc
+        # endpoint. The name: namespace_name's (a Service Bus NAME stays what it was).
+        by_string = endpoint.connection_string is not None
+        self.host = endpoint.host.lower() if by_string else endpoint.netloc
         self.namespace = namespace_name(
-            given.netloc.lower() if by_string else given.netloc, emulator=given.emulator
+            endpoint.host.lower() if by_string else endpoint.host, endpoint.port,
+            emulator=endpoint.emulator,
         )
         if not isinstance(max_message_size, int) or max_message_size < 1:
             raise InvalidArgument(f"max_message_size is {max_message_size!r}; it must be positive.")
         self.max_message_size = max_message_size
-        self._reached = Reached(given.netloc)
-        self._connection_string = given.connection_string
-        self._credential = given.credential
+        self._reached = Reached(endpoint.netloc)
+        self._connection_string = endpoint.connection_string
+        self._credential = endpoint.credential
         self._client_factory = client_factory
         self._admin_factory = admin_factory
         self._client: Any = None
@@ -173,6 +164,26 @@ class AmqpTransport(AdminOperations):
         )
         self._open = False
         self._closed = False
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        credential: Any = None,
+        *,
+        connection_verify: Verify = None,
+        proxy: str | Proxy | None = None,
+        **options: Any,
+    ) -> AmqpTransport:
+        """The transport to ``url``: a connection string, or ``sb://NAME.servicebus.
+        windows.net`` with ``credential``, parsed once as :func:`aiosb.connect` parses
+        it (no proxy unless one is given); ``options`` are the constructor's.
+
+        Raises:
+            InvalidArgument: A connection string or URL that names no AMQP namespace.
+        """
+        endpoint = Endpoint.parse(url, credential, verify=connection_verify, proxy=proxy or False)
+        return cls(endpoint, **options)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open" if self._open else "new"

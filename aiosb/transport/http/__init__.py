@@ -34,11 +34,11 @@ import math
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from yarl import URL
 
-from ..._endpoint import Endpoint
+from ..._endpoint import Endpoint, Proxy, Verify
 from ...auth import DEV_KEY, DEV_KEY_NAME, SasCredential
 from ...entities import DEAD_LETTER_SUFFIX
 from ...errors import (
@@ -81,41 +81,40 @@ class HttpTransport(HttpManagement):
     """A :class:`~aiosb.transport.Transport` over HTTP to an emulator server or a real
     namespace.
 
+    :func:`aiosb.connect` makes it from the :class:`~aiosb._endpoint.Endpoint` it
+    parsed; :meth:`from_url` makes one from a URL.
+
     Args:
-        url: ``http://HOST:PORT/NAME`` or ``https://NAME.servicebus.windows.net``.
-        credential: Signs every request; for ``http://`` URLs it defaults to the
-            emulator server's development key.
+        endpoint: An ``http://HOST:PORT/NAME`` or ``https://NAME.servicebus.windows.net``
+            endpoint; its credential signs every request (for ``http://``, by default
+            the emulator server's development key).
         operation_timeout: The client's budget for one operation, told to an emulator
             server so that it gives up an operation its client gave up on.
         extensions: Use the emulator server's aiosb extensions (default: for ``http://``).
         max_message_size: The namespace's limit in bytes (256 KB by default).
 
     Raises:
-        InvalidArgument: A URL without a namespace, or an ``https`` URL without a
-            credential.
+        InvalidArgument: Not an HTTP endpoint, one without a namespace, or an ``https``
+            one without a credential.
     """
 
     def __init__(
         self,
-        url: str | Endpoint,
-        credential: SasCredential | None = None,
+        endpoint: Endpoint,
         *,
         operation_timeout: float = 60.0,
         extensions: bool | None = None,
         max_message_size: int = 256 * 1024,
     ) -> None:
-        if isinstance(url, Endpoint):
-            endpoint = url
-            credential = credential or endpoint.credential
-        else:
-            if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme.lower() not in (
-                "http", "https"
-            ):
-                raise InvalidArgument(f"{url!r} is not an http:// or https:// URL.")
-            endpoint = Endpoint.parse(url, credential)
+        if not isinstance(endpoint, Endpoint):
+            raise InvalidArgument(
+                f"HttpTransport takes an Endpoint, not {endpoint!r}: "
+                "HttpTransport.from_url(url) makes one from a URL."
+            )
+        credential = endpoint.credential
         scheme, path = endpoint.scheme, endpoint.path
         url = endpoint.base_url
-        if scheme not in ("http", "https") or not endpoint.host:
+        if endpoint.kind != "http" or not endpoint.host:
             raise InvalidArgument(f"{url!r} is not an http:// or https:// URL.")
         if scheme == "https" and not path:
             name = endpoint.host.split(".")[0]
@@ -157,6 +156,22 @@ class HttpTransport(HttpManagement):
         #: The server said it takes framed batches (raw bodies: :mod:`aiosb.wire.frames`).
         self._frames = False
         self._locations: dict[str, int] = {}  # lock token -> sequence number (REST mode)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        credential: SasCredential | None = None,
+        *,
+        connection_verify: Verify = None,
+        proxy: str | Proxy | Literal[False] | None = None,
+        **options: Any,
+    ) -> HttpTransport:
+        """The transport to ``url`` (an ``http(s)://`` URL or the connection string
+        ``aiosb serve`` prints), parsed once as :func:`aiosb.connect` parses it;
+        ``options`` are the constructor's. Raises as the constructor does."""
+        endpoint = Endpoint.parse(url, credential, verify=connection_verify, proxy=proxy)
+        return cls(endpoint, **options)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open" if self._pool else "new"
