@@ -1,10 +1,12 @@
 """Where a namespace is and how to reach it: one value (:class:`Endpoint`), parsed once
-where a URL or a connection string enters (:func:`aiosb.connect`), and handed to the
-transport, which hands it on (its links, its management, its error sentences).
+where a URL or a connection string enters (:func:`aiosb.connect`, or a transport's
+``from_url``), and handed to the transport, which takes nothing else and hands it on
+(its links, its management, its error sentences).
 
 It carries the scheme and kind of transport, host and port, whether TLS is spoken, the
-credential, the management address, the certificate to trust and the proxy to go
-through. Nothing below :func:`aiosb.connect` parses a connection string again.
+credential, the management address, the certificate to trust, the proxy to go through
+and the URL's query. Nothing below :func:`aiosb.connect` parses a URL or a connection
+string again.
 
 A proxy (:class:`Proxy`) is given explicitly (``proxy="http://user:pw@host:port"``), or,
 for the HTTP transport, taken from the environment as curl and requests take it:
