@@ -139,7 +139,7 @@ class AmqpTransport(AdminOperations):
             )
         self.endpoint = endpoint
         # A connection string's host as the SDK reads it (lower-cased); a namespace as
-        # endpoint. The name: namespace_name's (a Service Bus NAME stays what it was).
+        # given. The name: namespace_name's (a Service Bus NAME stays what it was).
         by_string = endpoint.connection_string is not None
         self.host = endpoint.host.lower() if by_string else endpoint.netloc
         self.namespace = namespace_name(
