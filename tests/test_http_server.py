@@ -231,14 +231,19 @@ async def test_fault_endpoint_injects_lists_and_heals(http):
     assert emulator.namespace(NS).faults.active == []
 
 
-async def test_fragment_faults_need_an_emulator_that_has_them(http):
-    """A fragment fault is refused with 400 where the emulator has no fail_fragment."""
+async def test_fragment_faults_take_their_kind_and_operations(http):
+    """#49: a fragment fault is the kind, on the operations, that its body says (it was
+    an outage of every operation whatever was asked), and is listed with its fragment."""
     await make_queue(http, enable_partitioning=True)
-    made = await http.call("POST", f"/{NS}/$faults", json={"entity": "q", "fragment": 3})
-    if hasattr(emulator.namespace(NS).faults, "fail_fragment"):
-        assert made.status == 201
-    else:
-        assert made.status == 400 and "fail_fragment" in detail(made)
+    made = await http.call("POST", f"/{NS}/$faults", json={
+        "entity": "q", "fragment": 3, "kind": "transient", "operations": ["send"]})
+    assert made.status == 201, made.text
+    listed = json.loads((await http.call("GET", f"/{NS}/$faults")).body)["faults"]
+    assert [(f["entity"], f["kind"], f["operations"], f["fragment"]) for f in listed] == [
+        ("q", "transient", ["send"], 3)]
+    late = await http.call("POST", f"/{NS}/$faults", json={
+        "entity": "q", "fragment": 1024})
+    assert late.status == 400 and "from 0 to 1023" in detail(late)
 
 
 # -- R-5: authentication ---------------------------------------------------------------------

@@ -16,8 +16,10 @@ from .._clock import CLOCK
 from ..errors import InvalidOperation
 from ._broker import EmulatorNamespace
 from ._faults import OPERATIONS, Fault, Faults
+from ._manage import EntityStatus
 from ._partitions import FRAGMENT_SHIFT
 from ._record import MAX_DELIVERY_EXCEEDED, TTL_EXPIRED
+from ._sessions import SessionStatus
 from .durable import _journal as _durable
 from .durable._journal import Journal
 
@@ -27,9 +29,11 @@ __all__ = [
     "OPERATIONS",
     "TTL_EXPIRED",
     "EmulatorNamespace",
+    "EntityStatus",
     "Fault",
     "Faults",
     "Journal",
+    "SessionStatus",
     "exists",
     "journal",
     "namespace",

@@ -47,6 +47,7 @@ from ..errors import EntityNotFound, EntityUnavailable, InvalidArgument, Invalid
 from ..message import Message, ReceivedMessage
 from ..protocol import (
     ManagementRequest,
+    ReceiveMode,
     ReceiveRequest,
     SessionInfo,
     SessionRequest,
@@ -55,8 +56,10 @@ from ..protocol import (
 from . import _delivery, _manage, _sending, _sessions
 from ._entity import EntityJournal, _Entity
 from ._faults import Fault, Faults
+from ._manage import EntityStatus
 from ._namespace import Loading
 from ._record import INF, _Ids
+from ._sessions import SessionStatus
 from ._store import _wake
 from ._surroundings import Due
 
@@ -214,6 +217,55 @@ class EmulatorNamespace:
         if request.action == "sessions":
             return await _sessions.listing(self, request.path, request.properties)
         return await _manage.manage(self, request)
+
+    # -- what tools read and do (the explorer, /metrics) ------------------------------
+
+    async def take(
+        self,
+        path: str,
+        sequence_numbers: Sequence[int],
+        *,
+        sub_queue: str | None = None,
+        mode: ReceiveMode = "peek_lock",
+    ) -> list[ReceivedMessage]:
+        """Receive the messages of ``path`` (or of its ``sub_queue``: ``"deadletter"``)
+        numbered ``sequence_numbers`` that are there and not locked, deferred or not,
+        and no other: a number with no such message is passed over (compare what comes
+        back with what was asked). Faults, fragments, locks and deletion are as
+        :meth:`receive` has them.
+
+        A client's receive by sequence numbers takes deferred messages only, as Service
+        Bus's does; this is for a tool that chose messages from a peek (the explorer
+        resubmitting chosen dead letters).
+        """
+        if self.recovery is not None:
+            await self.recovery.wait(self, path)
+        return await _delivery.take(self, path, sequence_numbers, sub_queue, mode)
+
+    def entity_statuses(self) -> list[EntityStatus]:
+        """Every entity's kind, description and counts now, in path order, read in
+        passing: no fault applies, nothing waits, nothing is touched or counted (for a
+        metrics scrape, a live page). An entity a durable restart is still loading is
+        left out rather than shown empty."""
+        return _manage.statuses(self)
+
+    async def session_statuses(self, path: str) -> list[SessionStatus]:
+        """The sessions of a session-enabled queue or subscription (those the
+        ``sessions`` management action lists), each with its state, whether a receiver
+        holds its lock, and how many messages it holds; read without locking any."""
+        if self.recovery is not None:
+            await self.recovery.wait(self, path)
+        return await _sessions.statuses(self, path)
+
+    def description(self, path: str) -> Any:
+        """The description of the entity ``path`` names (as a management ``get`` gives
+        it), read as :meth:`lookup` reads: no fault applies and nothing is counted.
+
+        Raises:
+            EntityNotFound: No entity has that path.
+        """
+        entity, _ = self._resolve(path)
+        return entity.description()
 
     # -- lifetime and time ----------------------------------------------------------
 

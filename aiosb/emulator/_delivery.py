@@ -1,5 +1,6 @@
-"""Receiving and settling: receive (long-polled), peek, receive deferred messages, and
-complete, abandon, dead-letter, defer or renew locked ones.
+"""Receiving and settling: receive (long-polled), peek, receive deferred messages, take
+chosen messages by number (:func:`take`, for tools), and complete, abandon, dead-letter,
+defer or renew locked ones.
 
 A partitioned entity's receive gathers from every fragment that is up (PT-12); a peek
 answers from one fragment and up to the response size limit (PT-13). Messages are taken
@@ -25,16 +26,16 @@ from ..errors import (
     PartitionUnavailable,
 )
 from ..message import ReceivedMessage
-from ..protocol import ReceiveRequest, Settlement
+from ..protocol import ReceiveMode, ReceiveRequest, Settlement
 from ._entity import _Entity, _Session
 from ._faults import Fault
 from ._namespace import Namespace
 from ._partitions import FRAGMENT_SHIFT, by_fragment, gather_order
-from ._record import DEFERRED, _Record, received_columns, received_messages
+from ._record import AVAILABLE, DEFERRED, _Record, received_columns, received_messages
 from ._sessions import held
 from ._store import _Store, _wake_one
 
-__all__ = ["receive", "settle"]
+__all__ = ["receive", "settle", "take"]
 
 
 async def receive(ns: Namespace, path: str, request: ReceiveRequest) -> list[ReceivedMessage]:
@@ -49,12 +50,37 @@ async def receive_columns(
     return received_columns(*await _receive(ns, path, request))
 
 
+async def take(
+    ns: Namespace,
+    path: str,
+    sequence_numbers: Sequence[int],
+    sub_queue: str | None = None,
+    mode: ReceiveMode = "peek_lock",
+) -> list[ReceivedMessage]:
+    """The messages of ``path`` (or its ``sub_queue``) numbered ``sequence_numbers``
+    that are there and not locked, deferred or not, and no other; a number with no
+    such message is passed over. The receive by sequence numbers (faults, fragments,
+    locks and deletion as :func:`receive` has them), for a tool that chose the messages
+    from a peek: a dead letter is mostly neither deferred nor next."""
+    request = ReceiveRequest(
+        mode=mode, max_messages=max(1, len(sequence_numbers)), max_wait=0,
+        sub_queue=sub_queue, sequence_numbers=sequence_numbers,
+    )
+    return received_messages(*await _receive(ns, path, request, _FREE))
+
+
+#: The states a receive by sequence numbers takes: a client's, the deferred ones only
+#: (Service Bus's receive-deferred); :func:`take`'s, any message not locked.
+_DEFERRED, _FREE = (DEFERRED,), (AVAILABLE, DEFERRED)
+
+
 async def _receive(
-    ns: Namespace, path: str, request: ReceiveRequest
+    ns: Namespace, path: str, request: ReceiveRequest, numbered: tuple[int, ...] = _DEFERRED
 ) -> tuple[list[_Record], str, bool]:
     """The records a receive hands out, the path they are received from, and whether
     it is a peek (whose records stay as they were): for the caller to read at once,
-    before anything else runs."""
+    before anything else runs. ``numbered``: the states of the messages a receive by
+    sequence numbers takes (all of them must be there unless it is :data:`_FREE`)."""
     count = request.max_messages
     if not isinstance(count, int) or count < 1:
         raise InvalidArgument(f"max_messages is {count!r}; it must be at least 1.")
@@ -108,8 +134,9 @@ async def _receive(
         else:
             lock_seconds = entity.lock_seconds if lock else None
         if request.sequence_numbers is not None:
-            found_or_fault = _take_deferred(
-                entity, stores, request.sequence_numbers, lock_seconds, now, down, path
+            found_or_fault = _take_numbered(
+                entity, stores, request.sequence_numbers, lock_seconds, now, down, path,
+                numbered,
             )
             if isinstance(found_or_fault, Fault):
                 await faults.apply(found_or_fault, "receive", path)
@@ -221,7 +248,7 @@ def _pass_on(stores: list[_Store]) -> None:
             _wake_one(store.waiters)
 
 
-def _take_deferred(
+def _take_numbered(
     entity: _Entity,
     stores: list[_Store],
     seqs: Sequence[int],
@@ -229,9 +256,12 @@ def _take_deferred(
     now: float,
     down: dict[int, Fault] | None,
     path: str,
+    states: tuple[int, ...],
 ) -> list[_Record] | Fault:
-    """Deferred messages by sequence number, from the fragments their numbers name;
-    or the fault of a fragment they need that is down."""
+    """Messages by sequence number, from the fragments their numbers name: deferred
+    ones, all of them or MessageNotFound; or (``states`` is :data:`_FREE`) those
+    there and not locked, passing over the rest. Or the fault of a fragment they need
+    that is down."""
     if len(stores) == 1 and stores[0].session is not None:
         groups = {0: list(seqs)}
         by_frag = {0: stores[0]}
@@ -245,6 +275,11 @@ def _take_deferred(
     found: list[tuple[_Store, list[_Record]]] = []
     for f, group in groups.items():
         store = by_frag.get(f)
+        if states is _FREE:
+            if store is not None:
+                got = map(store.records.get, dict.fromkeys(group))
+                found.append((store, [r for r in got if r is not None and r.state in states]))
+            continue
         if store is None:
             raise MessageNotFound(
                 f"No deferred message with sequence number {group[0]} in {path!r}."

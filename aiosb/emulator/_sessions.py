@@ -1,7 +1,7 @@
 """Session operations: accept (a named session, or the next available one), renew,
 release, get and set state (:func:`session`), the listing of an entity's sessions
-(:func:`listing`), and the check that a receive or settlement holds its session's lock
-(:func:`held`).
+(:func:`listing`; with each one's state, lock and messages: :func:`statuses`), and the
+check that a receive or settlement holds its session's lock (:func:`held`).
 
 The session itself (its store, state, lock) is :class:`~._entity._Session`. A receiver
 accepting sessions is a listener of its entity, which lets session expiry happen
@@ -13,6 +13,7 @@ Imports: :mod:`._entity`, :mod:`._partitions`, :mod:`._namespace` (never the bro
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from ..errors import (
     InvalidArgument,
@@ -26,7 +27,7 @@ from ._entity import _Entity, _Session
 from ._namespace import Namespace
 from ._partitions import home
 
-__all__ = ["held", "listing", "session"]
+__all__ = ["SessionStatus", "held", "listing", "session", "statuses"]
 
 
 def session_entity(ns: Namespace, path: str) -> _Entity:
@@ -140,6 +141,43 @@ async def listing(ns: Namespace, path: str, state_set_after: object) -> list[str
         elif held_session.state_set > state_set_after:
             found.append(sid)
     return sorted(found)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStatus:
+    """A session as :meth:`~aiosb.emulator.EmulatorNamespace.session_statuses` reads it.
+
+    Attributes:
+        session_id: Its id.
+        state: Its state (``None``: none set).
+        locked: Whether a receiver holds its lock now.
+        message_count: The messages it holds (scheduled ones included).
+    """
+
+    session_id: str
+    state: bytes | None
+    locked: bool
+    message_count: int
+
+
+async def statuses(ns: Namespace, path: str) -> list[SessionStatus]:
+    """The sessions :func:`listing` names (``state_set_after`` none), each with its
+    state, lock and messages, read without locking any: a browse, as a peek is, that
+    neither takes nor disturbs a receiver's lock."""
+    ids = await listing(ns, path, None)
+    now = ns.now()
+    sessions = session_entity(ns, path).sessions
+    out = []
+    for sid in ids:
+        found = sessions.get(sid)
+        if found is None:
+            out.append(SessionStatus(sid, None, False, 0))
+            continue
+        out.append(SessionStatus(
+            sid, found.state, found.lock is not None and found.locked_until > now,
+            len(found.store.records),
+        ))
+    return out
 
 
 async def accept_next(ns: Namespace, path: str, max_wait: float | None) -> SessionInfo:

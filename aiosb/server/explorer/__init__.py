@@ -10,7 +10,7 @@ with its rights) in constant time and answers with a session cookie: random, ``H
 the server's memory again. Over plain HTTP only a client on the server's machine may
 sign in (the key would cross the network readable), and a client address that keeps
 giving wrong keys for a key name is slowed; the right key, compared first, signs in at
-once (:mod:`._explorer_auth`). A page that
+once (:mod:`._sign_in`). A page that
 signed each request with a SAS token it made would need the key in script, and
 WebCrypto, which browsers give only to secure contexts (HTTPS or localhost).
 
@@ -28,21 +28,28 @@ site can neither read nor send without a CORS preflight the server never approve
 the cookie is ``SameSite=Strict`` besides). Signing in needs the ``X-Aiosb-Explorer``
 header, for the same reason. A page whose own name was re-pointed at the server (DNS
 rebinding) passes those checks, its ``Origin`` and ``Host`` agreeing; the server's
-``Host`` check (:mod:`._hosts`), before any route, answers it 421.
+``Host`` check (:mod:`aiosb.server.http._hosts`), before any route, answers it 421.
 
 **Live.** ``GET /explorer/api/events`` is a stream of server-sent events: the
 namespaces (entities, counts, size, messages in and out per second, and for a Manage
 key settings and faults), once a second, read once for every page open
-(:class:`._explorer_live.Sampler`); at most :data:`MAX_STREAMS` streams at once.
+(:class:`._live.Sampler`); at most :data:`MAX_STREAMS` streams at once.
 
 **Errors and the log.** A body that does not arrive within ``BODY_SECONDS`` (as a REST
-request's: :func:`._http.read_body`), is not plain JSON (``NaN``, nested past Python's
-limits) or has a number out of range is a 400; anything unforeseen a JSON 500 with one log
-line; every answer carries the same security headers. Sign-ins and every change are
-logged to the ``aiosb.server.requests`` logger (unless ``--quiet``), never a key.
+request's: :func:`aiosb.server.http._requests.read_body`), is not plain JSON (``NaN``,
+nested past Python's limits) or has a number out of range is a 400; anything unforeseen
+a JSON 500 with one log line; every answer carries the same security headers. Sign-ins
+and every change are logged to the ``aiosb.server.requests`` logger (unless
+``--quiet``), never a key.
 
 **Markup.** The page puts what it shows into text nodes (``textContent``), never into
 markup; the Content-Security-Policy lets only the page's own script and style run.
+
+**The broker.** What the page does is done through the broker's public operations
+(methods of :class:`~aiosb.emulator.EmulatorNamespace`: :mod:`._operations`), as the
+REST plane's; a fault is read by the fault API's own parser
+(:func:`aiosb.server.http._fault_api.inject`), so the explorer refuses what
+``POST /{ns}/$faults`` refuses (#49).
 """
 
 
@@ -61,10 +68,10 @@ from typing import Any
 from aiohttp import web
 
 from ... import emulator
-from ...emulator import EmulatorNamespace
-from ...emulator.durable._journal import Journal
+from ...emulator import EmulatorNamespace, Journal
 from ...errors import EntityNotFound, InvalidArgument, ServiceBusError
 from ...wire import status as _status
+from ..http import _fault_api
 from ..http._metrics import access_log
 from ..http._requests import read_body
 from . import _operations as ops
@@ -367,8 +374,9 @@ def _me(session: Session) -> dict[str, Any]:
 def _same_origin(request: web.Request) -> None:
     """Refuse a request that another page made: its ``Origin``, when it has one, is the
     explorer's own exactly (scheme, ``Host``, port). Not "any IP address", which is
-    right of ``Host`` alone (:mod:`._hosts`): a page at ``http://203.0.113.7`` is
-    another machine's, and one at ``http://127.0.0.1:3000`` another program's (#48)."""
+    right of ``Host`` alone (:mod:`aiosb.server.http._hosts`): a page at
+    ``http://203.0.113.7`` is another machine's, and one at ``http://127.0.0.1:3000``
+    another program's (#48)."""
     origin = request.headers.get("Origin")
     if origin is not None and origin != f"{request.scheme}://{request.host}":
         raise Refused(403, f"requests from {origin[:80]!r} are refused: the explorer takes "
@@ -473,12 +481,13 @@ async def _delete_rule(ns: EmulatorNamespace, args: dict[str, Any]) -> Any:
 
 
 async def _inject(ns: EmulatorNamespace, args: dict[str, Any]) -> Any:
-    return ops.inject(ns, args)
+    fields = {name: args[name] for name in _fault_api.FIELDS if name in args}
+    return {"id": _fault_api.inject(ns.faults, fields).id}
 
 
 async def _heal(ns: EmulatorNamespace, args: dict[str, Any]) -> Any:
     fault = args.get("id")
-    return ops.heal(ns, None if fault in (None, "") else str(fault))
+    return {"healed": _fault_api.heal(ns.faults, None if fault in (None, "") else str(fault))}
 
 
 _Handler = Callable[[EmulatorNamespace, dict[str, Any]], Awaitable[Any]]

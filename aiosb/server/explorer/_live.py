@@ -1,9 +1,10 @@
-"""The explorer's live snapshot (:mod:`._explorer`): every namespace's entities, counts,
-settings, messages in and out per second, and faults, read at most once a second and
-shared by every open page.
+"""The explorer's live snapshot (:mod:`aiosb.server.explorer`): every namespace's
+entities, counts, settings, messages in and out per second, and faults, read at most
+once a second and shared by every open page.
 
-Counts are read as ``GET /metrics`` reads them (the entity table, without fault
-checks), so the page keeps showing an entity through its outage.
+Entities are read as ``GET /metrics`` reads them
+(:meth:`~aiosb.emulator.EmulatorNamespace.entity_statuses`: no fault check), so the
+page keeps showing an entity through its outage.
 """
 
 
@@ -11,33 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import time
 from collections import deque
 from typing import Any
 
 from ... import emulator
-from ...emulator import EmulatorNamespace
-from ...emulator._manage import runtime
+from ...emulator import EntityStatus
+from ..http._fault_api import view
 from ._operations import plain
 
 #: Points of a chart (one a second).
 HISTORY = 60
-_COUNT = re.compile(r"count\((\d+)\)")
-
-
-def _numbered(entity: Any) -> int | None:
-    """How many sequence numbers ``entity`` has given out (its messages in, dead-letter
-    copies included), or ``None`` if that cannot be read. Each fragment numbers with an
-    :func:`itertools.count`, whose ``repr`` is the one view of its next value that does
-    not take it: read so, the broker's hot path pays nothing for the chart."""
-    total = 0
-    for counter in getattr(entity, "seqs", ()):
-        found = _COUNT.fullmatch(repr(counter))
-        if found is None:
-            return None
-        total += int(found[1])
-    return total
 
 
 class Sampler:
@@ -73,28 +58,25 @@ class Sampler:
         out = []
         for ns in sorted(emulator.namespaces(), key=lambda n: n.name.lower()):
             entities = []
-            recovery = ns.recovery  # a durable restart's load: what is not in is left out
-            for entity in sorted(ns._entities.values(), key=lambda e: e.path.lower()):
-                if entity.deleted or (recovery is not None and not recovery.ready(entity)):
-                    continue
-                key = (ns.name, entity.path)
+            for status in ns.entity_statuses():  # after a durable restart, what is loaded
+                key = (ns.name, status.path)
                 seen.add(key)
-                entities.append(self._entity(ns, entity, key, now, wall))
+                entities.append(self._entity(status, key, now, wall))
             self._topics_add_up(ns.name, entities, wall)
             out.append({
                 "name": ns.name, "tier": ns.tier, "entities": entities,
-                "faults": faults_of(ns),
+                "faults": [view(f) for f in ns.faults.active],
             })
         for gone in self._last.keys() - seen:
             self._last.pop(gone, None)
             self._history.pop(gone, None)
         return {"at": wall, "namespaces": out}
 
-    def _entity(self, ns: EmulatorNamespace, entity: Any, key: tuple[str, str], now: float,
+    def _entity(self, status: EntityStatus, key: tuple[str, str], now: float,
                 wall: float) -> dict[str, Any]:
-        counts = runtime(ns, entity.path)
+        counts = status.counts
         held = counts.total_message_count
-        numbered = _numbered(entity)
+        numbered = status.numbered
         before = self._last.get(key)
         self._last[key] = (now, numbered, held)
         rate = None
@@ -104,10 +86,10 @@ class Sampler:
             gave = took - (held - before[2])
             rate = (max(0.0, took / seconds), max(0.0, gave / seconds))
             self._history.setdefault(key, deque(maxlen=HISTORY)).append((wall, *rate))
-        props = entity.description()
+        props = status.description
         return {
-            "path": entity.path,
-            "kind": entity.kind,
+            "path": status.path,
+            "kind": status.kind,
             "topic": getattr(props, "topic_name", None),
             "counts": {
                 "active": counts.active_message_count,
@@ -144,12 +126,3 @@ class Sampler:
                     item["rate"] = (got[0], got[1])
                     points = self._history.setdefault((ns, item["path"]), deque(maxlen=HISTORY))
                     points.append((wall, got[0], got[1]))
-
-
-def faults_of(ns: EmulatorNamespace) -> list[dict[str, Any]]:
-    """The namespace's active faults."""
-    return [
-        {"id": f.id, "entity": f.entity, "kind": f.kind, "operations": sorted(f.operations),
-         "seconds": f.seconds, "fragment": f.fragment}
-        for f in ns.faults.active
-    ]

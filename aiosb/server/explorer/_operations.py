@@ -1,10 +1,11 @@
-"""What the explorer (:mod:`._explorer`) does to the broker: peeks rendered for a
-person, sends, resubmits, purges, rules, session states and faults (the live snapshot of
-every namespace is :mod:`._explorer_live`'s).
+"""What the explorer (:mod:`aiosb.server.explorer`) does to the broker: peeks rendered
+for a person, sends, resubmits, purges, rules and session states (the live snapshot of
+every namespace is :mod:`._live`'s; faults are read by the fault API's parser,
+:func:`aiosb.server.http._fault_api.inject`).
 
-Everything here takes an :class:`~aiosb.emulator.EmulatorNamespace` and plain values and
-answers plain JSON-ready values; the HTTP side (sign-in, rights, cross-site checks) is
-:mod:`._explorer`'s.
+Everything here takes an :class:`~aiosb.emulator.EmulatorNamespace` and plain values,
+calls its public operations only (as the REST plane does: #49), and answers plain
+JSON-ready values; the HTTP side (sign-in, rights, cross-site checks) is the package's.
 """
 
 
@@ -16,9 +17,7 @@ import json
 import math
 from typing import Any
 
-from ... import emulator
 from ...emulator import EmulatorNamespace
-from ...emulator._record import AVAILABLE, DEFERRED, received_messages
 from ...entities import AuthorizationRule
 from ...errors import InvalidArgument, MessageNotFound
 from ...message import Message, ReceivedMessage
@@ -244,22 +243,23 @@ def _copy(m: ReceivedMessage) -> Message:
     return Message(m.body, **kept)
 
 
-def resubmit_target(entity_path: str, kind: str, topic: str | None) -> str:
-    """Where a dead letter goes back to: its queue, or a subscription's topic."""
-    return topic if kind == "subscription" and topic else entity_path
+def resubmit_target(kind: str, description: Any) -> str:
+    """Where a dead letter of an entity of ``kind`` goes back to: its queue, or a
+    subscription's topic (as their descriptions name them)."""
+    return str(description.topic_name if kind == "subscription" else description.name)
 
 
 async def resubmit(ns: EmulatorNamespace, path: str, seqs: list[int] | None
                    ) -> dict[str, Any]:
     """Send dead-lettered messages of ``path`` (those numbered ``seqs``, or all) to the
     entity again (a subscription's to its topic), completing each copy in the dead-letter
-    queue once it is sent. Chosen ones are taken by number: no other dead letter is
-    locked or touched."""
-    entity, _ = ns._resolve(path)
-    props = entity.description()
-    target = resubmit_target(entity.path, entity.kind, getattr(props, "topic_name", None))
+    queue once it is sent. Chosen ones are taken by number (the broker's
+    :meth:`~aiosb.emulator.EmulatorNamespace.take`): no other dead letter is locked or
+    touched."""
+    kind, _ = ns.lookup(path)
+    target = resubmit_target(kind, ns.description(path))
     if seqs is not None:
-        take = await _take_dead_letters(ns, path, seqs)
+        take = await ns.take(path, seqs, sub_queue="deadletter")
         if take:
             await _send_back(ns, path, target, take)
         missing = set(seqs) - {m.sequence_number for m in take}
@@ -278,30 +278,6 @@ async def resubmit(ns: EmulatorNamespace, path: str, seqs: list[int] | None
         await _send_back(ns, path, target, got)
         done += len(got)
     return {"resubmitted": done, "to": target}
-
-
-async def _take_dead_letters(ns: EmulatorNamespace, path: str, seqs: list[int]
-                             ) -> list[ReceivedMessage]:
-    """Lock the dead letters of ``path`` numbered ``seqs`` that are there and free, and
-    no other. (The broker's receive takes the next messages in order, or deferred ones
-    by number; a dead letter is mostly neither deferred nor next.)"""
-    if ns.faults.active:
-        await ns.faults.check("receive", path)
-    entity, _ = ns._receivable(path, "deadletter", "receive")
-    down = ns._down("receive", path) or {}
-    now = ns.now()
-    entity.touch(now)
-    wanted = list(dict.fromkeys(seqs))
-    taken: list[ReceivedMessage] = []
-    for store in entity.dlqs:
-        if store.fragment in down:
-            continue  # down: its dead letters are not there to take
-        recs = [rec for rec in map(store.records.get, wanted)
-                if rec is not None and rec.state in (AVAILABLE, DEFERRED)]
-        if recs:
-            store.hand_out(recs, entity.lock_seconds, now)
-            taken += received_messages(recs, store.path)
-    return taken
 
 
 async def _send_back(ns: EmulatorNamespace, path: str, target: str,
@@ -329,8 +305,7 @@ async def purge(ns: EmulatorNamespace, path: str, sub: str) -> dict[str, Any]:
     sub_queue = _sub(sub)
     gone = 0
     if sub in ("active", "deadletter"):
-        entity, _ = ns._resolve(path)
-        if sub == "active" and entity.sessionful:
+        if sub == "active" and ns.lookup(path)[1]:  # session-enabled
             return {"purged": await _purge_sessions(ns, path)}
         while gone < SCAN_LIMIT:
             got = await ns.receive(path, ReceiveRequest(
@@ -379,22 +354,15 @@ async def _purge_sessions(ns: EmulatorNamespace, path: str) -> int:
 async def sessions(ns: EmulatorNamespace, path: str) -> list[dict[str, Any]]:
     """The sessions of a session-enabled entity, each with its state and whether a
     receiver holds it (read, never locked: a receiver's lock is not disturbed)."""
-    entity, _ = ns._resolve(path)
-    out = []
-    for sid in await ns.manage(ManagementRequest("sessions", None, path)):
-        session = entity.sessions.get(sid)
-        state = None if session is None else session.state
-        out.append({
-            "session_id": sid,
-            "state": None if state is None else body_view(state, None),
-            "locked": session is not None and session.lock is not None
-            and session.locked_until > ns.now(),
-            "messages": 0 if session is None else len(session.store.records),
-        })
-    return out
+    return [
+        {"session_id": s.session_id,
+         "state": None if s.state is None else body_view(s.state, None),
+         "locked": s.locked, "messages": s.message_count}
+        for s in await ns.session_statuses(path)
+    ]
 
 
-# -- rules and faults -----------------------------------------------------------------
+# -- rules --------------------------------------------------------------------------
 
 
 def rule_view(rule: RuleProperties) -> dict[str, Any]:
@@ -444,37 +412,3 @@ async def add_rule(ns: EmulatorNamespace, path: str, name: str, sql: str,
 async def delete_rule(ns: EmulatorNamespace, path: str, name: str) -> None:
     """Delete a subscription's rule."""
     await ns.manage(ManagementRequest("delete", "rule", rule_path(*_subscription(path), name)))
-
-
-def inject(ns: EmulatorNamespace, fields: dict[str, Any]) -> dict[str, Any]:
-    """Inject a fault as ``POST /{ns}/$faults`` takes it: ``entity`` (none: the whole
-    namespace), ``kind``, ``operations``, ``seconds`` (a delay), ``fragment``."""
-    entity = _text(fields, "entity")
-    ops = fields.get("operations") or list(emulator.OPERATIONS)
-    if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
-        raise InvalidArgument("operations must be a list of send, receive, manage.")
-    kind = fields.get("kind", "unavailable")
-    fragment = fields.get("fragment")
-    if fragment not in (None, ""):
-        if entity is None or isinstance(fragment, bool) or not isinstance(fragment, int):
-            raise InvalidArgument("a fragment fault needs its entity and a whole number.")
-        fault = ns.faults.fail_fragment(entity, fragment, kind=kind, operations=ops)
-    elif kind == "delay":
-        seconds = fields.get("seconds")
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-            raise InvalidArgument("a delay needs its seconds.")
-        fault = ns.faults.delay(entity, float(seconds), operations=ops)
-    else:
-        fault = ns.faults.fail(entity, kind=kind, operations=ops)
-    return {"id": fault.id}
-
-
-def heal(ns: EmulatorNamespace, fault_id: str | None) -> dict[str, Any]:
-    """Heal one fault (by id) or, with ``None``, all of the namespace's."""
-    if fault_id is None:
-        return {"healed": ns.faults.heal()}
-    fault = ns.faults.get(fault_id)
-    if fault is None:
-        raise MessageNotFound(f"no active fault with id {fault_id[:40]!r}.")
-    fault.heal()
-    return {"healed": 1}

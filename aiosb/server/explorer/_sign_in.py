@@ -1,4 +1,4 @@
-"""Who may use the explorer (:mod:`._explorer`), and what each may see.
+"""Who may use the explorer (:mod:`aiosb.server.explorer`), and what each may see.
 
 **Sessions** (:class:`Sessions`): a random token (the cookie) for each sign-in, ending
 after :data:`SESSION_SECONDS`, at sign-out, or when the same browser signs in again

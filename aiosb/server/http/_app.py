@@ -25,7 +25,7 @@ from ...errors import (
     ServiceBusError,
 )
 from ...wire import status as _status
-from ..explorer import Explorer
+from .. import explorer as _explorer  # the module: it imports this package (#49)
 from . import _extensions, _fault_api, _rest_plane
 from . import _management_api as _manage
 from ._hosts import AllowedHosts
@@ -92,8 +92,8 @@ class EmulatorServer:
         self.hosts = hosts or AllowedHosts()
         self._journal = journal
         #: The Service Bus Explorer at /explorer/ (:mod:`._explorer`), if served.
-        self.explorer = Explorer(table, self._namespace, journal,
-                                 log=log_requests) if explorer else None
+        self.explorer = _explorer.Explorer(table, self._namespace, journal,
+                                           log=log_requests) if explorer else None
         self._namespaces: dict[str, EmulatorNamespace] = {}
         #: The namespace served at the root (paths name entities, not namespaces), as a
         #: namespace's own host serves it; None: the first segment names the namespace.

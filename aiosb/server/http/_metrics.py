@@ -23,7 +23,6 @@ from typing import Any
 from aiohttp import web
 
 from ... import emulator
-from ...emulator._manage import runtime
 
 __all__ = ["Observer", "access_log"]
 
@@ -99,18 +98,15 @@ class _EntityCollector:
             labels=["namespace", "entity", "state"],
         )
         for ns in emulator.namespaces():
-            recovery = ns.recovery  # a durable restart's load: what is not in is left out
-            for entity in list(ns._entities.values()):
-                if entity.deleted or (recovery is not None and not recovery.ready(entity)):
-                    continue
-                counts = runtime(ns, entity.path)
+            for status in ns.entity_statuses():  # after a durable restart, what is loaded
+                counts = status.counts
                 for state, value in (
                     ("active", counts.active_message_count),
                     ("scheduled", counts.scheduled_message_count),
                     ("deferred", counts.deferred_message_count),
                     ("dead_letter", counts.dead_letter_message_count),
                 ):
-                    family.add_metric([ns.name, entity.path, state], value)
+                    family.add_metric([ns.name, status.path, state], value)
         yield family
         journal = emulator.journal()
         if journal is not None:
