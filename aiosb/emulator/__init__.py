@@ -14,18 +14,23 @@ from __future__ import annotations
 
 from .._clock import CLOCK
 from ..errors import InvalidOperation
-from ._broker import EmulatorNamespace
+from ._broker import NAMESPACE_NAME, EmulatorNamespace, check_namespace_name
 from ._faults import OPERATIONS, Fault, Faults
-from ._manage import EntityStatus
+from ._manage import MAX_ENTITIES, EntityStatus
 from ._partitions import FRAGMENT_SHIFT
 from ._record import MAX_DELIVERY_EXCEEDED, TTL_EXPIRED
+from ._rules import MAX_CORRELATION_FILTERS, MAX_SQL_FILTERS
 from ._sessions import SessionStatus
 from .durable import _journal as _durable
 from .durable._journal import Journal
 
 __all__ = [
     "FRAGMENT_SHIFT",
+    "MAX_CORRELATION_FILTERS",
     "MAX_DELIVERY_EXCEEDED",
+    "MAX_ENTITIES",
+    "MAX_SQL_FILTERS",
+    "NAMESPACE_NAME",
     "OPERATIONS",
     "TTL_EXPIRED",
     "EmulatorNamespace",
@@ -34,6 +39,7 @@ __all__ = [
     "Faults",
     "Journal",
     "SessionStatus",
+    "check_namespace_name",
     "exists",
     "journal",
     "namespace",

@@ -34,7 +34,7 @@ from ._rules import Rules, check_quota
 
 __all__ = ["EntityStatus", "manage", "statuses"]
 
-_MAX_ENTITIES = 10_000
+MAX_ENTITIES = 10_000
 _MAX_PARTITIONED = 100
 
 
@@ -110,9 +110,9 @@ def create(ns: Namespace, kind: str, props: Any, now: float, first: Any = None) 
         if target is not None and target.lower() != path.lower():  # itself: allowed
             forward_target(ns, target, target_name)
     if kind != "subscription":
-        if ns.tier != "premium" and len(entities) >= _MAX_ENTITIES:
+        if ns.tier != "premium" and len(entities) >= MAX_ENTITIES:
             raise QuotaExceeded(
-                f"Namespace {ns.name!r} has {_MAX_ENTITIES} entities, the most it may hold."
+                f"Namespace {ns.name!r} has {MAX_ENTITIES} entities, the most it may hold."
             )
         # Counted only for a partitioned entity on the standard tier (at most 100 of
         # them), so creating entities stays linear in their number, not quadratic.

@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from ..._clock import within
-from ...emulator._broker import NAMESPACE_NAME
+from ...emulator import NAMESPACE_NAME
 from ...errors import (
     InvalidArgument,
     OperationTimeout,

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...client import Namespace
-from ...emulator._manage import _MAX_ENTITIES
-from ...emulator._rules import MAX_CORRELATION_FILTERS, MAX_SQL_FILTERS
+from ...emulator import MAX_ENTITIES
+from ...emulator import MAX_CORRELATION_FILTERS, MAX_SQL_FILTERS
 from ...errors import EntityNotFound
 from ...rules import CorrelationRuleFilter, RuleProperties, SqlRuleFilter
 from ._spec import ConfigError, EmulatorConfig, EntitySpec, RuleSpec
@@ -96,11 +96,11 @@ async def plan(ns: Namespace, config: EmulatorConfig) -> Plan:
         steps.append(step)
     made = {s.spec.name.lower() for s in steps if s.spec.kind != "subscription"}
     _check_forwards(steps, made | set(queues) | set(topics))
-    if len(made | set(queues) | set(topics)) > _MAX_ENTITIES:
+    if len(made | set(queues) | set(topics)) > MAX_ENTITIES:
         raise ConfigError(
             f"UserConfig.Namespaces[0]: with the file's queues and topics the namespace "
             f"would hold {len(made | set(queues) | set(topics))}, more than the "
-            f"{_MAX_ENTITIES} a namespace may hold.")
+            f"{MAX_ENTITIES} a namespace may hold.")
     await _check_filter_quotas(ns, steps, topics)
     return Plan(config, tuple(steps))
 

@@ -6,7 +6,7 @@ most :data:`MAX_DEPTH` deep, its numbers and durations are bounded before anythi
 computed from them (an ISO 8601 duration longer than Service Bus's ``TimeSpan.MaxValue``
 is refused, never an ``OverflowError``), and names are checked as the emulator checks
 them (:func:`aiosb.entities._check_name`, the namespace's by
-:func:`aiosb.emulator._broker.check_namespace_name`) and compared without case, as
+:func:`aiosb.emulator.check_namespace_name`) and compared without case, as
 Service Bus compares them. A limit of aiosb's own constructors (a SQL expression over
 1024 characters, more than 64 correlation properties, a property named ``""``) is the
 same one sentence: their :class:`~aiosb.errors.InvalidArgument` becomes a
@@ -28,9 +28,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ...emulator._broker import check_namespace_name
-from ...emulator._manage import _MAX_ENTITIES
-from ...emulator._rules import MAX_CORRELATION_FILTERS, MAX_SQL_FILTERS
+from ...emulator import check_namespace_name
+from ...emulator import MAX_ENTITIES
+from ...emulator import MAX_CORRELATION_FILTERS, MAX_SQL_FILTERS
 from ...entities import (
     NEVER,
     QueueProperties,
@@ -236,9 +236,9 @@ def _parse(data: Any) -> EmulatorConfig:
     seen: dict[str, str] = {}  # queues and topics share one set of names
     queues = reader.array(ns.get("Queues", []), f"{where}.Queues")
     topics = reader.array(ns.get("Topics", []), f"{where}.Topics")
-    if len(queues) + len(topics) > _MAX_ENTITIES:  # said before each is read
+    if len(queues) + len(topics) > MAX_ENTITIES:  # said before each is read
         raise ConfigError(f"{where}: has {len(queues) + len(topics)} queues and topics, "
-                          f"more than the {_MAX_ENTITIES} a namespace may hold.")
+                          f"more than the {MAX_ENTITIES} a namespace may hold.")
     for i, queue in enumerate(queues):
         at = f"{where}.Queues[{i}]"
         with _within(at):
