@@ -461,9 +461,9 @@ async def test_an_older_database_is_moved_after_the_server_listens(tmp_path, mon
     db.close()
     migrate = _durable.migrate
 
-    def slow(db, eid):  # a deep older database
+    def slow(db):  # a deep older database
         time.sleep(1)
-        migrate(db, eid)
+        migrate(db)
 
     monkeypatch.setattr(_durable, "migrate", slow)
     started = time.perf_counter()

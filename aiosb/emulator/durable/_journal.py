@@ -16,7 +16,8 @@ disk), so it survives the server's process being killed (SIGKILL, R-3) and the d
 is never corrupted; a crash of the machine or a power loss may lose the last commits
 before a checkpoint. ``Journal(directory, fsync=True)`` (``aiosb serve --fsync``) runs
 with ``synchronous=FULL``: each commit is flushed to the disk before it is acknowledged,
-so it survives the machine crashing too, at the cost of an fsync a commit.
+so it survives the machine crashing too, at the cost of an fsync a commit. Every
+connection to the database is opened by :func:`._database.connect`.
 
 Messages live in a compact table (``msgs``, #39): keyed by an entity's number
 (``entity_ids``) and the sequence number, without a rowid, each row its body and a
@@ -26,7 +27,7 @@ prefix its process spelled it with in ``meta``; a fresh process takes that prefi
 (:func:`._record.adopt_auto_ids`), so that such ids stay numbers in memory after a
 restart. A database of an older aiosb (table ``messages``) is moved to the compact table
 on the journal's thread, in the background of the restart (operations wait for it) or
-before the first write (:func:`._migrate.migrate`).
+before the first write (:func:`._schema.migrate`).
 
 At start-up :meth:`Journal.load` rebuilds every namespace as it was
 (:class:`~._recovery.Recovery`): entities, rules, sessions and sequence numbers before
@@ -61,6 +62,7 @@ from .._namespace import Namespace
 from .._record import GONE, _Record, adopt_auto_ids, auto_id_prefix
 from .._store import _Store
 from . import _writer_process as _writer
+from ._database import connect
 from ._groups import Batch, Write
 from ._recovery import Recovery
 from ._rows import ROW_FORMAT, encode_props, encode_rules
@@ -137,9 +139,6 @@ class Journal:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "aiosb-journal")
         self._db: sqlite3.Connection | None = None
         self.writes = 0
-        #: Entity ids of the message rows, by (namespace, entity key): read and written
-        #: on the journal's thread only.
-        self._eids: dict[tuple[str, str], int] = {}
         #: What the broker-assigned MessageIds kept as numbers start with (``meta``).
         self.prefix = ""
         #: The highest broker-assigned id number of a message gone before its row was
@@ -172,20 +171,13 @@ class Journal:
             self._db = None
 
     def _open(self) -> None:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute(f"PRAGMA synchronous={'FULL' if self.fsync else 'NORMAL'}")
-        # The WAL is emptied at each checkpoint; past that it is cut back to this size,
-        # so a burst does not leave a file as big as the burst (#39: bytes on disk).
-        db.execute("PRAGMA journal_size_limit=4194304")
+        db = connect(self.path, "journal", self.fsync)
         db.executescript(_SCHEMA)
         for table, column, kind in _ADDED_COLUMNS:
             have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
             if column not in have:
                 db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         self._db = db
-        self._eids = dict(((ns, key), eid) for eid, ns, key in
-                          db.execute("SELECT id, ns, key FROM entity_ids"))
         meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
         if meta.setdefault("row_format", ROW_FORMAT) != ROW_FORMAT:
             db.close()
@@ -214,23 +206,9 @@ class Journal:
     def _migrate(self) -> bool:
         if not self.migrating or self._db is None:
             return False
-        migrate(self._db, self._eid)
+        migrate(self._db)
         self.migrating = False
         return True
-
-    def _eid(self, ns: str, key: str) -> int:
-        """The id of entity ``key`` of namespace ``ns`` in message rows (made on first
-        use; on the journal's thread)."""
-        eid = self._eids.get((ns, key))
-        if eid is None:
-            db = self._db
-            assert db is not None
-            db.execute("INSERT OR IGNORE INTO entity_ids (ns, key) VALUES (?, ?)", (ns, key))
-            (eid,) = db.execute(
-                "SELECT id FROM entity_ids WHERE ns = ? AND key = ?", (ns, key)
-            ).fetchone()
-            self._eids[(ns, key)] = eid
-        return eid
 
     async def aclose(self) -> None:
         """Write what is pending, then close (idempotent)."""

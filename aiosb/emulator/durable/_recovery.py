@@ -23,10 +23,12 @@ that keeps failing) is refused, with a sentence naming it, and the others load o
 Rows are loaded with the namespace's journal detached (they are on disk already); what
 happens to them afterwards is journaled as usual. The rows of an older database (table
 ``messages``) move to the compact table first, after the server listens (every entity
-waits for it: :mod:`._migrate`).
+waits for it: :mod:`._schema`). The loader reads on a connection of its own
+(:func:`._database.connect`, use ``"loader"``).
 
 Imports: :mod:`._collector`, :mod:`._record`, :mod:`._partitions`, :mod:`._entity`,
-:mod:`._namespace`, :mod:`._rows`, :mod:`._store` (never the journal or the broker).
+:mod:`._namespace`, :mod:`._rows`, :mod:`._store`, :mod:`._database` (never the journal
+or the broker).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from .._partitions import FRAGMENT_SHIFT, fragment_of
 from .._record import AVAILABLE, DEFERRED, LOCKED, SCHEDULED, _Record, auto_id_prefix
 from .._store import _Store
 from ._collector import Collector
+from ._database import connect
 from ._rows import (
     decode_props,
     decode_rules,
@@ -242,7 +245,7 @@ class Recovery:
             if self._closed:  # a read ahead, after the load ended: nothing to reopen
                 raise TransientError("the durable store's load is over.")
             self._executor = concurrent.futures.ThreadPoolExecutor(1, "aiosb-recovery")
-            self._reader = await self._in_thread(_connect, self.journal.path)
+            self._reader = await self._in_thread(connect, self.journal.path, "loader")
         return await self._in_thread(fn, self._reader)
 
     async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -378,13 +381,6 @@ class Recovery:
         event = self.pending.pop(entity, None)
         if event is not None:
             event.set()
-
-
-def _connect(path: Any) -> sqlite3.Connection:
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    db.execute("PRAGMA query_only=1")
-    db.execute("PRAGMA cache_size=-256")  # KiB
-    return db
 
 
 def _chunk(eid: int | None, after: int) -> Callable[[sqlite3.Connection], list[Any]]:
