@@ -1,13 +1,16 @@
-"""Durable mode opens its SQLite database one way (#49).
+"""Durable mode opens its SQLite database one way, and keeps its policy out of the pipe
+(#49).
 
 Every connection to the journal's database (the journal's own, the writer process's,
 the loader's at a restart) is opened by ``aiosb.emulator.durable._database.connect``:
 each waits for a lock another holds (``busy_timeout``) rather than failing, and runs
-with the pragmas its use needs. Entity ids are made by one cache.
+with the pragmas its use needs. Entity ids are made by one cache. The writer's pipe
+(``_writer_client``) carries frames and answers, and knows nothing of what they hold.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import sqlite3
 from pathlib import Path
@@ -112,3 +115,18 @@ def test_the_entity_id_cache_forgets_what_a_rolled_back_transaction_made(tmp_pat
     rows = dict(db.execute("SELECT key, id FROM entity_ids"))
     db.close()
     assert rows == {"q": q, "other": rows["other"], "r": r} and r != rows["other"]
+
+
+def test_the_writer_client_is_only_the_pipe():
+    """#49: the writer's pipe imports nothing of aiosb but the writer process (the
+    frames' head and answers): what a frame holds (:mod:`._group_commit`), the young
+    locks, the journal's error, live elsewhere."""
+    tree = ast.parse((DURABLE / "_writer_client.py").read_text())
+    relative = sorted(
+        "." * node.level + (node.module or "") + ":" + ",".join(a.name for a in node.names)
+        for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level)
+    absolute = [node for node in ast.walk(tree)
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and not getattr(node, "level", 0)
+                and any((getattr(node, "module", None) or a.name).startswith("aiosb")
+                        for a in node.names)]
+    assert relative == [".:_writer_process"] and absolute == []

@@ -1,4 +1,4 @@
-"""Durable emulator state: a SQLite journal of namespaces, entities, messages, sessions.
+"""The journal: durable mode's SQLite record of namespaces, entities, messages, sessions.
 
 The broker tells the journal what changed (:meth:`Journal.record` for a message,
 :meth:`Journal.entity` and :meth:`Journal.entity_gone` for entities,
@@ -7,8 +7,11 @@ marked dirty, however often it changes before the next write. :meth:`Journal.com
 returns once everything changed before the call is on disk. Commits are grouped: one
 SQLite transaction carries the changes of every request that arrived meanwhile. The
 loop prepares a group and hands it to the journal's writer, a process of its own
-(:mod:`._writer`, :mod:`._link`): SQLite's work takes another core, not the serving
-thread's GIL, and a group waits in the pipe while the one before it is written.
+(:mod:`._writer_process`, through the pipe of :mod:`._writer_client`): SQLite's work
+takes another core, not the serving thread's GIL, and a group waits in the pipe while
+the one before it is written. What a group carries, how it is cut into frames, what
+goes back to pending when a frame is not written and when a lock is written are the
+journal's policy (:mod:`._group_commit`); the pipe only carries frames and answers.
 
 SQLite runs in WAL mode. By default with ``synchronous=NORMAL``: a committed
 transaction is in the WAL file (in the operating system's cache, not yet flushed to the
@@ -39,9 +42,8 @@ back); sequence numbers go on from where they were. Session locks, duplicate-det
 and faults are not kept: they belong to the connections and the test that made them.
 
 Imports: :mod:`._record`, :mod:`._store`, :mod:`._entity`, :mod:`._namespace`,
-:mod:`._rows`, :mod:`._recovery`, :mod:`._migrate`, :mod:`._writer`, :mod:`._groups`,
-:mod:`._link`;
-never the broker
+:mod:`._rows`, :mod:`._recovery`, :mod:`._schema`, :mod:`._database`,
+:mod:`._group_commit`, :mod:`._writer_client`; never the broker
 (it sees a namespace through :class:`~._namespace.Namespace`, and makes one through
 :data:`open_namespace`).
 """
@@ -56,22 +58,21 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ...errors import InvalidArgument
+from ...errors import InvalidArgument, TransientError
 from .._entity import _Entity, _Session
 from .._namespace import Namespace
 from .._record import GONE, _Record, adopt_auto_ids, auto_id_prefix
 from .._store import _Store
-from . import _writer_process as _writer
 from ._database import connect
-from ._groups import Batch, Write
+from ._group_commit import Batch, Write, YoungLocks
 from ._recovery import Recovery
 from ._rows import ROW_FORMAT, encode_props, encode_rules
 from ._schema import ADDED_COLUMNS as _ADDED_COLUMNS
 from ._schema import SCHEMA as _SCHEMA
 from ._schema import migrate
-from ._writer_client import WriteFailed, WriterLink, YoungLocks, consume, start_writer
+from ._writer_client import WriterLink, start_writer
 
-__all__ = ["Journal"]
+__all__ = ["LOCK_WRITE_AFTER", "Journal", "WriteFailed"]
 
 log = logging.getLogger("aiosb.emulator")
 
@@ -89,6 +90,17 @@ _DEPTH = 2
 #: available at once, with the delivery count it had before (a graceful stop writes
 #: every lock).
 LOCK_WRITE_AFTER = 1.0
+
+
+class WriteFailed(TransientError):
+    """A group write failed; ``upto`` is the change count it would have made durable;
+    ``lost``: the writer was lost (it ended, or missed its deadline), not the write
+    refused."""
+
+    def __init__(self, upto: int, message: str, lost: bool = False) -> None:
+        super().__init__(message)
+        self.upto = upto
+        self.lost = lost
 
 
 class Journal:
@@ -126,11 +138,11 @@ class Journal:
         self._durable = 0
         #: The changes handed to the writer (in flight or written).
         self._sent = 0
-        #: The group commit being cut into frames (:mod:`._groups`), if one is.
+        #: The group commit being cut into frames (:mod:`._group_commit`), if one is.
         self._batch: Batch | None = None
         #: The writer's end of the pipe (None: not started, or it ended).
-        self._link: WriterLink | None = None
-        self._spawning: asyncio.Future[WriterLink] | None = None
+        self._link: WriterLink[Write] | None = None
+        self._spawning: asyncio.Future[WriterLink[Write]] | None = None
         #: The next group is the first after a failure: the writer writes again.
         self._resume = False
         self._closing = False
@@ -384,7 +396,7 @@ class Journal:
         """Return once every change reported before the call is on disk.
 
         A writer lost meanwhile (it ended, or missed its deadline:
-        :data:`._link.WRITE_DEADLINE`) is replaced and what it had not written is
+        :data:`._writer_client.WRITE_DEADLINE`) is replaced and what it had not written is
         written again; a commit waits through one such loss, not two.
 
         Raises:
@@ -440,7 +452,7 @@ class Journal:
                 and not self._closing):
             asyncio.ensure_future(self.commit()).add_done_callback(consume)
 
-    async def _writer(self) -> WriterLink:
+    async def _writer(self) -> WriterLink[Write]:
         """The writer's end of the pipe, starting the process if it is not running."""
         spawning = self._spawning
         if spawning is None:
@@ -448,18 +460,21 @@ class Journal:
             spawning.add_done_callback(self._spawned)
         return await asyncio.shield(spawning)
 
-    def _spawned(self, spawning: asyncio.Future[WriterLink]) -> None:
+    def _spawned(self, spawning: asyncio.Future[WriterLink[Write]]) -> None:
         self._spawning = None if self._spawning is spawning else self._spawning
         consume(spawning)
 
-    async def _spawn(self) -> WriterLink:
-        link = await start_writer(self.path, self.fsync, self._answered, self._ended)
+    async def _spawn(self) -> WriterLink[Write]:
+        try:
+            link = await start_writer(self.path, self.fsync, self._answered, self._ended)
+        except OSError as exc:
+            raise WriteFailed(self._changes, str(exc)) from exc
         if link.closed:  # it died at once
             raise WriteFailed(self._changes, f"the writer of {self.path} ended at its start")
         self._link = link
         return link
 
-    def _ended(self, link: WriterLink, why: str) -> None:
+    def _ended(self, link: WriterLink[Write], why: str) -> None:
         """The writer is lost (its process ended, or it missed its deadline): nothing
         more will be answered."""
         if self._link is link:
@@ -468,9 +483,9 @@ class Journal:
         if writes:
             self._take_back(why, writes, lost=True)
 
-    def _send(self, link: WriterLink) -> Write:
+    def _send(self, link: WriterLink[Write]) -> Write:
         """Hand the writer the next frame of the group commit being sent; when none
-        is, every change not yet handed over becomes one (:class:`~._groups.Batch`)."""
+        is, every change not yet handed over becomes one (:class:`~._group_commit.Batch`)."""
         batch = self._batch
         if batch is None:
             batch = self._batch = Batch(self._changes, self._dirty, self._locks, self._ops,
@@ -485,8 +500,8 @@ class Journal:
         if write.whole:
             self._batch = None
             self._sent = batch.upto
-        flags, self._resume = (_writer.RESUME if self._resume else 0), False
-        link.send(write, _writer.HEAD.pack(len(frame), flags) + frame)
+        resume, self._resume = self._resume, False
+        link.send(write, frame, resume)
         return write
 
     def _unbatch(self) -> None:
@@ -498,7 +513,7 @@ class Journal:
             self._ops[:0] = batch.ops
             batch.back_into(self._dirty, self._locks, self._deleted)
 
-    def _answered(self, link: WriterLink, write: Write, failure: str | None) -> None:
+    def _answered(self, link: WriterLink[Write], write: Write, failure: str | None) -> None:
         """The writer's answer to ``write`` (in the order sent): written, or why not."""
         if write.answer.done():  # taken back already, with an earlier one that failed
             return
@@ -567,3 +582,9 @@ class Journal:
         db = self._db
         assert db is not None
         return await self._run(fn, db)
+
+
+def consume(task: asyncio.Future[Any]) -> None:
+    """Retrieve a write's exception (logged already; retried in the background)."""
+    if not task.cancelled():
+        task.exception()

@@ -13,7 +13,7 @@ from about 3.7 ms to about 2).
 Run as ``python -I -S _writer_process.py DATABASE [--fsync] [--row-locks]`` (the database
 exists: the journal made its tables). It reads frames on its standard input, each a
 little-endian 8-byte length, a byte of flags and that many bytes: a pickle of
-``(ops, groups, highs)`` (:func:`write`), read by an unpickler that admits no global
+``(ops, groups, highs)`` (:meth:`Writer.write`), read by an unpickler that admits no global
 but the four :data:`ALLOWED` (a frame naming any other, ``os.system`` say, is refused
 before anything in it runs: #48). It answers each frame, in order, on its
 standard output: :data:`OK`, or :data:`FAILED`, a 4-byte length and a UTF-8 message
@@ -59,7 +59,7 @@ RESUME = 1
 OK, FAILED = b"\x00", b"\x01"
 
 #: The only globals a frame may name: how the journal pickles a value of a subclass of
-#: str, bytes, int or float (:class:`._groups._Plain`). An allow-list as the unpickler
+#: str, bytes, int or float (:class:`._group_commit._Plain`). An allow-list as the unpickler
 #: of legacy rows has (:class:`._rows._LegacyUnpickler`), for what frames hold: this
 #: process imports the standard library only, not :mod:`._rows`.
 ALLOWED = frozenset({("builtins", "str"), ("builtins", "bytes"), ("builtins", "int"),
