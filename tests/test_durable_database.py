@@ -20,9 +20,8 @@ import pytest
 
 import aiosb
 from aiosb import Message, emulator
-from aiosb.emulator.durable import _recovery
+from aiosb.emulator.durable import Journal, _recovery
 from aiosb.emulator.durable._database import BUSY_TIMEOUT_MS, EntityIds
-from aiosb.emulator.durable._journal import Journal
 from aiosb.server.http import serve
 
 AIOSB = Path(aiosb.__file__).parent

@@ -143,7 +143,7 @@ async def test_a_lock_is_written_once_held_a_while_and_never_if_settled_sooner(
     still held then has, in a group of its own."""
     import pickle
 
-    from aiosb.emulator.durable import _journal as _durable
+    from aiosb.emulator import durable
     from aiosb.emulator.durable import _writer_client as _link
 
     locks_sent: list[int] = []
@@ -155,7 +155,7 @@ async def test_a_lock_is_written_once_held_a_while_and_never_if_settled_sooner(
         send(self, write, body, *resume)
 
     monkeypatch.setattr(_link.WriterLink, "send", watched)
-    after = _durable.LOCK_WRITE_AFTER
+    after = durable.LOCK_WRITE_AFTER
     async with serve(data_dir=tmp_path) as server:
         async with aiosb.connect(server.namespace_url("lazy")) as ns:
             await ns.create_queue("q", lock_duration=timedelta(minutes=5))

@@ -27,10 +27,9 @@ import pytest
 import aiosb
 from aiosb import Message, emulator, errors
 from aiosb.emulator._record import _Record
-from aiosb.emulator.durable import _group_commit
+from aiosb.emulator.durable import Journal, _group_commit
 from aiosb.emulator.durable import _writer_client as _link
 from aiosb.emulator.durable import _writer_process as _writer
-from aiosb.emulator.durable._journal import Journal
 from aiosb.emulator.durable._schema import SCHEMA
 from aiosb.server.http import serve
 

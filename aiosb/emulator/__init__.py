@@ -18,8 +18,7 @@ from ._broker import EmulatorNamespace
 from ._faults import OPERATIONS, Fault, Faults
 from ._partitions import FRAGMENT_SHIFT
 from ._record import MAX_DELIVERY_EXCEEDED, TTL_EXPIRED
-from .durable import _journal as _durable
-from .durable._journal import Journal
+from .durable import Journal, open_namespaces_with
 
 __all__ = [
     "FRAGMENT_SHIFT",
@@ -77,7 +76,7 @@ def _reopen(name: str, tier: str) -> EmulatorNamespace:
     return ns
 
 
-_durable.open_namespace = _reopen
+open_namespaces_with(_reopen)
 
 
 def exists(name: str) -> bool:

@@ -14,7 +14,7 @@ import pytest
 
 import aiosb
 from aiosb import Message, emulator, errors
-from aiosb.emulator.durable._journal import Journal
+from aiosb.emulator.durable import Journal
 from aiosb.server.http import serve
 
 

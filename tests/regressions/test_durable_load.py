@@ -20,9 +20,8 @@ import pytest
 import aiosb
 from aiosb import Message, emulator, errors
 from aiosb.emulator._record import _Record
+from aiosb.emulator.durable import Journal, _recovery
 from aiosb.emulator.durable import _journal as _durable
-from aiosb.emulator.durable import _recovery
-from aiosb.emulator.durable._journal import Journal
 from aiosb.emulator.durable._rows import encode_record
 from aiosb.server.http import serve
 

@@ -45,7 +45,7 @@ Imports: :mod:`._record`, :mod:`._store`, :mod:`._entity`, :mod:`._namespace`,
 :mod:`._rows`, :mod:`._recovery`, :mod:`._schema`, :mod:`._database`,
 :mod:`._group_commit`, :mod:`._writer_client`; never the broker
 (it sees a namespace through :class:`~._namespace.Namespace`, and makes one through
-:data:`open_namespace`).
+what :func:`open_namespaces_with` plugged in).
 """
 
 from __future__ import annotations
@@ -72,15 +72,22 @@ from ._schema import SCHEMA as _SCHEMA
 from ._schema import migrate
 from ._writer_client import WriterLink, start_writer
 
-__all__ = ["LOCK_WRITE_AFTER", "Journal", "WriteFailed"]
+__all__ = ["LOCK_WRITE_AFTER", "Journal", "WriteFailed", "open_namespaces_with"]
 
 log = logging.getLogger("aiosb.emulator")
 
 #: How :meth:`Journal.load` finds the namespace of a name, or makes it with the tier it
-#: was kept with. :mod:`aiosb.emulator` plugs its registry in when it is imported (which
-#: it always is before this module is used): the journal sits below the broker and the
-#: registry, and may not import them.
+#: was kept with (:func:`open_namespaces_with`).
 open_namespace: Callable[[str, str], Namespace] | None = None
+
+
+def open_namespaces_with(opener: Callable[[str, str], Namespace]) -> None:
+    """Let :meth:`Journal.load` find or make a namespace with ``opener(name, tier)``.
+    :mod:`aiosb.emulator` plugs its registry in when it is imported (which it always is
+    before a journal is used): the journal sits below the broker and the registry, and
+    may not import them."""
+    global open_namespace
+    open_namespace = opener
 
 #: Group commits in flight at most: one being written, the next waiting in the pipe.
 _DEPTH = 2

@@ -62,7 +62,7 @@ from aiohttp import web
 
 from ... import emulator
 from ...emulator import EmulatorNamespace
-from ...emulator.durable._journal import Journal
+from ...emulator.durable import Journal
 from ...errors import EntityNotFound, InvalidArgument, ServiceBusError
 from ...wire import status as _status
 from ..http._metrics import access_log

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from ...auth import DEV_KEY, DEV_KEY_NAME, SasChecker, key_table
 from ...emulator import EmulatorNamespace, exists, namespace
-from ...emulator.durable._journal import Journal
+from ...emulator.durable import Journal
 from ...errors import (
     EntityNotFound,
     InvalidArgument,
