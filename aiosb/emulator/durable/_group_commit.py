@@ -23,7 +23,7 @@ a lock that ends before it is written costs no write. :class:`YoungLocks` keeps 
 until it has been held :data:`~._journal.LOCK_WRITE_AFTER`; then it joins the next
 group commit, to the row's lock column.
 
-Imports: :mod:`._record`, :mod:`._rows`, :mod:`._partitions` (the frames are
+Imports: :mod:`.._record`, :mod:`._rows`, :mod:`.._partitions` (the frames are
 :mod:`._writer_process`'s to read; :mod:`._writer_client` carries them).
 """
 
@@ -254,7 +254,7 @@ def _lock_of(rec: _Record) -> bytes:
 
 def _highs(rows: dict[int, Any], shift: int) -> Iterator[tuple[int, int]]:
     """(fragment, the highest sequence number of it) of the sequence numbers ``rows``
-    holds (``shift``: :data:`._partitions.FRAGMENT_SHIFT`); mostly one fragment."""
+    holds (``shift``: :data:`.._partitions.FRAGMENT_SHIFT`); mostly one fragment."""
     low, high = min(rows), max(rows)
     if low >> shift == high >> shift:
         yield high >> shift, high

@@ -27,7 +27,7 @@ Messages live in a compact table (``msgs``, #39): keyed by an entity's number
 packed head (:func:`._rows.message_row`); a lock taken since the row was written goes to
 the row's ``lock`` column. A broker-assigned MessageId is kept as its number, with the
 prefix its process spelled it with in ``meta``; a fresh process takes that prefix on
-(:func:`._record.adopt_auto_ids`), so that such ids stay numbers in memory after a
+(:func:`.._record.adopt_auto_ids`), so that such ids stay numbers in memory after a
 restart. A database of an older aiosb (table ``messages``) is moved to the compact table
 on the journal's thread, in the background of the restart (operations wait for it) or
 before the first write (:func:`._schema.migrate`).
@@ -41,10 +41,10 @@ lock); a lock that ended while the server was down ends at once (the message com
 back); sequence numbers go on from where they were. Session locks, duplicate-detection history
 and faults are not kept: they belong to the connections and the test that made them.
 
-Imports: :mod:`._record`, :mod:`._store`, :mod:`._entity`, :mod:`._namespace`,
+Imports: :mod:`.._record`, :mod:`.._store`, :mod:`.._entity`, :mod:`.._namespace`,
 :mod:`._rows`, :mod:`._recovery`, :mod:`._schema`, :mod:`._database`,
 :mod:`._group_commit`, :mod:`._writer_client`; never the broker
-(it sees a namespace through :class:`~._namespace.Namespace`, and makes one through
+(it sees a namespace through :class:`~.._namespace.Namespace`, and makes one through
 what :func:`open_namespaces_with` plugged in).
 """
 

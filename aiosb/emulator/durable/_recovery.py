@@ -31,8 +31,8 @@ the growing heap again and again while it grows by a million records, a quarter 
 load's time), and what a large load holds is frozen afterwards (its first passes would
 walk every record), given back when that server stops.
 
-Imports: :mod:`._record`, :mod:`._partitions`, :mod:`._entity`, :mod:`._namespace`,
-:mod:`._rows`, :mod:`._store`, :mod:`._database` (never the journal or the broker).
+Imports: :mod:`.._record`, :mod:`.._partitions`, :mod:`.._entity`, :mod:`.._namespace`,
+:mod:`._rows`, :mod:`.._store`, :mod:`._database` (never the journal or the broker).
 """
 
 from __future__ import annotations

@@ -1,11 +1,16 @@
-"""Moving an older aiosb's database to the compact table (#39): the rows of table
-``messages`` (one JSON document, or a pickle, a row; keyed by namespace and entity
-names) become rows of ``msgs``. The journal does it on its own thread, in the
-background of a restart (:mod:`._recovery` waits for it before it loads the messages):
-a deep database no longer delays listening. The tables themselves (:data:`SCHEMA`), and
-the columns added to them since (:data:`ADDED_COLUMNS`), are here too.
+"""The journal's tables, and moving an older aiosb's database to them.
 
-Imports: :mod:`._record`, :mod:`._rows`.
+The tables (:data:`SCHEMA`), and the columns added to them since their first release
+(:data:`ADDED_COLUMNS`), which the journal makes when it opens the database.
+
+:func:`migrate` moves an older database to the compact table (#39): the rows of table
+``messages`` (one JSON document, or a pickle, a row; keyed by namespace and entity
+names) become rows of ``msgs``, their entities numbered by the one cache of entity ids
+(:class:`._database.EntityIds`). The journal does it on its own thread, in the
+background of a restart (:mod:`._recovery` waits for it before it loads the messages):
+a deep database no longer delays listening.
+
+Imports: :mod:`.._record`, :mod:`._rows`, :mod:`._database`.
 """
 
 from __future__ import annotations
