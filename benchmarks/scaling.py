@@ -274,7 +274,7 @@ async def _traced_restart(data: Path, depth: int) -> float:
     """Traced bytes per stored message that loading the durable store in ``data`` holds
     (:mod:`tracemalloc`, as :mod:`benchmarks.memory` measures the in-memory figure: no
     resident-set noise), once every message is loaded."""
-    from aiosb.emulator.durable._journal import Journal
+    from aiosb.emulator.durable import Journal
 
     journal = Journal(data)
     await journal.open()

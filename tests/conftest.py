@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 import time
+from typing import Any
 
 import pytest
 
@@ -93,11 +94,11 @@ def _journal_answers_come_from_outside(request: pytest.FixtureRequest,
 
     send = _link.WriterLink.send
 
-    def send_outside(self: _link.WriterLink, write: _link.Write, frame: bytes) -> None:
+    def send_outside(self: _link.WriterLink[Any], write: Any, *frame: Any) -> None:
         outside = getattr(self.loop, "_LoopTimeEventLoop__sync_futures", None)
         if outside is not None:
             outside.add(write.answer)
-        send(self, write, frame)
+        send(self, write, *frame)
 
     monkeypatch.setattr(_link.WriterLink, "send", send_outside)
 

@@ -22,7 +22,7 @@ import aiosb
 from aiosb import Message, emulator
 from aiosb._clock import CLOCK
 from aiosb.emulator._record import _Record
-from aiosb.emulator.durable._journal import Journal
+from aiosb.emulator.durable import Journal
 from aiosb.emulator.durable._rows import encode_record
 from aiosb.protocol import ManagementRequest
 from aiosb.server.http import serve

@@ -143,20 +143,19 @@ async def test_a_lock_is_written_once_held_a_while_and_never_if_settled_sooner(
     still held then has, in a group of its own."""
     import pickle
 
-    from aiosb.emulator.durable import _journal as _durable
+    from aiosb.emulator import durable
     from aiosb.emulator.durable import _writer_client as _link
-    from aiosb.emulator.durable import _writer_process as _writer
 
     locks_sent: list[int] = []
     send = _link.WriterLink.send
 
-    def watched(self: _link.WriterLink, write: _link.Write, frame: bytes) -> None:
-        _, groups, _ = pickle.loads(frame[_writer.HEAD.size:])
+    def watched(self: _link.WriterLink[Any], write: Any, body: bytes, *resume: Any) -> None:
+        _, groups, _ = pickle.loads(body)
         locks_sent.extend(seq for *_, held in groups for _, seq in held)
-        send(self, write, frame)
+        send(self, write, body, *resume)
 
     monkeypatch.setattr(_link.WriterLink, "send", watched)
-    after = _durable.LOCK_WRITE_AFTER
+    after = durable.LOCK_WRITE_AFTER
     async with serve(data_dir=tmp_path) as server:
         async with aiosb.connect(server.namespace_url("lazy")) as ns:
             await ns.create_queue("q", lock_duration=timedelta(minutes=5))

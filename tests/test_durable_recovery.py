@@ -22,8 +22,7 @@ import pytest
 
 import aiosb
 from aiosb import Message, emulator, errors
-from aiosb.emulator.durable import _recovery
-from aiosb.emulator.durable._journal import Journal
+from aiosb.emulator.durable import Journal, _recovery
 from aiosb.server.http import serve
 
 pytestmark = pytest.mark.looptime

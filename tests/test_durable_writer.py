@@ -27,10 +27,9 @@ import pytest
 import aiosb
 from aiosb import Message, emulator, errors
 from aiosb.emulator._record import _Record
-from aiosb.emulator.durable import _groups
+from aiosb.emulator.durable import Journal, _group_commit
 from aiosb.emulator.durable import _writer_client as _link
 from aiosb.emulator.durable import _writer_process as _writer
-from aiosb.emulator.durable._journal import Journal
 from aiosb.emulator.durable._schema import SCHEMA
 from aiosb.server.http import serve
 
@@ -160,8 +159,8 @@ async def test_on_a_fast_forwarded_clock_the_writer_has_its_default_deadline(
             fixture_send = _link.WriterLink.send
             with _stopped(journal) as hung:
                 # the stopped writer's answers are not waited for outside the loop's clock
-                monkeypatch.setattr(_link.WriterLink, "send", lambda self, write, frame: (
-                    _SEND if self is hung else fixture_send)(self, write, frame))
+                monkeypatch.setattr(_link.WriterLink, "send", lambda self, write, *frame: (
+                    _SEND if self is hung else fixture_send)(self, write, *frame))
                 loop = asyncio.get_running_loop()
                 began = loop.time()
                 async with ns.sender("q") as sender:
@@ -222,7 +221,7 @@ def test_a_frame_naming_a_forbidden_global_is_refused_and_runs_nothing(tmp_path)
             return os.system, (f"touch {planted}",)
 
     evil = pickle.dumps(([("SELECT ?", (Evil(),))], [], []))
-    good = _groups.frame_of([("INSERT INTO namespaces VALUES (?, ?)", ("ns", "basic"))],
+    good = _group_commit.frame_of([("INSERT INTO namespaces VALUES (?, ?)", ("ns", "basic"))],
                             [], [])
     frames = (_writer.HEAD.pack(len(evil), 0) + evil
               + _writer.HEAD.pack(len(good), _writer.RESUME) + good)
@@ -250,17 +249,17 @@ async def test_a_burst_goes_as_bounded_frames_each_answered_all_written_in_order
     (but for a row bigger than the cap, alone), each answered; every message is on disk
     in order after the sends, and none after the receives (everything pending went as
     one frame, pickled on the loop at once)."""
-    monkeypatch.setattr(_groups, "MOST_ROWS", 64)
-    monkeypatch.setattr(_groups, "MOST_BYTES", 8192)
+    monkeypatch.setattr(_group_commit, "MOST_ROWS", 64)
+    monkeypatch.setattr(_group_commit, "MOST_BYTES", 8192)
     frames: list[tuple[int, int]] = []  # rows, bytes of bodies
     send = _link.WriterLink.send
 
-    def watched(self: _link.WriterLink, write: Any, frame: bytes) -> None:
-        ops, groups, _ = pickle.loads(frame[_writer.HEAD.size:])
+    def watched(self: _link.WriterLink[Any], write: Any, frame: bytes, *resume: Any) -> None:
+        ops, groups, _ = pickle.loads(frame)
         rows = len(ops) + sum(len(d) + len(p) + len(h) for _, _, d, p, h in groups)
         size = sum(len(body) for _, _, _, puts, _ in groups for _, body, _ in puts)
         frames.append((rows, size))
-        send(self, write, frame)
+        send(self, write, frame, *resume)
 
     big = b"B" * 10_000  # over the byte cap: a frame of its own
     bodies = [b"%05d" % n + b"." * 50 for n in range(1000)] + [big]
@@ -303,12 +302,12 @@ async def test_a_batch_puts_rows_before_it_deletes_any_and_leaves_rows_changed_a
     short by a crash may leave a moved message in both places, never in neither; a row
     pending again since the batch was taken is left to the next; only the last frame
     is whole."""
-    monkeypatch.setattr(_groups, "MOST_ROWS", 4)
+    monkeypatch.setattr(_group_commit, "MOST_ROWS", 4)
     a, b = ("ns", "a"), ("ns", "b")
     dirty: dict[Any, dict[int, Any]] = {
         a: dict.fromkeys(range(1, 11)), b: {n: (None, _record(n)) for n in range(1, 11)}}
     op = ("INSERT OR IGNORE INTO namespaces VALUES (?, ?)", ("ns", "basic"))
-    batch = _groups.Batch(7, dirty, {}, [op], 0)
+    batch = _group_commit.Batch(7, dirty, {}, [op], 0)
     pending = {b: {5: None}}  # b's 5 changed again after the batch was taken
     loop = asyncio.get_running_loop()
     frames = []

@@ -298,7 +298,7 @@ async def test_the_broker_keeps_every_field():
 
 async def test_the_durable_journal_keeps_every_field(tmp_path):
     """R-3: what the journal writes and reads back after a restart."""
-    from aiosb.emulator.durable._journal import Journal
+    from aiosb.emulator.durable import Journal
 
     journal = Journal(tmp_path)
     await journal.open()

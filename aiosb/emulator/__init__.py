@@ -21,8 +21,7 @@ from ._partitions import FRAGMENT_SHIFT
 from ._record import MAX_DELIVERY_EXCEEDED, TTL_EXPIRED
 from ._rules import MAX_CORRELATION_FILTERS, MAX_SQL_FILTERS
 from ._sessions import SessionStatus
-from .durable import _journal as _durable
-from .durable._journal import Journal
+from .durable import Journal, open_namespaces_with
 
 __all__ = [
     "FRAGMENT_SHIFT",
@@ -87,7 +86,7 @@ def _reopen(name: str, tier: str) -> EmulatorNamespace:
     return ns
 
 
-_durable.open_namespace = _reopen
+open_namespaces_with(_reopen)
 
 
 def exists(name: str) -> bool:

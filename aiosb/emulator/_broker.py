@@ -14,7 +14,7 @@ to the module of its concern. What lives where:
 * :mod:`._sending`, :mod:`._delivery`, :mod:`._sessions`, :mod:`._manage`: the
   operations.
 * :mod:`._namespace`: the protocol by which the operations and the journal see a
-  namespace; :mod:`._durable`: the journal (durable mode).
+  namespace; :mod:`.durable`: the journal (durable mode).
 
 The namespace itself keeps the entity table, resolves paths, and keeps time: one
 timeline of the stores, sessions and entities with something due, and one
@@ -28,7 +28,7 @@ Concurrent calls are therefore safe without locks.
 Time is UTC epoch seconds read from the event loop clock (:class:`~aiosb._clock.LoopClock`).
 
 Imports: the emulator modules it hands work to, :mod:`._faults` and :mod:`aiosb.protocol`
-(the contract it implements); never :mod:`._durable` (the registry in
+(the contract it implements); never :mod:`.durable` (the registry in
 :mod:`aiosb.emulator` hands it a journal), a transport, the client or a server.
 """
 

@@ -1,7 +1,7 @@
 """The namespace as the parts of the emulator see it: :class:`Namespace`, a protocol.
 
 The operations (:mod:`._sending`, :mod:`._delivery`, :mod:`._sessions`,
-:mod:`._manage`) and the journal (:mod:`._durable`) work on a namespace through this
+:mod:`._manage`) and the journal (:mod:`.durable`) work on a namespace through this
 protocol; :class:`~._broker.EmulatorNamespace` implements it. So none of them imports
 the broker, and the broker imports them all.
 

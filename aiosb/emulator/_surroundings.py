@@ -26,7 +26,7 @@ class Due(Protocol):
 
 
 class Recorder(Protocol):
-    """The durable journal, as a store reports to it (:class:`~._durable.Journal`)."""
+    """The durable journal, as a store reports to it (:class:`~.durable.Journal`)."""
 
     def record(self, store: Any, rec: _Record) -> None:
         """``rec`` was added, changed or removed in ``store`` (a :class:`~._store._Store`)."""

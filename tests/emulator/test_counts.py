@@ -14,7 +14,7 @@ import pytest
 import aiosb
 from aiosb import Message, emulator
 from aiosb.emulator._record import AVAILABLE, LOCKED, SCHEDULED
-from aiosb.emulator.durable._journal import Journal
+from aiosb.emulator.durable import Journal
 
 pytestmark = pytest.mark.looptime
 

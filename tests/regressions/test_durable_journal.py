@@ -14,7 +14,7 @@ import pytest
 
 import aiosb
 from aiosb import Message, emulator, errors
-from aiosb.emulator.durable._journal import Journal
+from aiosb.emulator.durable import Journal
 from aiosb.server.http import serve
 
 
@@ -210,16 +210,15 @@ def _refused(monkeypatch, first: int) -> list[int]:
     arrive mangled: unpickling fails in the writer, which answers FAILED and rolls
     back) and writes the rest; the list counts the groups sent."""
     from aiosb.emulator.durable import _writer_client as _link
-    from aiosb.emulator.durable import _writer_process as _writer
 
     sent: list[int] = []
     send = _link.WriterLink.send
 
-    def mangled(self, write, frame):
+    def mangled(self, write, body, *resume):
         sent.append(1)
         if len(sent) <= first:
-            frame = frame[:_writer.HEAD.size] + b"\xff" * (len(frame) - _writer.HEAD.size)
-        send(self, write, frame)
+            body = b"\xff" * len(body)
+        send(self, write, body, *resume)
 
     monkeypatch.setattr(_link.WriterLink, "send", mangled)
     return sent
@@ -403,11 +402,11 @@ async def test_a_writer_that_dies_is_started_again_and_nothing_is_lost(tmp_path)
 def test_the_writer_forgets_the_entity_ids_of_a_transaction_rolled_back(tmp_path):
     """An entity's id made in a transaction that rolled back is made again: a cached id
     would put the entity's rows under the next entity's id."""
-    from aiosb.emulator.durable import _journal as _durable
     from aiosb.emulator.durable import _writer_process as _writer
+    from aiosb.emulator.durable._schema import SCHEMA
 
     db = sqlite3.connect(tmp_path / "w.sqlite3", isolation_level=None)
-    db.executescript(_durable._SCHEMA)
+    db.executescript(SCHEMA)
     writer = _writer.Writer(db)
     with pytest.raises(sqlite3.Error):  # q's id is made, then a bad statement
         writer.write([], [("ns", "q", [], [(1, b"q", b"h")], [])], [("ns", "q", 0)])

@@ -20,9 +20,8 @@ import pytest
 import aiosb
 from aiosb import Message, emulator, errors
 from aiosb.emulator._record import _Record
+from aiosb.emulator.durable import Journal, _recovery
 from aiosb.emulator.durable import _journal as _durable
-from aiosb.emulator.durable import _recovery
-from aiosb.emulator.durable._journal import Journal
 from aiosb.emulator.durable._rows import encode_record
 from aiosb.server.http import serve
 
@@ -461,9 +460,9 @@ async def test_an_older_database_is_moved_after_the_server_listens(tmp_path, mon
     db.close()
     migrate = _durable.migrate
 
-    def slow(db, eid):  # a deep older database
+    def slow(db):  # a deep older database
         time.sleep(1)
-        migrate(db, eid)
+        migrate(db)
 
     monkeypatch.setattr(_durable, "migrate", slow)
     started = time.perf_counter()

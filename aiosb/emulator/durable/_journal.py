@@ -1,4 +1,4 @@
-"""Durable emulator state: a SQLite journal of namespaces, entities, messages, sessions.
+"""The journal: durable mode's SQLite record of namespaces, entities, messages, sessions.
 
 The broker tells the journal what changed (:meth:`Journal.record` for a message,
 :meth:`Journal.entity` and :meth:`Journal.entity_gone` for entities,
@@ -7,8 +7,11 @@ marked dirty, however often it changes before the next write. :meth:`Journal.com
 returns once everything changed before the call is on disk. Commits are grouped: one
 SQLite transaction carries the changes of every request that arrived meanwhile. The
 loop prepares a group and hands it to the journal's writer, a process of its own
-(:mod:`._writer`, :mod:`._link`): SQLite's work takes another core, not the serving
-thread's GIL, and a group waits in the pipe while the one before it is written.
+(:mod:`._writer_process`, through the pipe of :mod:`._writer_client`): SQLite's work
+takes another core, not the serving thread's GIL, and a group waits in the pipe while
+the one before it is written. What a group carries, how it is cut into frames, what
+goes back to pending when a frame is not written and when a lock is written are the
+journal's policy (:mod:`._group_commit`); the pipe only carries frames and answers.
 
 SQLite runs in WAL mode. By default with ``synchronous=NORMAL``: a committed
 transaction is in the WAL file (in the operating system's cache, not yet flushed to the
@@ -16,17 +19,18 @@ disk), so it survives the server's process being killed (SIGKILL, R-3) and the d
 is never corrupted; a crash of the machine or a power loss may lose the last commits
 before a checkpoint. ``Journal(directory, fsync=True)`` (``aiosb serve --fsync``) runs
 with ``synchronous=FULL``: each commit is flushed to the disk before it is acknowledged,
-so it survives the machine crashing too, at the cost of an fsync a commit.
+so it survives the machine crashing too, at the cost of an fsync a commit. Every
+connection to the database is opened by :func:`._database.connect`.
 
 Messages live in a compact table (``msgs``, #39): keyed by an entity's number
 (``entity_ids``) and the sequence number, without a rowid, each row its body and a
 packed head (:func:`._rows.message_row`); a lock taken since the row was written goes to
 the row's ``lock`` column. A broker-assigned MessageId is kept as its number, with the
 prefix its process spelled it with in ``meta``; a fresh process takes that prefix on
-(:func:`._record.adopt_auto_ids`), so that such ids stay numbers in memory after a
+(:func:`.._record.adopt_auto_ids`), so that such ids stay numbers in memory after a
 restart. A database of an older aiosb (table ``messages``) is moved to the compact table
 on the journal's thread, in the background of the restart (operations wait for it) or
-before the first write (:func:`._migrate.migrate`).
+before the first write (:func:`._schema.migrate`).
 
 At start-up :meth:`Journal.load` rebuilds every namespace as it was
 (:class:`~._recovery.Recovery`): entities, rules, sessions and sequence numbers before
@@ -37,12 +41,11 @@ lock); a lock that ended while the server was down ends at once (the message com
 back); sequence numbers go on from where they were. Session locks, duplicate-detection history
 and faults are not kept: they belong to the connections and the test that made them.
 
-Imports: :mod:`._record`, :mod:`._store`, :mod:`._entity`, :mod:`._namespace`,
-:mod:`._rows`, :mod:`._recovery`, :mod:`._migrate`, :mod:`._writer`, :mod:`._groups`,
-:mod:`._link`;
-never the broker
-(it sees a namespace through :class:`~._namespace.Namespace`, and makes one through
-:data:`open_namespace`).
+Imports: :mod:`.._record`, :mod:`.._store`, :mod:`.._entity`, :mod:`.._namespace`,
+:mod:`._rows`, :mod:`._recovery`, :mod:`._schema`, :mod:`._database`,
+:mod:`._group_commit`, :mod:`._writer_client`; never the broker
+(it sees a namespace through :class:`~.._namespace.Namespace`, and makes one through
+what :func:`open_namespaces_with` plugged in).
 """
 
 from __future__ import annotations
@@ -55,29 +58,36 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ...errors import InvalidArgument
+from ...errors import InvalidArgument, TransientError
 from .._entity import _Entity, _Session
 from .._namespace import Namespace
 from .._record import GONE, _Record, adopt_auto_ids, auto_id_prefix
 from .._store import _Store
-from . import _writer_process as _writer
-from ._groups import Batch, Write
+from ._database import connect
+from ._group_commit import Batch, Write, YoungLocks
 from ._recovery import Recovery
 from ._rows import ROW_FORMAT, encode_props, encode_rules
 from ._schema import ADDED_COLUMNS as _ADDED_COLUMNS
 from ._schema import SCHEMA as _SCHEMA
 from ._schema import migrate
-from ._writer_client import WriteFailed, WriterLink, YoungLocks, consume, start_writer
+from ._writer_client import WriterLink, start_writer
 
-__all__ = ["Journal"]
+__all__ = ["LOCK_WRITE_AFTER", "Journal", "WriteFailed", "open_namespaces_with"]
 
 log = logging.getLogger("aiosb.emulator")
 
 #: How :meth:`Journal.load` finds the namespace of a name, or makes it with the tier it
-#: was kept with. :mod:`aiosb.emulator` plugs its registry in when it is imported (which
-#: it always is before this module is used): the journal sits below the broker and the
-#: registry, and may not import them.
+#: was kept with (:func:`open_namespaces_with`).
 open_namespace: Callable[[str, str], Namespace] | None = None
+
+
+def open_namespaces_with(opener: Callable[[str, str], Namespace]) -> None:
+    """Let :meth:`Journal.load` find or make a namespace with ``opener(name, tier)``.
+    :mod:`aiosb.emulator` plugs its registry in when it is imported (which it always is
+    before a journal is used): the journal sits below the broker and the registry, and
+    may not import them."""
+    global open_namespace
+    open_namespace = opener
 
 #: Group commits in flight at most: one being written, the next waiting in the pipe.
 _DEPTH = 2
@@ -87,6 +97,17 @@ _DEPTH = 2
 #: available at once, with the delivery count it had before (a graceful stop writes
 #: every lock).
 LOCK_WRITE_AFTER = 1.0
+
+
+class WriteFailed(TransientError):
+    """A group write failed; ``upto`` is the change count it would have made durable;
+    ``lost``: the writer was lost (it ended, or missed its deadline), not the write
+    refused."""
+
+    def __init__(self, upto: int, message: str, lost: bool = False) -> None:
+        super().__init__(message)
+        self.upto = upto
+        self.lost = lost
 
 
 class Journal:
@@ -124,11 +145,11 @@ class Journal:
         self._durable = 0
         #: The changes handed to the writer (in flight or written).
         self._sent = 0
-        #: The group commit being cut into frames (:mod:`._groups`), if one is.
+        #: The group commit being cut into frames (:mod:`._group_commit`), if one is.
         self._batch: Batch | None = None
         #: The writer's end of the pipe (None: not started, or it ended).
-        self._link: WriterLink | None = None
-        self._spawning: asyncio.Future[WriterLink] | None = None
+        self._link: WriterLink[Write] | None = None
+        self._spawning: asyncio.Future[WriterLink[Write]] | None = None
         #: The next group is the first after a failure: the writer writes again.
         self._resume = False
         self._closing = False
@@ -137,9 +158,6 @@ class Journal:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "aiosb-journal")
         self._db: sqlite3.Connection | None = None
         self.writes = 0
-        #: Entity ids of the message rows, by (namespace, entity key): read and written
-        #: on the journal's thread only.
-        self._eids: dict[tuple[str, str], int] = {}
         #: What the broker-assigned MessageIds kept as numbers start with (``meta``).
         self.prefix = ""
         #: The highest broker-assigned id number of a message gone before its row was
@@ -172,20 +190,13 @@ class Journal:
             self._db = None
 
     def _open(self) -> None:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute(f"PRAGMA synchronous={'FULL' if self.fsync else 'NORMAL'}")
-        # The WAL is emptied at each checkpoint; past that it is cut back to this size,
-        # so a burst does not leave a file as big as the burst (#39: bytes on disk).
-        db.execute("PRAGMA journal_size_limit=4194304")
+        db = connect(self.path, "journal", self.fsync)
         db.executescript(_SCHEMA)
         for table, column, kind in _ADDED_COLUMNS:
             have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
             if column not in have:
                 db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         self._db = db
-        self._eids = dict(((ns, key), eid) for eid, ns, key in
-                          db.execute("SELECT id, ns, key FROM entity_ids"))
         meta = dict(db.execute("SELECT name, value FROM meta").fetchall())
         if meta.setdefault("row_format", ROW_FORMAT) != ROW_FORMAT:
             db.close()
@@ -214,23 +225,9 @@ class Journal:
     def _migrate(self) -> bool:
         if not self.migrating or self._db is None:
             return False
-        migrate(self._db, self._eid)
+        migrate(self._db)
         self.migrating = False
         return True
-
-    def _eid(self, ns: str, key: str) -> int:
-        """The id of entity ``key`` of namespace ``ns`` in message rows (made on first
-        use; on the journal's thread)."""
-        eid = self._eids.get((ns, key))
-        if eid is None:
-            db = self._db
-            assert db is not None
-            db.execute("INSERT OR IGNORE INTO entity_ids (ns, key) VALUES (?, ?)", (ns, key))
-            (eid,) = db.execute(
-                "SELECT id FROM entity_ids WHERE ns = ? AND key = ?", (ns, key)
-            ).fetchone()
-            self._eids[(ns, key)] = eid
-        return eid
 
     async def aclose(self) -> None:
         """Write what is pending, then close (idempotent)."""
@@ -406,7 +403,7 @@ class Journal:
         """Return once every change reported before the call is on disk.
 
         A writer lost meanwhile (it ended, or missed its deadline:
-        :data:`._link.WRITE_DEADLINE`) is replaced and what it had not written is
+        :data:`._writer_client.WRITE_DEADLINE`) is replaced and what it had not written is
         written again; a commit waits through one such loss, not two.
 
         Raises:
@@ -462,7 +459,7 @@ class Journal:
                 and not self._closing):
             asyncio.ensure_future(self.commit()).add_done_callback(consume)
 
-    async def _writer(self) -> WriterLink:
+    async def _writer(self) -> WriterLink[Write]:
         """The writer's end of the pipe, starting the process if it is not running."""
         spawning = self._spawning
         if spawning is None:
@@ -470,18 +467,21 @@ class Journal:
             spawning.add_done_callback(self._spawned)
         return await asyncio.shield(spawning)
 
-    def _spawned(self, spawning: asyncio.Future[WriterLink]) -> None:
+    def _spawned(self, spawning: asyncio.Future[WriterLink[Write]]) -> None:
         self._spawning = None if self._spawning is spawning else self._spawning
         consume(spawning)
 
-    async def _spawn(self) -> WriterLink:
-        link = await start_writer(self.path, self.fsync, self._answered, self._ended)
+    async def _spawn(self) -> WriterLink[Write]:
+        try:
+            link = await start_writer(self.path, self.fsync, self._answered, self._ended)
+        except OSError as exc:
+            raise WriteFailed(self._changes, str(exc)) from exc
         if link.closed:  # it died at once
             raise WriteFailed(self._changes, f"the writer of {self.path} ended at its start")
         self._link = link
         return link
 
-    def _ended(self, link: WriterLink, why: str) -> None:
+    def _ended(self, link: WriterLink[Write], why: str) -> None:
         """The writer is lost (its process ended, or it missed its deadline): nothing
         more will be answered."""
         if self._link is link:
@@ -490,9 +490,9 @@ class Journal:
         if writes:
             self._take_back(why, writes, lost=True)
 
-    def _send(self, link: WriterLink) -> Write:
+    def _send(self, link: WriterLink[Write]) -> Write:
         """Hand the writer the next frame of the group commit being sent; when none
-        is, every change not yet handed over becomes one (:class:`~._groups.Batch`)."""
+        is, every change not yet handed over becomes one (:class:`~._group_commit.Batch`)."""
         batch = self._batch
         if batch is None:
             batch = self._batch = Batch(self._changes, self._dirty, self._locks, self._ops,
@@ -507,8 +507,8 @@ class Journal:
         if write.whole:
             self._batch = None
             self._sent = batch.upto
-        flags, self._resume = (_writer.RESUME if self._resume else 0), False
-        link.send(write, _writer.HEAD.pack(len(frame), flags) + frame)
+        resume, self._resume = self._resume, False
+        link.send(write, frame, resume)
         return write
 
     def _unbatch(self) -> None:
@@ -520,7 +520,7 @@ class Journal:
             self._ops[:0] = batch.ops
             batch.back_into(self._dirty, self._locks, self._deleted)
 
-    def _answered(self, link: WriterLink, write: Write, failure: str | None) -> None:
+    def _answered(self, link: WriterLink[Write], write: Write, failure: str | None) -> None:
         """The writer's answer to ``write`` (in the order sent): written, or why not."""
         if write.answer.done():  # taken back already, with an earlier one that failed
             return
@@ -589,3 +589,9 @@ class Journal:
         db = self._db
         assert db is not None
         return await self._run(fn, db)
+
+
+def consume(task: asyncio.Future[Any]) -> None:
+    """Retrieve a write's exception (logged already; retried in the background)."""
+    if not task.cancelled():
+        task.exception()

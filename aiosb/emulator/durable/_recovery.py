@@ -1,4 +1,4 @@
-"""A durable server's restart (#39): what :meth:`~._durable.Journal.load` rebuilds at
+"""A durable server's restart (#39): what :meth:`~._journal.Journal.load` rebuilds at
 once, what it loads in the background, and how an operation waits for what it needs.
 
 :meth:`Recovery.start` reads the small tables (namespaces, entities, rules, sessions,
@@ -23,10 +23,16 @@ that keeps failing) is refused, with a sentence naming it, and the others load o
 Rows are loaded with the namespace's journal detached (they are on disk already); what
 happens to them afterwards is journaled as usual. The rows of an older database (table
 ``messages``) move to the compact table first, after the server listens (every entity
-waits for it: :mod:`._migrate`).
+waits for it: :mod:`._schema`). The loader reads on a connection of its own
+(:func:`._database.connect`, use ``"loader"``).
 
-Imports: :mod:`._collector`, :mod:`._record`, :mod:`._partitions`, :mod:`._entity`,
-:mod:`._namespace`, :mod:`._rows`, :mod:`._store` (never the journal or the broker).
+The garbage collector is off while messages load (:class:`Collector`: it would walk
+the growing heap again and again while it grows by a million records, a quarter of the
+load's time), and what a large load holds is frozen afterwards (its first passes would
+walk every record), given back when that server stops.
+
+Imports: :mod:`.._record`, :mod:`.._partitions`, :mod:`.._entity`, :mod:`.._namespace`,
+:mod:`._rows`, :mod:`.._store`, :mod:`._database` (never the journal or the broker).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import gc
 import itertools
 import logging
 import sqlite3
@@ -47,14 +54,14 @@ from .._namespace import Namespace
 from .._partitions import FRAGMENT_SHIFT, fragment_of
 from .._record import AVAILABLE, DEFERRED, LOCKED, SCHEDULED, _Record, auto_id_prefix
 from .._store import _Store
-from ._collector import Collector
+from ._database import connect
 from ._rows import (
     decode_props,
     decode_rules,
     record_of_row,
 )
 
-__all__ = ["Recovery"]
+__all__ = ["Collector", "Recovery"]
 
 log = logging.getLogger("aiosb.emulator")
 
@@ -70,8 +77,45 @@ FREEZE_AT = 100_000
 _KIND_ORDER = {"queue": 0, "topic": 0, "subscription": 1}  # topics before subscriptions
 
 
+class Collector:
+    """The garbage collector, kept off while any recovery of the process loads (the last
+    to finish turns it back on, if it was on: two servers may load at once), and what
+    they froze (given back to the collector when the server that froze it stops)."""
+
+    loading = 0
+    was_enabled = False
+
+    @classmethod
+    def hold(cls) -> None:
+        """A load begins."""
+        if not cls.loading:
+            cls.was_enabled = gc.isenabled()
+            gc.disable()
+        cls.loading += 1
+
+    @classmethod
+    def release(cls, freeze: bool) -> bool:
+        """One load ended (``freeze``: a large one); whether what it holds was frozen."""
+        cls.loading -= 1
+        if cls.loading or not cls.was_enabled:
+            return False
+        if freeze:
+            # What became garbage during the load (a request's cycles, the host's) is
+            # collected first: frozen, it would never be (#39).
+            gc.collect()
+            gc.freeze()
+        gc.enable()
+        return freeze
+
+    @staticmethod
+    def thaw() -> None:
+        """A server whose load froze stops: what it held may go (and what another
+        froze, which is only walked again)."""
+        gc.unfreeze()
+
+
 class _Journal(Protocol):
-    """What recovery needs of the journal (:class:`~._durable.Journal`)."""
+    """What recovery needs of the journal (:class:`~._journal.Journal`)."""
 
     path: Any
     prefix: str
@@ -242,7 +286,7 @@ class Recovery:
             if self._closed:  # a read ahead, after the load ended: nothing to reopen
                 raise TransientError("the durable store's load is over.")
             self._executor = concurrent.futures.ThreadPoolExecutor(1, "aiosb-recovery")
-            self._reader = await self._in_thread(_connect, self.journal.path)
+            self._reader = await self._in_thread(connect, self.journal.path, "loader")
         return await self._in_thread(fn, self._reader)
 
     async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -378,13 +422,6 @@ class Recovery:
         event = self.pending.pop(entity, None)
         if event is not None:
             event.set()
-
-
-def _connect(path: Any) -> sqlite3.Connection:
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    db.execute("PRAGMA query_only=1")
-    db.execute("PRAGMA cache_size=-256")  # KiB
-    return db
 
 
 def _chunk(eid: int | None, after: int) -> Callable[[sqlite3.Connection], list[Any]]:

@@ -89,7 +89,7 @@ _PLAIN_TYPES = frozenset(_PLAIN)
 
 
 def encode_record(rec: Any) -> bytes:
-    """A message row: a record's fields (:data:`._record.FIELDS`), those that are
+    """A message row: a record's fields (:data:`.._record.FIELDS`), those that are
     ``None`` left out (they read back as ``None``), ``props`` as a dict of property
     values. Written with orjson (#39: with the standard library's json, writing the
     rows took most of a durable server's time)."""

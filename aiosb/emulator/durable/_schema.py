@@ -1,21 +1,26 @@
-"""Moving an older aiosb's database to the compact table (#39): the rows of table
-``messages`` (one JSON document, or a pickle, a row; keyed by namespace and entity
-names) become rows of ``msgs``. The journal does it on its own thread, in the
-background of a restart (:mod:`._recovery` waits for it before it loads the messages):
-a deep database no longer delays listening. The tables themselves (:data:`SCHEMA`), and
-the columns added to them since (:data:`ADDED_COLUMNS`), are here too.
+"""The journal's tables, and moving an older aiosb's database to them.
 
-Imports: :mod:`._record`, :mod:`._rows`.
+The tables (:data:`SCHEMA`), and the columns added to them since their first release
+(:data:`ADDED_COLUMNS`), which the journal makes when it opens the database.
+
+:func:`migrate` moves an older database to the compact table (#39): the rows of table
+``messages`` (one JSON document, or a pickle, a row; keyed by namespace and entity
+names) become rows of ``msgs``, their entities numbered by the one cache of entity ids
+(:class:`._database.EntityIds`). The journal does it on its own thread, in the
+background of a restart (:mod:`._recovery` waits for it before it loads the messages):
+a deep database no longer delays listening.
+
+Imports: :mod:`.._record`, :mod:`._rows`, :mod:`._database`.
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Callable
 
 from ...wire.json_values import loads
 from .._record import FIELDS, _Record
+from ._database import EntityIds
 from ._rows import decode_record, message_row
 
 __all__ = ["ADDED_COLUMNS", "SCHEMA", "migrate"]
@@ -52,13 +57,14 @@ ADDED_COLUMNS = [("sessions", "state_set", "REAL NOT NULL DEFAULT 0")]
 CHUNK = 2_000
 
 
-def migrate(db: sqlite3.Connection, eid: Callable[[str, str], int]) -> None:
+def migrate(db: sqlite3.Connection) -> None:
     """Move the rows of an older database's ``messages`` table (one JSON document, or
     a pickle, a row; keyed by namespace and entity names) into ``msgs``, in one
     transaction, then give the space back (VACUUM). Every MessageId stays the text it
     was: an older aiosb gave each process a random prefix, so an id spelled as the
     broker spells its own cannot be told from a client's (a GUID, the official SDKs'
     default: #39, adopting its prefix and number made every start count to 10^14)."""
+    eid = EntityIds(db)  # no writer writes yet: a group waits for the move
     have = {row[1] for row in db.execute("PRAGMA table_info(messages)")}
     lock = "lock" if "lock" in have else "NULL"
     moved = 0

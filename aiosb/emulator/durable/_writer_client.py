@@ -1,11 +1,15 @@
-"""The journal's end of its writer process (#39): frames out, answers in, in order.
+"""The journal's end of its writer process (#39): the pipe. Frames out, answers in,
+in order, each frame held to a deadline.
 
-:class:`~._durable.Journal` cuts each group commit into frames on the serving loop
-(:mod:`._groups`) and hands them to :func:`start_writer`'s process (:mod:`._writer`),
-each as a :class:`~._groups.Write`; the writer answers each in the order sent, and
-:class:`WriterLink` passes each answer to the journal (``answered(link, write,
-failure)``: ``failure`` is None when it is written), and the loss of the process once
-nothing more will be answered (``ended(link, why)``).
+:class:`~._journal.Journal` cuts each group commit into frames on the serving loop
+(:mod:`._group_commit`) and hands each to :func:`start_writer`'s process
+(:mod:`._writer_process`) with :meth:`WriterLink.send`, beside what it calls the frame
+(a :class:`~._group_commit.Write`, which this module never looks into); the writer
+answers each in the order sent, and :class:`WriterLink` passes each answer to the
+journal (``answered(link, write, failure)``: ``failure`` is None when it is written),
+and the loss of the process once nothing more will be answered (``ended(link, why)``).
+What a frame holds, when it is sent, and what happens to one that fails are the
+journal's policy, not the pipe's.
 
 The writer has a deadline (#48): each frame is answered within :data:`WRITE_DEADLINE`
 of the moment the writer could start on it (when it was sent, or when the frame before
@@ -13,8 +17,8 @@ it was answered). A writer that misses it (stopped, its disk stalled) is killed 
 counts as ended at once, without waiting for its process to go: the journal takes its
 unanswered frames back and writes them again with a new writer.
 
-Imports: :mod:`._writer`, :mod:`._groups`, :mod:`._record`; never the journal (it hears
-of the link through callbacks).
+Imports: :mod:`._writer_process` (the frames' head and the answers); never the journal
+(it hears of the link through callbacks).
 """
 
 from __future__ import annotations
@@ -25,22 +29,18 @@ import contextlib
 import logging
 import struct
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-from ...errors import TransientError
-from .._record import _Record
 from . import _writer_process as _writer
-from ._groups import Write
 
-__all__ = ["WRITER_FLAGS", "WRITE_DEADLINE", "WriteFailed", "WriterLink", "YoungLocks",
-           "consume", "start_writer"]
+__all__ = ["WRITER_FLAGS", "WRITE_DEADLINE", "WriterLink", "start_writer"]
 
 log = logging.getLogger("aiosb.emulator")
 
@@ -48,7 +48,7 @@ log = logging.getLogger("aiosb.emulator")
 WRITER_FLAGS: list[str] = []
 #: Seconds the writer has to answer a frame from the moment it could start on it; a
 #: writer that misses it is killed and replaced (#48). A frame is capped
-#: (:data:`._groups.MOST_ROWS`, :data:`._groups.MOST_BYTES`) and takes milliseconds;
+#: (:data:`._group_commit.MOST_ROWS`, :data:`._group_commit.MOST_BYTES`) and takes milliseconds;
 #: the slowest statement a frame may hold, an entity deleted with a million messages,
 #: a few seconds: 15 s is far above what a working writer needs. And a commit waits for
 #: its frame and, if that writer was lost, once more for the replacement: about two
@@ -57,29 +57,19 @@ WRITER_FLAGS: list[str] = []
 WRITE_DEADLINE = 15.0
 
 
-class WriteFailed(TransientError):
-    """A group write failed; ``upto`` is the change count it would have made durable;
-    ``lost``: the writer was lost (it ended, or missed its deadline), not the write
-    refused."""
-
-    def __init__(self, upto: int, message: str, lost: bool = False) -> None:
-        super().__init__(message)
-        self.upto = upto
-        self.lost = lost
+#: What the journal calls a frame it sends (:class:`~._group_commit.Write`).
+W = TypeVar("W")
 
 
-Answered = Callable[["WriterLink", Write, "str | None"], None]
-Ended = Callable[["WriterLink", str], None]
-
-
-class WriterLink(asyncio.SubprocessProtocol):
+class WriterLink(asyncio.SubprocessProtocol, Generic[W]):
     """The pipe to one writer process, and its deadline (:data:`WRITE_DEADLINE`)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, answered: Answered, ended: Ended
-                 ) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 answered: Callable[[WriterLink[W], W, str | None], None],
+                 ended: Callable[[WriterLink[W], str], None]) -> None:
         self.loop = loop
         #: The frames sent and not yet answered, oldest first.
-        self.writes: collections.deque[Write] = collections.deque()
+        self.writes: collections.deque[W] = collections.deque()
         self.exited: asyncio.Future[None] = loop.create_future()
         self._answered, self._ended = answered, ended
         #: The writer is lost (its process ended, or it missed its deadline): nothing
@@ -96,13 +86,16 @@ class WriterLink(asyncio.SubprocessProtocol):
         self._stdin = transport.get_pipe_transport(0)
         _widen(self._stdin)
 
-    def send(self, write: Write, frame: bytes) -> None:
-        """Hand ``write`` (``frame``: its head and pickled body) to the writer."""
+    def send(self, write: W, body: bytes, resume: bool = False) -> None:
+        """Hand the writer a frame (``body``: :func:`~._group_commit.frame_of`), which
+        the journal calls ``write``; ``resume``: the first after a failure, written
+        although a frame before it was not (:data:`._writer_process.RESUME`)."""
         self.writes.append(write)
         if self._deadline is None and not self.closed:  # the writer starts on it now
             self._deadline = self.loop.call_later(WRITE_DEADLINE, self._missed)
         try:
-            self._stdin.write(frame)
+            self._stdin.write(
+                _writer.HEAD.pack(len(body), _writer.RESUME if resume else 0) + body)
         except (RuntimeError, OSError):  # the writer is gone (uvloop closes the pipe
             pass  # before it says so): connection_lost takes the write back
 
@@ -174,14 +167,15 @@ class WriterLink(asyncio.SubprocessProtocol):
                 self._transport.close()  # kills it if it still runs
 
 
-async def start_writer(path: Path, fsync: bool, answered: Answered, ended: Ended
-                       ) -> WriterLink:
+async def start_writer(path: Path, fsync: bool,
+                       answered: Callable[[WriterLink[W], W, str | None], None],
+                       ended: Callable[[WriterLink[W], str], None]) -> WriterLink[W]:
     """Start a writer process for the database at ``path`` (made already): a fresh
     interpreter (``-I -S``: the standard library is all it imports) running
-    :mod:`._writer` as a script.
+    :mod:`._writer_process` as a script.
 
     Raises:
-        WriteFailed: The process could not be started.
+        OSError: The process could not be started.
     """
     loop = asyncio.get_running_loop()
     flags = ["--fsync"] if fsync else []
@@ -192,8 +186,8 @@ async def start_writer(path: Path, fsync: bool, answered: Answered, ended: Ended
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
     except (OSError, RuntimeError, NotImplementedError) as exc:  # no interpreter; a loop
         # without subprocesses (Windows' selector loop)
-        raise WriteFailed(0, f"the emulator could not start the writer of {path} "
-                          f"({sys.executable}): {exc}") from exc
+        raise OSError(f"the emulator could not start the writer of {path} "
+                      f"({sys.executable}): {exc}") from exc
     return link
 
 
@@ -206,40 +200,3 @@ def _widen(pipe: Any) -> None:
         return
     with contextlib.suppress(OSError, ValueError):
         fcntl.fcntl(handle.fileno(), setsize, 1 << 20)
-
-
-class YoungLocks:
-    """Locks not yet due to be written, oldest first (``queue``: taken at, entity key,
-    sequence number, record), and when each was taken (``at``, by entity key and
-    sequence number) while it is still to be written: a record settled or written whole
-    meanwhile leaves ``at``, and its entry in ``queue`` is passed over."""
-
-    def __init__(self) -> None:
-        self.queue: collections.deque[tuple[float, tuple[str, str], int, _Record]] = (
-            collections.deque())
-        self.at: dict[tuple[tuple[str, str], int], float] = {}
-
-    def add(self, key: tuple[str, str], seq: int, rec: _Record, now: float) -> None:
-        if (key, seq) not in self.at:  # a lock pending keeps its first instant
-            self.at[(key, seq)] = now
-            self.queue.append((now, key, seq, rec))
-
-    def due(self, before: float) -> Iterator[tuple[tuple[str, str], int, _Record]]:
-        """Take those taken at ``before`` or earlier: (entity key, sequence number,
-        record) of each still to be written."""
-        queue, at = self.queue, self.at
-        while queue and queue[0][0] <= before:
-            taken, key, seq, rec = queue.popleft()
-            if at.get((key, seq)) == taken:
-                del at[(key, seq)]
-                yield key, seq, rec
-
-    def drop_entity(self, key: tuple[str, str]) -> None:
-        for pending in [pending for pending in self.at if pending[0] == key]:
-            del self.at[pending]
-
-
-def consume(task: asyncio.Future[Any]) -> None:
-    """Retrieve a write's exception (logged already; retried in the background)."""
-    if not task.cancelled():
-        task.exception()

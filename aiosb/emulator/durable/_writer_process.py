@@ -1,6 +1,6 @@
 """The durable journal's writer: a process of its own that writes group commits (#39).
 
-:class:`~._durable.Journal` prepares each group commit on the serving loop (the rows of
+:class:`~._journal.Journal` prepares each group commit on the serving loop (the rows of
 the messages that changed, the locks taken, the runs of sequence numbers gone) and
 hands it to this process, which writes it in one SQLite transaction and answers. A
 process, not a thread: SQLite's steps run on the other core without taking the serving
@@ -10,10 +10,10 @@ is written, so the writer never waits to be woken (measured on S-4 streaming: a
 group's wait went from about 2.6 ms to under 1 ms, the serving thread's CPU per batch
 from about 3.7 ms to about 2).
 
-Run as ``python -I -S _writer.py DATABASE [--fsync] [--row-locks]`` (the database
+Run as ``python -I -S _writer_process.py DATABASE [--fsync] [--row-locks]`` (the database
 exists: the journal made its tables). It reads frames on its standard input, each a
 little-endian 8-byte length, a byte of flags and that many bytes: a pickle of
-``(ops, groups, highs)`` (:func:`write`), read by an unpickler that admits no global
+``(ops, groups, highs)`` (:meth:`Writer.write`), read by an unpickler that admits no global
 but the four :data:`ALLOWED` (a frame naming any other, ``os.system`` say, is refused
 before anything in it runs: #48). It answers each frame, in order, on its
 standard output: :data:`OK`, or :data:`FAILED`, a 4-byte length and a UTF-8 message
@@ -22,12 +22,19 @@ comes flagged :data:`RESUME`: the journal sends that once it has taken the refus
 groups back, so that no group is written after a later one. At the end of its input
 (the journal closed it, or its process died) it exits; a frame cut short is not written.
 
-Imports: the standard library only (it starts in a fresh interpreter, quickly).
+It opens the database as every user of it does (:func:`._database.connect`, use
+``"writer"``), and numbers entities with the one cache of them
+(:class:`._database.EntityIds`).
+
+Imports: the standard library, and :mod:`._database` (standard library only too),
+from this file's own directory when it runs as a script: it starts in a fresh
+interpreter, quickly, and imports nothing else of aiosb.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import signal
 import sqlite3
@@ -36,7 +43,13 @@ import sys
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-__all__ = ["ALLOWED", "FAILED", "HEAD", "OK", "RESUME", "Writer", "connect", "main"]
+if __package__:  # imported as part of aiosb: by the journal's pipe (the frames), tests
+    from ._database import EntityIds, connect
+else:  # run by path, in a fresh interpreter: -I leaves its directory off sys.path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _database import EntityIds, connect  # type: ignore[import-not-found,no-redef]
+
+__all__ = ["ALLOWED", "FAILED", "HEAD", "OK", "RESUME", "Writer", "main"]
 
 #: A frame's head: its length and its flags.
 HEAD = struct.Struct("<QB")
@@ -46,7 +59,7 @@ RESUME = 1
 OK, FAILED = b"\x00", b"\x01"
 
 #: The only globals a frame may name: how the journal pickles a value of a subclass of
-#: str, bytes, int or float (:class:`._groups._Plain`). An allow-list as the unpickler
+#: str, bytes, int or float (:class:`._group_commit._Plain`). An allow-list as the unpickler
 #: of legacy rows has (:class:`._rows._LegacyUnpickler`), for what frames hold: this
 #: process imports the standard library only, not :mod:`._rows`.
 ALLOWED = frozenset({("builtins", "str"), ("builtins", "bytes"), ("builtins", "int"),
@@ -77,22 +90,6 @@ _HIGH = ("INSERT INTO sequences VALUES (?, ?, ?, ?) ON CONFLICT (ns, entity, fra
 Group = tuple[str, str, list[int], list[tuple[int, bytes, bytes]], list[tuple[bytes, int]]]
 
 
-def connect(path: str, fsync: bool) -> sqlite3.Connection:
-    """A connection to the journal's database, as the journal opens it (WAL; the WAL
-    file cut back to 4 MiB after a checkpoint; ``synchronous`` FULL with ``fsync``, else
-    NORMAL; waits for the journal's own connection rather than failing)."""
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
-    db.execute("PRAGMA journal_size_limit=4194304")
-    db.execute("PRAGMA busy_timeout=30000")
-    # A checkpoint every 40 MB of WAL, not 4: a message's row is written, locked and
-    # deleted within seconds, so the same pages come back to the WAL again and again,
-    # and a checkpoint copies each page once, however often it was written since.
-    db.execute("PRAGMA wal_autocheckpoint=10000")
-    return db
-
-
 class Writer:
     """Writes group commits to ``db`` (``row_locks``: a lock a statement, for SQLite
     before 3.33)."""
@@ -100,19 +97,8 @@ class Writer:
     def __init__(self, db: sqlite3.Connection, row_locks: bool = False) -> None:
         self.db = db
         self.row_locks = row_locks or sqlite3.sqlite_version_info < (3, 33)
-        self._eids: dict[tuple[str, str], int] = {}
-
-    def eid(self, ns: str, key: str) -> int:
-        """The id of entity ``key`` of namespace ``ns`` in message rows (made on first
-        use)."""
-        eid = self._eids.get((ns, key))
-        if eid is None:
-            self.db.execute("INSERT OR IGNORE INTO entity_ids (ns, key) VALUES (?, ?)",
-                            (ns, key))
-            (eid,) = self.db.execute(
-                "SELECT id FROM entity_ids WHERE ns = ? AND key = ?", (ns, key)).fetchone()
-            self._eids[(ns, key)] = eid
-        return eid
+        #: The entities' ids in message rows (made on first use).
+        self.eid = EntityIds(db)
 
     def write(self, ops: list[tuple[str, tuple[Any, ...]]], groups: list[Group],
               highs: list[tuple[str, str, int, int]]) -> None:
@@ -120,7 +106,7 @@ class Writer:
         arguments: namespaces, entities, sessions ...), then each entity's rows, then
         the highest sequence numbers used."""
         db = self.db
-        known = set(self._eids)
+        mark = self.eid.mark()
         db.execute("BEGIN")
         try:
             for sql, args in ops:
@@ -148,9 +134,7 @@ class Writer:
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
-            # the ids made in this transaction are gone with it
-            for made in self._eids.keys() - known:
-                del self._eids[made]
+            self.eid.forget_since(mark)  # the ids made in it are gone with it
             raise
 
 
@@ -224,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a service manager's, to the group
     args = sys.argv[1:] if argv is None else argv
-    db = connect(args[0], "--fsync" in args)
+    db = connect(args[0], "writer", "--fsync" in args)
     try:
         serve(Writer(db, "--row-locks" in args), sys.stdin.buffer, sys.stdout.buffer)
     finally:

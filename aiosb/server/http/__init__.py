@@ -135,7 +135,7 @@ from aiohttp import web
 
 from ... import emulator
 from ...auth import DEV_KEY, DEV_KEY_NAME, SasCredential
-from ...emulator.durable._journal import Journal
+from ...emulator import Journal
 from ..listener import Listener, Route, carried_idle
 from ._app import BODY_SECONDS, MAX_BODY, EmulatorServer, Handler
 from ._hosts import AllowedHosts

@@ -15,8 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from aiohttp import web
 
 from ...auth import DEV_KEY, DEV_KEY_NAME, SasChecker, key_table
-from ...emulator import EmulatorNamespace, exists, namespace
-from ...emulator.durable._journal import Journal
+from ...emulator import EmulatorNamespace, Journal, exists, namespace
 from ...errors import (
     EntityNotFound,
     InvalidArgument,

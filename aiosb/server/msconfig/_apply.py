@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...client import Namespace
-from ...emulator import MAX_ENTITIES
-from ...emulator import MAX_CORRELATION_FILTERS, MAX_SQL_FILTERS
+from ...emulator import MAX_CORRELATION_FILTERS, MAX_ENTITIES, MAX_SQL_FILTERS
 from ...errors import EntityNotFound
 from ...rules import CorrelationRuleFilter, RuleProperties, SqlRuleFilter
 from ._spec import ConfigError, EmulatorConfig, EntitySpec, RuleSpec

@@ -28,9 +28,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ...emulator import check_namespace_name
-from ...emulator import MAX_ENTITIES
-from ...emulator import MAX_CORRELATION_FILTERS, MAX_SQL_FILTERS
+from ...emulator import MAX_CORRELATION_FILTERS, MAX_ENTITIES, MAX_SQL_FILTERS, check_namespace_name
 from ...entities import (
     NEVER,
     QueueProperties,

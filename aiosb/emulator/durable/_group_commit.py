@@ -1,4 +1,6 @@
-"""What a group commit writes, and the frames it reaches the writer in (#39, #48).
+"""The journal's write policy: what a group commit writes, the frames it reaches the
+writer in, what goes back to pending when one is not written, and when a lock is
+written (#39, #48).
 
 A group commit carries every change reported since the one before it: a :class:`Batch`
 takes them over (``upto``: the number of the last of them) and cuts them into frames
@@ -12,10 +14,17 @@ without losing what was acknowledged before: the statements (namespaces, entitie
 sessions ...) first, then the rows put and the locks, the rows deleted last (a message
 moved from one entity to another is in its new place before its old row goes). A row
 that changed again after its batch was taken (it is pending again) is left to the next
-batch, which writes it as it is then.
+batch, which writes it as it is then. A frame that is not written (refused, or its
+writer lost) goes back among the pending changes (:meth:`Write.back_into`), what is
+pending of a row since winning.
 
-Imports: :mod:`._record`, :mod:`._rows`, :mod:`._partitions` (the frames are
-:mod:`._writer`'s to read).
+A lock is not written as it is taken (#39): most end sooner (their message settled), and
+a lock that ends before it is written costs no write. :class:`YoungLocks` keeps each
+until it has been held :data:`~._journal.LOCK_WRITE_AFTER`; then it joins the next
+group commit, to the row's lock column.
+
+Imports: :mod:`.._record`, :mod:`._rows`, :mod:`.._partitions` (the frames are
+:mod:`._writer_process`'s to read; :mod:`._writer_client` carries them).
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from .._partitions import FRAGMENT_SHIFT
 from .._record import GONE, LOCKED, _Record
 from ._rows import message_row
 
-__all__ = ["MOST_BYTES", "MOST_ROWS", "Batch", "Write", "frame_of"]
+__all__ = ["MOST_BYTES", "MOST_ROWS", "Batch", "Write", "YoungLocks", "frame_of"]
 
 #: The most rows (messages put or deleted, locks, statements) one frame carries. A
 #: frame costs the loop about 1 µs a row put to build and pickle: about a millisecond
@@ -43,7 +52,7 @@ __all__ = ["MOST_BYTES", "MOST_ROWS", "Batch", "Write", "frame_of"]
 MOST_ROWS = 1024
 #: The most bytes (bodies and heads of the rows put, statements' arguments) one frame
 #: carries, but for a single row bigger than that, which goes alone: the size of the
-#: writer's pipe (:func:`._link._widen`).
+#: writer's pipe (:func:`._writer_client._widen`).
 MOST_BYTES = 1 << 20
 
 _Dirty = dict[tuple[str, str], dict[int, Any]]
@@ -245,7 +254,7 @@ def _lock_of(rec: _Record) -> bytes:
 
 def _highs(rows: dict[int, Any], shift: int) -> Iterator[tuple[int, int]]:
     """(fragment, the highest sequence number of it) of the sequence numbers ``rows``
-    holds (``shift``: :data:`._partitions.FRAGMENT_SHIFT`); mostly one fragment."""
+    holds (``shift``: :data:`.._partitions.FRAGMENT_SHIFT`); mostly one fragment."""
     low, high = min(rows), max(rows)
     if low >> shift == high >> shift:
         yield high >> shift, high
@@ -261,7 +270,7 @@ def _highs(rows: dict[int, Any], shift: int) -> Iterator[tuple[int, int]]:
 class _Plain(pickle.Pickler):
     """Pickles a value of a subclass of str, bytes, int or float (a name given as a
     ``StrEnum``, say) as the plain value: the writer imports no class of the caller's
-    (and its unpickler admits only these four: :data:`._writer.ALLOWED`)."""
+    (and its unpickler admits only these four: :data:`._writer_process.ALLOWED`)."""
 
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
@@ -279,8 +288,39 @@ class _Plain(pickle.Pickler):
 
 
 def frame_of(ops: Any, groups: Any, highs: Any) -> bytes:
-    """A frame's body for the writer (:mod:`._writer`), without its head."""
+    """A frame's body for the writer (:mod:`._writer_process`), without its head (the
+    pipe adds it: :meth:`._writer_client.WriterLink.send`)."""
     out = io.BytesIO()
     _Plain(out, pickle.HIGHEST_PROTOCOL).dump((ops, groups, highs))
     return out.getvalue()
 
+
+class YoungLocks:
+    """Locks not yet due to be written, oldest first (``queue``: taken at, entity key,
+    sequence number, record), and when each was taken (``at``, by entity key and
+    sequence number) while it is still to be written: a record settled or written whole
+    meanwhile leaves ``at``, and its entry in ``queue`` is passed over."""
+
+    def __init__(self) -> None:
+        self.queue: collections.deque[tuple[float, tuple[str, str], int, _Record]] = (
+            collections.deque())
+        self.at: dict[tuple[tuple[str, str], int], float] = {}
+
+    def add(self, key: tuple[str, str], seq: int, rec: _Record, now: float) -> None:
+        if (key, seq) not in self.at:  # a lock pending keeps its first instant
+            self.at[(key, seq)] = now
+            self.queue.append((now, key, seq, rec))
+
+    def due(self, before: float) -> Iterator[tuple[tuple[str, str], int, _Record]]:
+        """Take those taken at ``before`` or earlier: (entity key, sequence number,
+        record) of each still to be written."""
+        queue, at = self.queue, self.at
+        while queue and queue[0][0] <= before:
+            taken, key, seq, rec = queue.popleft()
+            if at.get((key, seq)) == taken:
+                del at[(key, seq)]
+                yield key, seq, rec
+
+    def drop_entity(self, key: tuple[str, str]) -> None:
+        for pending in [pending for pending in self.at if pending[0] == key]:
+            del self.at[pending]
