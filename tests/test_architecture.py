@@ -7,6 +7,7 @@ by its path, and nothing that is not there."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 import subprocess
@@ -27,6 +28,14 @@ UPWARD = ("aiosb.client", "aiosb.pairing")
 #: kept whole rather than cut by length (#49).
 LONG: dict[str, str] = {}
 MAX_LINES = 600
+#: The packages none of whose modules takes a private name of another module (#49: a name
+#: two modules share is public where it lives, or lives where both read it).
+OWN_NAMES = ("aiosb.server.amqp", "aiosb.transport.amqp")
+#: The private names still taken across modules there, and why.
+PRIVATE_TAKEN = {
+    ("aiosb.server.amqp._websocket", "aiosb.server.amqp.front_end._unsigned"):
+        "front_end is being reworked with the listener's first-byte routing (#49)",
+}
 #: The map of the house: it names every module and package of aiosb, by path.
 MAP = ROOT.parent / "ARCHITECTURE.md"
 #: A path the map gives: a module (``server/amqp/codec.py``, ``aiosb/cli.py``, or a file
@@ -204,3 +213,42 @@ def test_the_map_reader_finds_a_module_left_out_and_a_name_gone_stale(tmp_path: 
     named, nowhere = read_map(text, root)
     assert unnamed(root, named) == ["pkg/a.py", "pkg/sub/c.py"]
     assert nowhere == ["gone.py", "sub/gone/", "pkg.sub.c.nothing"]
+
+
+
+def is_module(dotted: str) -> bool:
+    place = ROOT.parent.joinpath(*dotted.split("."))
+    return place.with_suffix(".py").is_file() or (place / "__init__.py").is_file()
+
+
+def private_names_taken(package: str) -> set[tuple[str, str]]:
+    """``(module, name)`` for each private name (``_x``, not ``__x__``) that a module of
+    ``package`` imports from another aiosb module (a private module itself aside: a
+    package's modules may be private to it)."""
+    taken = set()
+    for path in sorted(ROOT.parent.joinpath(*package.split(".")).rglob("*.py")):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        here = parts[:-1]  # the package a relative import starts from
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = ".".join(here[:len(here) - node.level + 1]) if node.level else ""
+            source = ".".join(filter(None, [base, node.module or ""]))
+            for alias in node.names:
+                name = alias.name
+                whole = f"{source}.{name}"
+                if (source.startswith("aiosb") and name.startswith("_")
+                        and not name.startswith("__") and not is_module(whole)):
+                    taken.add((module, whole))
+    return taken
+
+
+@pytest.mark.parametrize("package", OWN_NAMES)
+def test_no_module_takes_another_modules_private_names(package: str):
+    """#49: ``_batch_columns`` took ``messages``' private ``_name`` and ``_property``, a
+    split by length; what two modules share is public in its module."""
+    taken = private_names_taken(package)
+    listed = {pair for pair in PRIVATE_TAKEN if pair[0].startswith(package + ".")}
+    assert taken - listed == set(), "make the name public where it lives, or move it"
+    assert listed - taken == set(), "these are no longer taken: drop them from PRIVATE_TAKEN"
