@@ -2,8 +2,9 @@
 (configured for import-linter in pyproject.toml) hold, no module imports one that
 imports it back, the one upward import stays where it is allowed, and no module grows
 past the size a reader can hold unless it is listed with its reason. Issue 49: no two
-modules share a file name, and ARCHITECTURE.md names every module and package of aiosb
-by its path, and nothing that is not there."""
+modules share a file name, ARCHITECTURE.md names every module and package of aiosb by
+its path and nothing that is not there, and the AMQP packages' modules take no private
+name of another module."""
 
 from __future__ import annotations
 
@@ -215,7 +216,6 @@ def test_the_map_reader_finds_a_module_left_out_and_a_name_gone_stale(tmp_path: 
     assert nowhere == ["gone.py", "sub/gone/", "pkg.sub.c.nothing"]
 
 
-
 def is_module(dotted: str) -> bool:
     place = ROOT.parent.joinpath(*dotted.split("."))
     return place.with_suffix(".py").is_file() or (place / "__init__.py").is_file()
@@ -225,7 +225,7 @@ def private_names_taken(package: str) -> set[tuple[str, str]]:
     """``(module, name)`` for each private name (``_x``, not ``__x__``) that a module of
     ``package`` imports from another aiosb module (a private module itself aside: a
     package's modules may be private to it)."""
-    taken = set()
+    taken: set[tuple[str, str]] = set()
     for path in sorted(ROOT.parent.joinpath(*package.split(".")).rglob("*.py")):
         parts = path.relative_to(ROOT.parent).with_suffix("").parts
         module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
