@@ -2,9 +2,10 @@
 work against it unmodified (issue #15).
 
 The codec (:mod:`.codec`), the performatives (:mod:`.performatives`), the message map
-(:mod:`.messages`), the connection state machine (:mod:`.connection`) and the listener
-(:mod:`.server`) are aiosb's own, in asyncio; the broker never learns of AMQP: each link
-calls the namespace's Transport-protocol methods.
+(:mod:`.messages`), the connection state machine (:mod:`.connection`) and the AMQP
+ports (:mod:`.front_end`, on :mod:`aiosb.server.listener`) are aiosb's own, in asyncio;
+the broker never learns of AMQP: each link calls the namespace's Transport-protocol
+methods.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import operator
 from typing import Any
 
 from .codec import decode, decode_typed
-from .messages import APP_PROPERTIES, DATA, PROPERTIES, _name, _property
+from .messages import APP_PROPERTIES, DATA, PROPERTIES, application_properties
 from .performatives import BATCH_FORMAT
 
 __all__ = ["columns_of", "read_columns"]
@@ -309,7 +309,7 @@ def _sections_row(buf: bytes) -> tuple[Any, ...] | None:
             value, pos = decode_typed(buf, pos)
             if not isinstance(value, dict):
                 return None
-            props = {_name(k): _property(v) for k, v in value.items()} if value else None
+            props = application_properties(value) if value else None
         else:
             return None
     if body is None:

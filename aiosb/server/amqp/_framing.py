@@ -30,10 +30,10 @@ class Framing:
     _loop: asyncio.AbstractEventLoop
     #: The loop time of the client's last frame (or part of one).
     _heard: float
-    #: Frames queued this turn of the loop (:meth:`_send`).
+    #: Frames queued this turn of the loop (:meth:`send_frame`).
     _out: list[bytes]
 
-    def _send(self, channel: int, body: Any, payload: bytes = b"", kind: int = 0) -> None:
+    def send_frame(self, channel: int, body: Any, payload: bytes = b"", kind: int = 0) -> None:
         """Queue a frame; what one turn of the loop queues goes out in one write (#36: a
         settlement's answer and the next delivery were a system call each)."""
         if self.writer.is_closing():
@@ -41,9 +41,9 @@ class Framing:
         out = self._out
         out.append(frame(channel, body, payload, kind))
         if len(out) == 1:
-            self._loop.call_soon(self._flush)
+            self._loop.call_soon(self.flush)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         """Write the frames queued so far (before a drain, a close, a header)."""
         out = self._out
         if out:
@@ -51,7 +51,7 @@ class Framing:
             if not self.writer.is_closing():
                 self.writer.write(out[0] if len(out) == 1 else b"".join(out))
 
-    async def _read_frame(self) -> tuple[int, int, bytes]:
+    async def read_frame(self) -> tuple[int, int, bytes]:
         """The next frame: its type, channel and body (empty for a heartbeat)."""
         size, offset, kind, channel = _HEADER.unpack(await self.reader.readexactly(8))
         if size < 8 or offset < 2 or size > MAX_FRAME:

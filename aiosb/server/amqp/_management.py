@@ -12,8 +12,8 @@ node: ``correlation-id`` = the request's message-id, application properties
 turns into its own exception), and an amqp-value map body.
 
 Map keys and values as the SDKs write them (``lock-tokens`` are UUIDs, times AMQP
-timestamps); see ``../shared/notes/amqp-wire.md`` for the table, and :mod:`._rules` for
-the rule descriptions.
+timestamps); see ``../shared/notes/amqp-wire.md`` for the table, and
+:mod:`._rule_descriptions` for the rule descriptions.
 """
 
 from __future__ import annotations

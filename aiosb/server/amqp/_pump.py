@@ -144,7 +144,7 @@ class ReceiverLinks(Framing):
         session.remote_incoming_window -= frames
         link.delivery_count = after(link.delivery_count)
         link.credit -= 1
-        handle, send = link.our_handle, self._send
+        handle, send = link.our_handle, self.send_frame
         room = self.remote_max_frame - _FRAME_HEAD
         last = (frames - 1) * room
         for start in range(0, last, room):
@@ -231,7 +231,7 @@ class ReceiverLinks(Framing):
                 continue  # a flow cut the wait short: ask again, as it says
             except ServiceBusError as exc:
                 session.links.pop(link.handle, None)
-                self._send(session.channel, p.performative(
+                self.send_frame(session.channel, p.performative(
                     p.DETACH, UInt(link.our_handle), True,
                     p.error_of(exc, link.path),
                 ))
@@ -251,7 +251,7 @@ class ReceiverLinks(Framing):
                     session.unsettled[delivery_id] = (link, message.lock_token)
             if link.drain:
                 self._drained(session, link)
-            self._flush()
+            self.flush()
             await self.writer.drain()
 
     @staticmethod
@@ -387,7 +387,7 @@ class ReceiverLinks(Framing):
         self._disposition(session, first, last, outcome)
 
     def _disposition(self, session: Session, first: int, last: int, outcome: Any) -> None:
-        self._send(session.channel, p.performative(
+        self.send_frame(session.channel, p.performative(
             p.DISPOSITION, False, UInt(first), None if last == first else UInt(last), True,
             outcome))
 

@@ -53,9 +53,9 @@ async def sasl(conn: Framing, tokens: Tokens) -> SignedIn | None:
     ``None``: the client failed (told so by the outcome)."""
     conn.writer.write(SASL_HEADER)
     offered = Array(Symbol, [Symbol(m) for m in MECHANISMS])
-    conn._send(0, p.performative(p.SASL_MECHANISMS, offered), kind=1)
+    conn.send_frame(0, p.performative(p.SASL_MECHANISMS, offered), kind=1)
     try:  # what is not a sasl-init fails the SASL layer (sys-perm), not AMQP's
-        kind, _channel, body = await conn._read_frame()
+        kind, _channel, body = await conn.read_frame()
         code, fields, _end = p.parse(body)
         if kind != 1 or code != p.SASL_INIT or not fields:
             raise DecodeError("expected a sasl-init.")
@@ -99,5 +99,5 @@ def _plain(response: Any) -> tuple[str, str]:
 
 
 def _outcome(conn: Framing, code: int) -> None:
-    conn._send(0, p.performative(p.SASL_OUTCOME, UByte(code)), kind=1)
-    conn._flush()
+    conn.send_frame(0, p.performative(p.SASL_OUTCOME, UByte(code)), kind=1)
+    conn.flush()

@@ -122,7 +122,7 @@ class Connection(ReceiverLinks):
         self._releases: set[asyncio.Task[None]] = set()
         self._later: dict[Any, Any] = {}  # settlements waiting: _settle_later
         self._settling: asyncio.Task[None] | None = None
-        self._out: list[bytes] = []  # frames queued this turn of the loop (_send)
+        self._out: list[bytes] = []  # frames queued this turn of the loop (send_frame)
         self.management = Management(ns, self.tokens, self.held, journal)
 
     # -- the socket ---------------------------------------------------------------------
@@ -153,7 +153,7 @@ class Connection(ReceiverLinks):
             for session in self.sessions.values():
                 for link in session.links.values():
                     self._unlink(session, link)
-            self._flush()
+            self.flush()
             self.writer.close()
             with contextlib.suppress(Exception):  # a client that reads nothing more: let go
                 async with asyncio.timeout(CLOSE_SECONDS):
@@ -163,9 +163,9 @@ class Connection(ReceiverLinks):
     def _fail(self, exc: ProtocolViolation) -> None:
         """Close the connection, saying why; its frame reader meets the end at once
         (closing waits for what is left to write, which a vanished client never reads)."""
-        self._send(0, p.performative(p.CLOSE, p.amqp_error(exc.condition, exc.description)))
+        self.send_frame(0, p.performative(p.CLOSE, p.amqp_error(exc.condition, exc.description)))
         self._closed = True
-        self._flush()
+        self.flush()
         self.writer.close()
         self.reader.feed_eof()
 
@@ -200,7 +200,7 @@ class Connection(ReceiverLinks):
         """Read and act on one frame; False once the connection is closed."""
         if self._closed:
             return False
-        kind, channel, body = await self._read_frame()
+        kind, channel, body = await self.read_frame()
         if not body:
             return True  # a heartbeat
         if kind != 0:
@@ -222,7 +222,7 @@ class Connection(ReceiverLinks):
                 "amqp:invalid-field", f"a {code:#x} frame: {str(exc)[:200]}"
             ) from None
         if self.writer.transport.get_write_buffer_size() > 65536:
-            self._flush()
+            self.flush()
             await self.writer.drain()
         return not self._closed
 
@@ -248,11 +248,11 @@ class Connection(ReceiverLinks):
             for link in ending.links.values():
                 self._unlink(ending, link)
             self.sessions.pop(channel, None)
-            self._send(channel, p.performative(p.END))
+            self.send_frame(channel, p.performative(p.END))
         elif code == p.OPEN:
             self._on_open(fields)
         elif code == p.CLOSE:
-            self._send(0, p.performative(p.CLOSE))
+            self.send_frame(0, p.performative(p.CLOSE))
             self._closed = True
         else:
             raise ProtocolViolation("amqp:not-allowed", f"unexpected performative {code:#x}.")
@@ -273,7 +273,7 @@ class Connection(ReceiverLinks):
         if every is not None:
             self._tending.append(asyncio.create_task(beat(self.writer, every)))
         self._tending.append(asyncio.create_task(watch_idle(lambda: self._heard, self._fail)))
-        self._send(0, p.performative(
+        self.send_frame(0, p.performative(
             p.OPEN, "aiosb", self.hostname, UInt(MAX_FRAME), UShort(CHANNEL_MAX),
             UInt(int(IDLE_SECONDS * 1000)),
         ))
@@ -283,7 +283,7 @@ class Connection(ReceiverLinks):
         session = Session(channel, next_incoming_id=int(fields[1] or 0),
                           remote_incoming_window=int(fields[2] or 0))
         self.sessions[channel] = session
-        self._send(channel, p.performative(
+        self.send_frame(channel, p.performative(
             p.BEGIN, UShort(channel), UInt(0), UInt(WINDOW), UInt(WINDOW), UInt(HANDLE_MAX),
         ))
 
@@ -341,14 +341,14 @@ class Connection(ReceiverLinks):
                 target = None
             else:
                 source = None
-        self._send(session.channel, p.performative(
+        self.send_frame(session.channel, p.performative(
             p.ATTACH, link.name, UInt(link.our_handle), receiving, UByte(fields[3] or 0),
             UByte(0 if receiving else fields[4] or 0), source, target, None, None,
             None if receiving else UInt(0),
             ULong(self.ns.max_message_size), None, None, properties,
         ))
         if refusal is not None:
-            self._send(session.channel, p.performative(
+            self.send_frame(session.channel, p.performative(
                 p.DETACH, UInt(link.our_handle), True,
                 p.error_of(refusal, link.path or link.address),
             ))
@@ -389,7 +389,7 @@ class Connection(ReceiverLinks):
         link = session.links.pop(int(fields[0]), None)
         if link is not None:
             self._unlink(session, link)
-            self._send(session.channel, p.performative(
+            self.send_frame(session.channel, p.performative(
                 p.DETACH, UInt(link.our_handle), bool(fields[1]),
             ))
 
@@ -410,7 +410,7 @@ class Connection(ReceiverLinks):
 
     def _flow(self, session: Session, link: Link | None = None, drain: bool = False) -> None:
         """A flow frame: the session's window and, with ``link``, its credit."""
-        self._send(session.channel, p.performative(
+        self.send_frame(session.channel, p.performative(
             p.FLOW, UInt(session.next_incoming_id), UInt(session.incoming_window),
             UInt(session.next_outgoing_id), UInt(WINDOW),
             None if link is None else UInt(link.our_handle),
@@ -532,7 +532,7 @@ class Connection(ReceiverLinks):
                 outcome: Described) -> None:
         """Settle a served transfer with ``outcome`` and give back the link's credit."""
         if not settled and delivery_id is not None:
-            self._send(session.channel, p.accepted(delivery_id) if outcome is _ACCEPTED
+            self.send_frame(session.channel, p.accepted(delivery_id) if outcome is _ACCEPTED
                        else p.performative(p.DISPOSITION, True, UInt(delivery_id), None,
                                            True, outcome))
         waiting = len(link.inbox)

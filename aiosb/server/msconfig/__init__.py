@@ -16,7 +16,7 @@ comments too, as its documentation writes them).
 - **One sentence for a bad file**, naming the JSON path and what is wrong
   (``UserConfig.Namespaces[0].Queues[3].Properties.LockDuration: "PT1X" is not an ISO
   8601 duration``), before the server listens; never another exception, whatever the
-  file holds (:mod:`._read`: its size, nesting, numbers and durations are bounded). A
+  file holds (:mod:`._reader`: its size, nesting, numbers and durations are bounded). A
   key the schema does not know is reported (a warning), or refused when it is a
   misspelling of one it knows.
 - **Names as Service Bus compares them**: without case (subscriptions ``s`` and ``S``
