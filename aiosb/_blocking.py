@@ -54,7 +54,7 @@ def _check_not_a_loop_thread() -> None:
 
 
 def wait(future: concurrent.futures.Future[T], timeout: Timeout = None) -> T:
-    """Wait for a future from :meth:`submit`; cancel it if ``timeout`` passes."""
+    """Wait for a future from :meth:`~aiosb.bridge.Bridge.submit`; cancel it if ``timeout`` passes."""
     _check_not_a_loop_thread()
     seconds = _seconds(timeout)
     try:
@@ -76,7 +76,7 @@ async def _on_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 class BlockingSender:
-    """A blocking sender that many threads may share (from :meth:`Bridge.sender`).
+    """A blocking sender that many threads may share (from :meth:`aiosb.bridge.Bridge.sender`).
 
     ``send`` returns once the broker acknowledged; ``send_soon`` returns a future at
     once, so one thread can keep several batches in flight; ``flush`` waits for every
@@ -225,7 +225,7 @@ class _Mirror:
 
 
 class BlockingNamespace(_Mirror):
-    """A namespace driven from synchronous code (from :meth:`Bridge.connect`).
+    """A namespace driven from synchronous code (from :meth:`aiosb.bridge.Bridge.connect`).
 
     Every coroutine method of :class:`aiosb.Namespace` is here as a blocking method of
     the same name, with an extra ``timeout`` keyword (``create_queue``, ``get_queue``,

@@ -123,7 +123,7 @@ class EmulatorNamespace:
         self._handle_when = INF
         self.journal: EntityJournal | None = None  # durable mode (aiosb serve --data-dir)
         #: Durable mode, after a restart: the messages still loading (#39). Every
-        #: operation waits, first, for what it touches (:mod:`._recovery`).
+        #: operation waits, first, for what it touches (:mod:`.durable._recovery`).
         self.recovery: Loading | None = None
 
     def __repr__(self) -> str:

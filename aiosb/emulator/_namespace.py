@@ -20,7 +20,7 @@ __all__ = ["Loading", "Namespace"]
 
 
 class Loading(Protocol):
-    """A durable namespace's messages loading after a restart (:mod:`._recovery`)."""
+    """A durable namespace's messages loading after a restart (:mod:`.durable._recovery`)."""
 
     async def wait(self, ns: Namespace, path: str | None) -> None:
         """Return once what an operation on ``path`` touches is loaded (``None``:

@@ -40,7 +40,7 @@ def read_columns(payload: bytes, message_format: int
     with no object per message and no second look at its bytes (#36: a batch of 100
     over AMQP cost the server several times what it costs over HTTP, which sends
     columns). ``None`` when any message has more (a header, annotations, another body,
-    a typed id ...): :func:`messages_of` reads those, field by field.
+    a typed id ...): :func:`.messages.messages_of` reads those, field by field.
 
     The third item says the messages are alike: each is the first but for its id, ASCII
     of the first one's length, and its body (bytes): each passes the checks a message

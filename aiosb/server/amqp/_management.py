@@ -12,7 +12,7 @@ node: ``correlation-id`` = the request's message-id, application properties
 turns into its own exception), and an amqp-value map body.
 
 Map keys and values as the SDKs write them (``lock-tokens`` are UUIDs, times AMQP
-timestamps); see ``../shared/notes/amqp-wire.md`` for the table, and
+timestamps); see ``tests/amqp_server/test_management.py`` for each request as the SDKs send it, and
 :mod:`._rule_descriptions` for the rule descriptions.
 """
 

@@ -111,7 +111,7 @@ Sessions are not part of the REST protocol, and the server does not offer them.
 **The Service Bus Explorer** (``aiosb serve``, or ``serve(explorer=True)``): a web page
 at ``/explorer/``, signed in to with a key of the server's, that shows every namespace's
 entities with live counts and lets a person peek, send, resubmit, purge, manage rules
-and inject faults within the key's rights (:mod:`._explorer`).
+and inject faults within the key's rights (:mod:`aiosb.server.explorer`).
 
 **Authentication**: every request carries a Service Bus shared access signature
 (``Authorization: SharedAccessSignature sr=&sig=&se=&skn=``) signed with the server's
@@ -283,7 +283,7 @@ async def serve(
             (``aiosb serve --config`` makes the file's entities so); what it raises
             stops the server before it listens.
         explorer: Serve the Service Bus Explorer, a web page signed in to with a key
-            of the server's, at ``/explorer/`` (:mod:`._explorer`; ``aiosb serve`` does).
+            of the server's, at ``/explorer/`` (:mod:`aiosb.server.explorer`; ``aiosb serve`` does).
         allow_hosts: Names the server answers to besides ``localhost``, IP addresses and
             ``host`` (when it is a name): a request with any other ``Host`` is answered
             421 before anything else, on every route (DNS rebinding; ``aiosb serve

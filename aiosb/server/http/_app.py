@@ -66,7 +66,7 @@ class EmulatorServer:
             namespace, is reached over HTTP by another case, ``/Explorer/...``, as
             names are case-insensitive, or over AMQP).
 
-    Use :func:`serve` to run it; :meth:`app` gives the bare application.
+    Use :func:`aiosb.server.http.serve` to run it; :meth:`app` gives the bare application.
     """
 
     def __init__(
@@ -90,14 +90,14 @@ class EmulatorServer:
         self._auth = SasChecker(table)
         self.hosts = hosts or AllowedHosts()
         self._journal = journal
-        #: The Service Bus Explorer at /explorer/ (:mod:`._explorer`), if served.
+        #: The Service Bus Explorer at /explorer/ (:mod:`aiosb.server.explorer`), if served.
         self.explorer = _explorer.Explorer(table, self._namespace, journal,
                                            log=log_requests) if explorer else None
         self._namespaces: dict[str, EmulatorNamespace] = {}
         #: The namespace served at the root (paths name entities, not namespaces), as a
         #: namespace's own host serves it; None: the first segment names the namespace.
         self.root = root
-        #: The ports the HTTP site listens at (:func:`serve` sets them): a request that came
+        #: The ports the HTTP site listens at (:func:`aiosb.server.http.serve` sets them): a request that came
         #: in at another was handed over by the AMQP port, an endpoint of the root
         #: namespace alone, where the whole path is the entity, as on Service Bus.
         self.ports: frozenset[int] = frozenset()

@@ -5,7 +5,7 @@ imported lazily (:func:`sdk`) so that ``import aiosb`` works without the ``amqp`
 
 Application properties over the SDK come back as they were sent, each of its AMQP type
 (:mod:`aiosb.values`, #47): the SDK's codec is taught the types it lacks
-(:mod:`._amqp_values`). ``bytes`` are sent as AMQP binary (the SDK alone sends them as a
+(:mod:`._typed_values`). ``bytes`` are sent as AMQP binary (the SDK alone sends them as a
 string), an ``int`` beyond 32 bits as a long (the SDK alone fails on it), a ``timedelta``
 as Service Bus's ``com.microsoft:timespan`` (what .NET receivers read as a ``TimeSpan``),
 and a timestamp comes back as a ``datetime``.

@@ -1,5 +1,5 @@
 """The HTTP transport's management: entities and rules over the Service Bus Atom
-protocol (:class:`HttpManagement`, a part of :class:`~.http.HttpTransport`), and what
+protocol (:class:`HttpManagement`, a part of :class:`~aiosb.transport.http.HttpTransport`), and what
 both halves share."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class HttpManagement:
 
     namespace: str
     extensions: bool
-    #: :meth:`~.http.HttpTransport._request`: a signed request; (status, headers, body).
+    #: :meth:`~aiosb.transport.http.HttpTransport._request`: a signed request; (status, headers, body).
     _request: Callable[..., Awaitable[tuple[int, Any, bytes]]]
 
     async def manage(self, request: ManagementRequest) -> Any:
