@@ -54,7 +54,8 @@ def _check_not_a_loop_thread() -> None:
 
 
 def wait(future: concurrent.futures.Future[T], timeout: Timeout = None) -> T:
-    """Wait for a future from :meth:`~aiosb.bridge.Bridge.submit`; cancel it if ``timeout`` passes."""
+    """Wait for a future from :meth:`~aiosb.bridge.Bridge.submit`; cancel it if
+    ``timeout`` passes."""
     _check_not_a_loop_thread()
     seconds = _seconds(timeout)
     try:

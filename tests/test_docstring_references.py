@@ -25,7 +25,7 @@ def absolute(name: str, package: str) -> str:
         return name
     dots = len(name) - len(name.lstrip("."))
     base = package.split(".")
-    return ".".join(base[: len(base) - (dots - 1)] + [name.lstrip(".")])
+    return ".".join([*base[: len(base) - (dots - 1)], name.lstrip(".")])
 
 
 def exists(name: str) -> bool:

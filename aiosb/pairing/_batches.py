@@ -23,7 +23,7 @@ __all__ = ["Columns", "Messages", "chunks", "cut"]
 
 
 class Messages:
-    """A batch of restored messages to send, as :meth:`aiosb.pairing.syphon._SyphonPump.send` takes it."""
+    """A batch of restored messages to send, as :meth:`.syphon._SyphonPump.send` takes it."""
 
     __slots__ = ("msgs", "pump")
 
@@ -63,7 +63,7 @@ class Messages:
 
 class Columns:
     """A received batch restored as columns (:func:`.rewrite.restore_columns`), to send
-    as :meth:`aiosb.pairing.syphon._SyphonPump.send` takes it, with no message object per message: those are
+    as :meth:`.syphon._SyphonPump.send` takes it, with no message object per message: those are
     made only for messages that cannot be sent (parked or dead-lettered)."""
 
     __slots__ = ("bodies", "columns", "gives", "made", "pump", "sent")

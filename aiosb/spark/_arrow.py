@@ -35,7 +35,7 @@ _DEFAULTS: dict[str, Any] = {
 
 @functools.cache
 def arrow_schema() -> pa.Schema:
-    """:data:`aiosb.spark.READ_SCHEMA` as Spark's own Arrow schema (which it checks batches against)."""
+    """:data:`.READ_SCHEMA` as Spark's own Arrow schema (which it checks batches against)."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import (
         BinaryType,
@@ -72,7 +72,7 @@ def message_columns(
 
 
 def to_batch(bodies: list[bytes], columns: Mapping[str, Any]) -> pa.RecordBatch:
-    """One record batch of :data:`aiosb.spark.READ_SCHEMA` with a row per body."""
+    """One record batch of :data:`.READ_SCHEMA` with a row per body."""
     schema = arrow_schema()
     n = len(bodies)
     arrays = []
@@ -114,7 +114,7 @@ def _array(kind: str, values: Any, n: int, type_: pa.DataType) -> pa.Array:
 
 
 class Packed:
-    """A record batch of :data:`aiosb.spark.READ_SCHEMA` as a streaming read's partition carries it to
+    """A record batch of :data:`.READ_SCHEMA` as a streaming read's partition carries it to
     an executor (#39): the columns whose rows differ as they are, and of each column
     every row shares (all null, an empty map each, or one value) only that value, which
     :meth:`batch` spreads back over the rows. Most of a message's fields are unused or
@@ -159,7 +159,7 @@ def _empty_maps(n: int, type_: pa.DataType) -> pa.Array:
 
 
 def pack(batch: pa.RecordBatch) -> Packed:
-    """``batch`` (of :data:`aiosb.spark.READ_SCHEMA`, its own buffers, not a slice of a larger one's)
+    """``batch`` (of :data:`.READ_SCHEMA`, its own buffers, not a slice of a larger one's)
     as a :class:`Packed`."""
     n = batch.num_rows
     arrays: dict[int, pa.Array] = {}

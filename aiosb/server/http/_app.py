@@ -97,7 +97,7 @@ class EmulatorServer:
         #: The namespace served at the root (paths name entities, not namespaces), as a
         #: namespace's own host serves it; None: the first segment names the namespace.
         self.root = root
-        #: The ports the HTTP site listens at (:func:`aiosb.server.http.serve` sets them): a request that came
+        #: The ports the HTTP site listens at (:func:`..http.serve` sets them): a request that came
         #: in at another was handed over by the AMQP port, an endpoint of the root
         #: namespace alone, where the whole path is the entity, as on Service Bus.
         self.ports: frozenset[int] = frozenset()

@@ -319,7 +319,8 @@ class HttpTransport(HttpManagement):
         framed: bool = False, frames_back: bool = False,
     ) -> Any:
         """POST ``payload`` to an aiosb extension; ``finite``: every float in it is finite
-        (a batch, values :func:`aiosb.wire.aiosb_json.encode_value` wrote), so :func:`aiosb.wire.aiosb_json.dumps` writes
+        (a batch, values :func:`...wire.aiosb_json.encode_value` wrote), so
+        :func:`...wire.aiosb_json.dumps` writes
         it; otherwise :mod:`json` does (a bare NaN is its, not orjson's null). ``framed``:
         its batch's bodies are raw bytes, sent after the JSON; ``frames_back``: a framed
         answer is welcome (:mod:`aiosb.wire.frames`)."""

@@ -41,7 +41,7 @@ class HttpManagement:
 
     namespace: str
     extensions: bool
-    #: :meth:`~aiosb.transport.http.HttpTransport._request`: a signed request; (status, headers, body).
+    #: :meth:`~.HttpTransport._request`: a signed request; (status, headers, body).
     _request: Callable[..., Awaitable[tuple[int, Any, bytes]]]
 
     async def manage(self, request: ManagementRequest) -> Any:
