@@ -3,7 +3,7 @@ work against it unmodified (issue #15).
 
 The codec (:mod:`.codec`), the performatives (:mod:`.performatives`), the message map
 (:mod:`.messages`), the connection state machine (:mod:`.connection`) and the listener
-(:mod:`.server`) are aiosb's own, in asyncio; the broker never learns of AMQP: each link
+(:mod:`.front_end`) are aiosb's own, in asyncio; the broker never learns of AMQP: each link
 calls the namespace's Transport-protocol methods.
 """
 
