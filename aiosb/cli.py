@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 from . import __version__
 from ._demo import DRAIN_SECONDS, demo, timeline, timeline_svg
 from .errors import ServiceBusError
-from .server.config import LOOPS, ServerConfig
+from .server import ServerConfig, Signals, log_to_stdout, msconfig, serve, tune_gc
+from .server.config import LOOPS
 from .server.tls import UnsafeTlsFolder
 
 __all__ = ["DRAIN_SECONDS", "demo", "main", "run", "timeline", "timeline_svg"]
@@ -56,8 +57,6 @@ def run(main: Coroutine[Any, Any, T], loop: str = "auto") -> T:
 async def serve_forever(config: ServerConfig) -> None:
     """``aiosb serve``: serve ``config`` (:func:`aiosb.server.serve`) until SIGINT or
     SIGTERM, with its log on stdout (unless ``quiet``), having printed the banner."""
-    from .server import Signals, log_to_stdout, serve, tune_gc
-
     if not config.quiet:
         log_to_stdout()
     async with serve(config) as running:
@@ -193,8 +192,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
     except ServiceBusError as exc:
         if args.command == "serve" and args.config is not None:
-            from .server import msconfig
-
             if isinstance(exc, msconfig.ConfigError):  # the file against the namespace
                 print(f"aiosb: {args.config}: {exc}", file=sys.stderr)
                 return 2
@@ -220,8 +217,6 @@ def _server_config(parser: argparse.ArgumentParser, args: argparse.Namespace
     """``aiosb serve``'s flags as a :class:`ServerConfig`, with ``--config``'s file read
     (its warnings said); an exit status where the file is bad; what the flags get wrong
     is the parser's error (exit status 2)."""
-    from .server import msconfig
-
     config = None
     if args.config is not None:
         try:
