@@ -40,6 +40,8 @@ def parsed(monkeypatch: pytest.MonkeyPatch, *argv: str) -> ServerConfig:
 
 
 def test_the_command_line_parses_every_flag_into_one_server_config(monkeypatch):
+    """#49: ``aiosb serve``'s flags, parsed and nothing else: the ServerConfig they make
+    is the one written by hand with the same values (no flags: the defaults)."""
     assert parsed(monkeypatch) == ServerConfig()
     config = parsed(
         monkeypatch, "--host", "0.0.0.0", "--port", "6000", "--amqp-port", "6001",
@@ -57,13 +59,15 @@ def test_the_command_line_parses_every_flag_into_one_server_config(monkeypatch):
         explorer=False, loop="asyncio",
     )
     assert config.ports == Ports(6000, 6001, 6002, frozenset())
+    assert "secret=" not in repr(config) and "sk" not in repr(config)  # no key in a log
     assert parsed(monkeypatch, "--no-amqp", "--tls") == ServerConfig(amqp=False, tls=True)
     microsoft = parsed(monkeypatch, "--microsoft-emulator")
     assert microsoft == ServerConfig(microsoft=True)
 
 
 def test_the_flags_are_checked_as_the_config_is_made(monkeypatch, capsys):
-    """What the flags get wrong is the config's ValueError, said by the parser (exit 2)."""
+    """#49: what the flags get wrong is the config's ValueError, said by the parser
+    (exit 2)."""
     for wrong in (dict(port=70000), dict(fsync=True), dict(tls_cert="c.pem"),
                   dict(loop="trio")):
         with pytest.raises(ValueError):
@@ -75,6 +79,8 @@ def test_the_flags_are_checked_as_the_config_is_made(monkeypatch, capsys):
 
 
 def test_the_ports_and_the_namespace_are_resolved_as_the_flags_say(monkeypatch):
+    """#49: the defaults give way where taken (not Microsoft's); no AMQP, no AMQP ports;
+    the namespace is the flag's, else the Config.json's, else the default."""
     monkeypatch.delenv("EMULATOR_HTTP_PORT", raising=False)
     monkeypatch.delenv("EMULATOR_AMQP_PORT", raising=False)
     assert ServerConfig().ports == Ports(5380, 5672, 5671,
@@ -96,6 +102,8 @@ def test_the_ports_and_the_namespace_are_resolved_as_the_flags_say(monkeypatch):
 
 
 def test_first_bytes_route_what_each_protocol_registered_and_the_rest_elsewhere():
+    """#49: the listener knows no protocol: each registers its first bytes, one byte
+    goes to one protocol, the rest to the port's own."""
     amqp, http, other = (Route(asyncio.Protocol) for _ in range(3))
     choose = FirstBytes(lambda first: amqp)
     choose.add(b"GP", http)
@@ -130,7 +138,7 @@ GET = b"GET /$Resources/queues HTTP/1.1\r\nHost: localhost\r\n\r\n"
 
 
 async def test_serve_opens_every_port_and_closing_it_closes_them_all(tmp_path: Path):
-    """HTTP on its port; at the AMQP port AMQP, and HTTP for a request that opens with
+    """#49: HTTP on its port; at the AMQP port AMQP, and HTTP for a request that opens with
     a method; at the AMQP-over-TLS port both over TLS; the explorer on the HTTP plane.
     On leaving, no port takes a connection and an open one is closed."""
     pytest.importorskip("cryptography")
@@ -161,7 +169,7 @@ async def test_serve_opens_every_port_and_closing_it_closes_them_all(tmp_path: P
 
 
 async def test_the_explorer_and_amqp_are_served_only_as_the_config_says(tmp_path: Path):
-    """``explorer=False``: /explorer/ is the REST plane's (a signature is asked for);
+    """#49: ``explorer=False``: /explorer/ is the REST plane's (a signature is asked for);
     ``amqp=False``: no AMQP port; ``microsoft``: the health route, unsigned."""
     config = ServerConfig(port=0, quiet=True, explorer=False, amqp=False, microsoft=True,
                           tls_dir=tmp_path / "tls")

@@ -161,8 +161,9 @@ class ServerConfig:
     amqps_port: int | None = None
     amqp: bool = True
     key_name: str = DEV_KEY_NAME
-    key: str | None = None
-    keys: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict, hash=False)
+    key: str | None = field(default=None, repr=False)  # secrets stay out of logs
+    keys: Mapping[str, tuple[str, tuple[str, ...]]] = field(
+        default_factory=dict, hash=False, repr=False)
     namespace: str | None = None
     data_dir: str | Path | None = None
     fsync: bool = False
