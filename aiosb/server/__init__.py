@@ -31,21 +31,18 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from aiohttp import web
-
-from ..auth import MICROSOFT_DEV_KEY, key_table
+from ..auth import DEV_KEY, MICROSOFT_DEV_KEY, key_table
 from ..client import connect
-from . import msconfig
 from . import tls as _tls
-from .amqp._websocket import PATH as WEBSOCKET_PATH
-from .amqp._websocket import websocket_handler
-from .amqp.front_end import AmqpServer, serve_amqp
 from .config import MICROSOFT_AMQP_PORT, ServerConfig
-from .explorer import Explorer
-from .http import DEV_KEY, REQUEST_FIRST_BYTES, Handler, MakeSite, ServedEmulator
-from .http import serve as serve_http
-from .http._hosts import AllowedHosts
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from .amqp.front_end import AmqpServer
+    from .http import ServedEmulator
 
 __all__ = [
     "GC_YOUNG_THRESHOLD",
@@ -175,6 +172,8 @@ class Running:
         if config.explorer:
             lines.append(f"  Service Bus Explorer in the browser: {url}/explorer/ (sign in "
                          "with a key of the server's)")
+        from .http._hosts import AllowedHosts
+
         names = ", ".join(sorted(AllowedHosts(config.host, config.allow_hosts).names))
         lines.append(f"  HTTP answers for {names} and IP addresses; any other Host gets 421 "
                      "(DNS rebinding; add a name with --allow-host NAME)")
@@ -224,6 +223,8 @@ def _certificates(config: ServerConfig) -> tuple[tuple[str, str] | None,
 
 async def _health(_request: web.Request) -> web.StreamResponse:
     """``GET /health``, answered as Microsoft's emulator answers it (unsigned)."""
+    from aiohttp import web
+
     return web.json_response({"status": "healthy", "message": "Service is healthy."})
 
 
@@ -243,6 +244,16 @@ async def serve(config: ServerConfig | None = None) -> AsyncIterator[Running]:
         aiosb.server.msconfig.ConfigError: ``config.config`` does not fit the namespace.
         ImportError: An extra a flag needs is not installed (``metrics``, ``tls``).
     """
+    # The parts are imported here, not with the package: `aiosb demo`, `aiosb --help`
+    # (which read ServerConfig) and ServerProcess users load none of the server.
+    from . import msconfig
+    from .amqp._websocket import PATH as WEBSOCKET_PATH
+    from .amqp._websocket import websocket_handler
+    from .amqp.front_end import serve_amqp
+    from .explorer import Explorer
+    from .http import REQUEST_FIRST_BYTES, Handler, MakeSite
+    from .http import serve as serve_http
+
     config = ServerConfig() if config is None else config
     namespace = config.served_namespace
     key = config.key or DEV_KEY
