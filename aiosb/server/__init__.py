@@ -1,7 +1,7 @@
 """Everything ``aiosb serve`` is: :func:`serve` assembles it from a :class:`ServerConfig`
 (the command's flags as one value) and owns its start and stop, in the running loop.
 
-    async with aiosb.server.serve(ServerConfig(port=0, amqp_port=0, amqps_port=0)) as running:
+    async with aiosb.server.serve(ServerConfig(port=0)) as running:  # every port free
         async with aiosb.connect(running.http.namespace_url("contoso")) as ns:
             ...
 
