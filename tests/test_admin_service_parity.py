@@ -22,7 +22,7 @@ import aiosb
 from aiosb import emulator
 from aiosb.auth import DEV_KEY, DEV_KEY_NAME
 from aiosb.server import tls as _tls
-from aiosb.server.http import serve
+from aiosb.server.http import REQUEST_FIRST_BYTES, serve
 
 pytest.importorskip("cryptography")
 management = pytest.importorskip("azure.servicebus.aio.management")
@@ -254,7 +254,8 @@ async def test_the_amqp_ports_management_serves_one_namespace_whole_paths(certif
     trust = ssl.create_default_context(cafile=str(cert))
     credential = SasCredential(DEV_KEY_NAME, DEV_KEY)
     async with serve(ssl_context=_tls.context(cert, key), root=name) as server, serve_amqp(
-            namespace=name, management=(server.protocol_factory, _tls.context(cert, key))
+            namespace=name, tls=_tls.context(cert, key),
+            others=[(REQUEST_FIRST_BYTES, server.route)],  # type: ignore[list-item]
     ) as amqp, aiohttp.ClientSession() as session:
 
         async def put(port: int, path: str) -> int:

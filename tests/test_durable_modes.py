@@ -49,8 +49,8 @@ def test_aiosb_serve_fsync_asks_for_it_and_needs_a_data_dir(monkeypatch, capsys)
     (in memory nothing is written)."""
     asked: list[bool] = []
 
-    async def serve_forever(*args: Any, fsync: bool = False, **kwargs: Any) -> None:
-        asked.append(fsync)
+    async def serve_forever(config: Any) -> None:
+        asked.append(config.fsync)
 
     monkeypatch.setattr(cli, "serve_forever", serve_forever)
     monkeypatch.setattr(cli, "run", lambda coro, loop: asyncio.run(coro))

@@ -23,6 +23,7 @@ import pytest
 import aiosb
 from aiosb import Message, emulator, errors
 from aiosb.emulator.durable import Journal, _recovery
+from aiosb.server.explorer import Explorer
 from aiosb.server.http import serve
 
 pytestmark = pytest.mark.looptime
@@ -339,7 +340,7 @@ async def test_the_explorer_waits_for_what_it_reads(tmp_path, hold):
 
     dead: list[int] = []
     await _fill(tmp_path, "explore", setup)
-    async with serve(data_dir=tmp_path, explorer=True) as server:
+    async with serve(data_dir=tmp_path, sites=[Explorer]) as server:
         jar = aiohttp.CookieJar(unsafe=True)  # a cookie of 127.0.0.1
         async with aiohttp.ClientSession(server.url, cookie_jar=jar) as http:
             origin = {"Origin": server.url}

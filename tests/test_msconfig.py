@@ -573,7 +573,7 @@ def test_port_variables_are_only_microsofts_and_flags_win(tmp_path):
     read at all)."""
     import os
 
-    from aiosb.cli import _port_variable
+    from aiosb.server.config import port_variable as _port_variable
 
     assert _port_variable({}, "EMULATOR_HTTP_PORT", 5300) == 5300
     assert _port_variable({"EMULATOR_HTTP_PORT": " 5301 "}, "EMULATOR_HTTP_PORT", 5300) == 5301

@@ -16,7 +16,8 @@ read when the phase begins):
    (:data:`TLS_HANDSHAKE_SECONDS`);
 3. the first byte of the stream (inside TLS: :data:`TLS_FIRST_BYTE_SECONDS`, else
    :data:`FIRST_BYTE_SECONDS`), from which the port's ``choose`` picks a :class:`Route`:
-   the protocol the connection is handed to, with what it has read;
+   the protocol the connection is handed to, with what it has read (on a port several
+   protocols share, :class:`FirstBytes`: each registers the bytes it opens with);
 4. the protocol's open, which the protocol above times itself (AMQP:
    ``aiosb.server.amqp.connection.HANDSHAKE_SECONDS``, whatever carries it; HTTP: the HTTP
    server's ``IDLE_SECONDS``).
@@ -42,7 +43,7 @@ import logging
 import socket
 import ssl
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import cast
 
@@ -55,6 +56,8 @@ __all__ = [
     "TLS_FIRST_BYTE_SECONDS",
     "TLS_HANDSHAKE_SECONDS",
     "Budget",
+    "Choose",
+    "FirstBytes",
     "Listener",
     "Port",
     "Route",
@@ -165,6 +168,36 @@ def carried_idle(protocol: asyncio.BaseProtocol) -> bool | None:
 
 #: What a port hands a connection to, chosen by its first byte (inside TLS, if any).
 Choose = Callable[[int], Route]
+
+
+class FirstBytes:
+    """A port's :data:`Choose` shared by several protocols: each registers the first
+    bytes it opens with (:meth:`add`), and a connection whose first byte is none of
+    them goes to ``otherwise`` (the port's own protocol, which refuses in its own words
+    what is not its). The listener knows no protocol: the protocols say how they are
+    recognised."""
+
+    __slots__ = ("_routes", "otherwise")
+
+    def __init__(self, otherwise: Choose) -> None:
+        self.otherwise = otherwise
+        self._routes: dict[int, Route] = {}
+
+    def add(self, first: Iterable[int], route: Route) -> None:
+        """Hand connections whose first byte is among ``first`` to ``route``.
+
+        Raises:
+            ValueError: A byte another protocol registered already.
+        """
+        first = frozenset(first)
+        taken = sorted(byte for byte in first if byte in self._routes)
+        if taken:
+            raise ValueError(f"first bytes {bytes(taken)!r} already go to another protocol")
+        self._routes.update(dict.fromkeys(first, route))
+
+    def __call__(self, first: int) -> Route:
+        route = self._routes.get(first)
+        return self.otherwise(first) if route is None else route
 
 
 class _Connection:

@@ -20,7 +20,8 @@ from aiosb.server.amqp import performatives as p
 from aiosb.server.amqp._websocket import PATH, websocket_handler
 from aiosb.server.amqp.codec import Symbol, frame
 from aiosb.server.amqp.front_end import AmqpServer, serve_amqp
-from aiosb.server.http import ServedEmulator, serve
+from aiosb.server.explorer import Explorer
+from aiosb.server.http import REQUEST_FIRST_BYTES, ServedEmulator, serve
 from aiosb.server.listener import Budget, Listener
 
 pytestmark = pytest.mark.timeout(60)
@@ -46,11 +47,11 @@ async def stack() -> AsyncIterator[Stack]:
     """HTTP (with the explorer, and AMQP over WebSockets) and AMQP on one listener of
     a budget of CAP connections, as ``aiosb serve`` wires them."""
     started: list[AmqpServer] = []  # the HTTP server starts first, as in aiosb serve
-    routes = {PATH: websocket_handler(lambda: started[0]._serve if started else None)}
+    routes = {PATH: websocket_handler(lambda: started[0].serve_stream if started else None)}
     shared = Listener(Budget(CAP))
-    async with serve(root=NAMESPACE, routes=routes, listener=shared, explorer=True) as http, \
+    async with serve(root=NAMESPACE, routes=routes, listener=shared, sites=[Explorer]) as http, \
             serve_amqp(namespace=NAMESPACE, listener=shared,
-                       management=(http.route, None)) as amqp:  # type: ignore[arg-type]
+                       others=[(REQUEST_FIRST_BYTES, http.route)]) as amqp:  # type: ignore[list-item]
         started.append(amqp)
         yield Stack(http, amqp)
 

@@ -48,7 +48,7 @@ def test_a_port_named_zero_makes_every_port_not_named_free_and_defaults_give_way
     """``--port 0 --amqp-port 0`` bound 5671 all the same, so a second server (or the
     test suite beside any server) failed with "Address already in use". A port named 0
     now frees the others not named; the defaults are the ports that may give way."""
-    from aiosb.cli import _ports
+    from aiosb.server.config import ports as _ports
 
     assert _ports(0, 0, None, False) == (0, 0, 0, frozenset())
     assert _ports(None, None, 0, False) == (0, 0, 0, frozenset())
@@ -66,7 +66,7 @@ def test_a_port_gives_way_by_the_option_that_set_it_not_by_its_number(
     default: it never moves (it did: the set of ports that give way held 5671). With
     ``--microsoft-emulator`` every port is named (an application left unchanged would
     reach another emulator on a port that moved), unless a port is named 0."""
-    from aiosb.cli import _ports
+    from aiosb.server.config import ports as _ports
 
     monkeypatch.delenv("EMULATOR_AMQP_PORT", raising=False)
     monkeypatch.delenv("EMULATOR_HTTP_PORT", raising=False)
@@ -86,8 +86,9 @@ def test_a_named_port_taken_is_an_error_though_it_is_another_ports_default(tmp_p
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         taken = holder.getsockname()[1]
-        code = ("import sys, aiosb.cli as cli\n"
-                f"cli.HTTP_PORT, cli.AMQP_PORT, cli.AMQPS_PORT = {http}, {amqp}, {taken}\n"
+        code = ("import sys, aiosb.cli as cli, aiosb.server.config as defaults\n"
+                f"defaults.HTTP_PORT, defaults.AMQP_PORT, defaults.AMQPS_PORT = {http}, {amqp}, "
+                f"{taken}\n"
                 f"sys.exit(cli.main(['serve', '--quiet', '--amqp-port', '{taken}']))\n")
         try:
             done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, text=True,
@@ -102,11 +103,12 @@ def test_a_named_port_taken_is_an_error_though_it_is_another_ports_default(tmp_p
 def _serve(tmp_path: Path, defaults: tuple[int, int, int] | None = None,
            args: tuple[str, ...] = ()) -> tuple[subprocess.Popen[str], str]:
     """``aiosb serve ARGS`` in a child run in ``tmp_path`` (its certificate made there),
-    with its default ports ``defaults`` (patched where cli reads them), and its banner."""
+    with its default ports ``defaults`` (patched where the server's config reads them),
+    and its banner."""
     root = Path(aiosb.__file__).parent.parent
-    code = ("import sys, aiosb.cli as cli\n"
+    code = ("import sys, aiosb.cli as cli, aiosb.server.config as config\n"
             + ("" if defaults is None else
-               f"cli.HTTP_PORT, cli.AMQP_PORT, cli.AMQPS_PORT = {defaults!r}\n")
+               f"config.HTTP_PORT, config.AMQP_PORT, config.AMQPS_PORT = {defaults!r}\n")
             + f"sys.exit(cli.main(['serve', '--quiet', *{list(args)!r}]))\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -20,7 +20,8 @@ import pytest
 import aiosb
 from aiosb.server import listener
 from aiosb.server.amqp.front_end import AmqpServer, serve_amqp
-from aiosb.server.http import ServedEmulator, serve
+from aiosb.server.explorer import Explorer
+from aiosb.server.http import REQUEST_FIRST_BYTES, ServedEmulator, serve
 
 pytest.importorskip("cryptography")
 pytestmark = pytest.mark.timeout(60)
@@ -47,14 +48,14 @@ class Stack:
 
 @pytest.fixture
 async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    """HTTP, AMQP (TLS by its first byte) and AMQPS on one listener, as cli's
-    ``serve_forever`` opens them."""
+    """HTTP, AMQP (TLS by its first byte) and AMQPS on one listener, as
+    :func:`aiosb.server.serve` opens them."""
     from aiosb.server.tls import context, self_signed
 
     cert, key = self_signed(tmp_path)
     async with serve(root=NAMESPACE) as http, serve_amqp(
-            namespace=NAMESPACE, listener=http.listener, tls_port=0,
-            management=(http.route, context(cert, key))) as amqp:  # type: ignore[arg-type]
+            namespace=NAMESPACE, listener=http.listener, tls_port=0, tls=context(cert, key),
+            others=[(REQUEST_FIRST_BYTES, http.route)]) as amqp:  # type: ignore[list-item]
         yield Stack(http, amqp, Path(cert))
 
 
@@ -127,9 +128,10 @@ async def test_every_connection_in_every_phase_is_closed_when_the_server_stops(
 
     cert, key = self_signed(tmp_path)
     trust = ssl.create_default_context(cafile=str(cert))
-    async with serve(root=NAMESPACE, explorer=True) as http:
+    async with serve(root=NAMESPACE, sites=[Explorer]) as http:
         async with serve_amqp(namespace=NAMESPACE, listener=http.listener,
-                              management=(http.route, context(cert, key))) as amqp:  # type: ignore[arg-type]
+                              tls=context(cert, key),
+                              others=[(REQUEST_FIRST_BYTES, http.route)]) as amqp:  # type: ignore[list-item]
             silent = await asyncio.open_connection("127.0.0.1", amqp.port)
             shaking = await asyncio.open_connection("127.0.0.1", amqp.port)
             shaking[1].write(b"\x16\x03\x01\x02\x00\x01")

@@ -31,7 +31,7 @@ from aiosb.server.http._hosts import AllowedHosts
 from aiosb.server.process import ServerProcess
 
 from .conftest import CHROMIUM, CHROMIUM_ARGS, unique
-from .test_explorer_hardening import Client, in_process
+from .test_explorer_hardening import Client, explorer_of, in_process
 from .test_explorer_http import Page, make_queue
 
 pytestmark = pytest.mark.timeout(90)
@@ -306,9 +306,8 @@ def test_wrong_keys_slow_one_address_and_key_name_and_never_refuse_the_right_key
     monkeypatch.setattr(_explorer_auth, "SLOW_SECONDS", slow)
 
     async def test(http: TestClient, server: EmulatorServer) -> None:
-        assert server.explorer is not None
         now = [1000.0]
-        server.explorer._throttle._clock = lambda: now[0]
+        explorer_of(server)._throttle._clock = lambda: now[0]
         guesser = Client(http, "127.0.0.1")
         wrong = [await guesser.sign_in(DEV_KEY_NAME, "wrong=")
                  for _ in range(_explorer_auth.FAILURES)]
@@ -339,8 +338,8 @@ def test_wrong_keys_slow_one_address_and_key_name_and_never_refuse_the_right_key
         assert (await guesser.sign_in())[0] == 200
         now[0] += 61
         assert (await guesser.sign_in())[0] == 200  # past it, a success starts afresh
-        assert server.explorer._throttle.wait("127.0.0.1", DEV_KEY_NAME) == 0
-        assert len(server.explorer._throttle) == 2  # the other pairs' one wrong key each
+        assert explorer_of(server)._throttle.wait("127.0.0.1", DEV_KEY_NAME) == 0
+        assert len(explorer_of(server)._throttle) == 2  # the other pairs' one wrong key each
 
     in_process(bridge, test)
 
@@ -358,8 +357,7 @@ def test_the_key_is_compared_with_each_secret_whole() -> None:
 
 async def lane_holds(server: EmulatorServer, pair: tuple[str, str], count: int) -> None:
     """Until ``count`` wrong keys of ``pair`` are in its lane (within 10 s)."""
-    assert server.explorer is not None
-    lanes = server.explorer._throttle._lanes
+    lanes = explorer_of(server)._throttle._lanes
     async with asyncio.timeout(10):
         while pair not in lanes or lanes[pair][1] < count:
             await asyncio.sleep(0.005)
@@ -387,13 +385,12 @@ def test_wrong_keys_past_the_lanes_cap_are_answered_at_once(
             assert status == 429 and "waiting already" in body["error"], body
             assert int(headers["Retry-After"]) >= 1
         assert not any(guess.done() for guess in queued)  # answered at once, before them
-        assert server.explorer is not None
-        assert server.explorer._throttle._lanes[pair][1] == most  # the lane grew no longer
+        assert explorer_of(server)._throttle._lanes[pair][1] == most  # the lane grew no longer
         assert (await Client(http, "127.0.0.1").sign_in())[0] == 200
         assert (await Client(http, "127.0.0.2").sign_in(DEV_KEY_NAME, "x="))[0] == 401
         statuses = [answer[0] for answer in await asyncio.gather(*queued)]
         assert statuses[0] == 401 and set(statuses) <= {401, 429}, statuses
-        assert pair not in server.explorer._throttle._lanes
+        assert pair not in explorer_of(server)._throttle._lanes
 
     in_process(bridge, test)
 

@@ -82,11 +82,18 @@ class Client:
         return status, body, headers
 
 
+def explorer_of(server: EmulatorServer) -> _explorer.Explorer:
+    """The explorer the server serves (its one site, #49)."""
+    (site,) = server.sites
+    assert isinstance(site, _explorer.Explorer)
+    return site
+
+
 @contextlib.asynccontextmanager
 async def running(log: bool) -> AsyncIterator[tuple[TestClient, EmulatorServer]]:
     """The server's application (the explorer, the server's key and a Listen key)
     under aiohttp's test server, on the running loop."""
-    server = EmulatorServer(explorer=True, log_requests=log,
+    server = EmulatorServer(sites=[_explorer.Explorer], log_requests=log,
                             keys={READER: (READER_KEY, ["Listen"])})
     app = server.app()
     app.middlewares.append(played)
@@ -150,7 +157,7 @@ async def _over_the_network(address: str, tmp_path: Path) -> None:
     signin = {"key_name": DEV_KEY_NAME, "key": DEV_KEY}
     header = {"X-Aiosb-Explorer": "1"}
     async with aiohttp.ClientSession() as session:
-        async with serve("0.0.0.0", explorer=True) as plain:
+        async with serve("0.0.0.0", sites=[_explorer.Explorer]) as plain:
             url = plain.url.replace("0.0.0.0", address)
             async with session.post(f"{url}/explorer/api/signin", json=signin,
                                     headers=header) as answer:
@@ -161,7 +168,7 @@ async def _over_the_network(address: str, tmp_path: Path) -> None:
                                     headers=header) as answer:
                 assert answer.status == 200
         cert, key = _tls.self_signed(tmp_path)
-        async with serve("0.0.0.0", explorer=True,
+        async with serve("0.0.0.0", sites=[_explorer.Explorer],
                          ssl_context=_tls.context(cert, key)) as secure:
             url = secure.url.replace("0.0.0.0", address)
             async with session.post(f"{url}/explorer/api/signin", json=signin,
@@ -230,7 +237,7 @@ def test_event_streams_are_capped_and_end_at_sign_out(
         assert answered["Retry-After"] and all(h in answered for h in SECURITY_HEADERS)
         second.close()
         for _ in range(100):  # the server sees the hang-up at its next write
-            if server.explorer is not None and server.explorer._streams < 2:
+            if explorer_of(server)._streams < 2:
                 break
             await asyncio.sleep(0.05)
         third = await http.get("/explorer/api/events", headers=headers)

@@ -23,6 +23,7 @@ from aiosb.emulator._record import _Record
 from aiosb.emulator.durable import Journal, _recovery
 from aiosb.emulator.durable import _journal as _durable
 from aiosb.emulator.durable._rows import encode_record
+from aiosb.server.explorer import Explorer
 from aiosb.server.http import serve
 
 
@@ -416,7 +417,7 @@ async def test_metrics_and_the_live_view_leave_out_an_entity_still_loading(tmp_p
     def live() -> list[dict]:
         return [e for n in Sampler().snapshot()["namespaces"] for e in n["entities"]]
 
-    async with serve(data_dir=tmp_path, metrics=True, explorer=True) as server:
+    async with serve(data_dir=tmp_path, metrics=True, sites=[Explorer]) as server:
         recovery = server.journal.recovery
         assert recovery is not None and recovery.pending  # still loading
         async with aiohttp.ClientSession() as http:

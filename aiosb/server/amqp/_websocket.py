@@ -44,10 +44,11 @@ def websocket_handler(
     serve: Callable[[], Serve | None],
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """An aiohttp handler for :data:`PATH` that serves each WebSocket as an AMQP
-    connection with ``serve()`` (an :class:`~.front_end.AmqpServer`'s, looked up when a
-    client comes: the HTTP server starts before the AMQP one). The listener counts the
-    WebSocket's connection as idle while its AMQP connection is unsigned, as it counts
-    a raw AMQP connection (:func:`aiosb.server.listener.carrying`)."""
+    connection with ``serve()`` (an :class:`~.front_end.AmqpServer`'s ``serve_stream``,
+    looked up when a client comes: the HTTP server starts before the AMQP one). The
+    listener counts the WebSocket's connection as idle while its AMQP connection is
+    unsigned, as it counts a raw AMQP connection (:func:`aiosb.server.listener.carrying`).
+    """
 
     async def handle(request: web.Request) -> web.StreamResponse:
         asked = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]

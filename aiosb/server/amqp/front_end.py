@@ -6,14 +6,14 @@ official Service Bus SDKs, in the running event loop.
 
 One connection string reaches everything, as on Azure (#34): an SDK's administration
 client given the data plane's connection string speaks HTTPS to the same host and port.
-So each connection's first byte is looked at before anything reads it
-(:mod:`aiosb.server.listener`, which also holds the deadlines before a protocol has the
-connection, and the one connection budget of every port): a TLS record (``0x16``, a
-ClientHello) has TLS taken off first (with the certificate of ``management``, the
-management API of ``aiosb serve``); then the first byte (inside TLS, if any) chooses
-(:meth:`AmqpServer.choose`): an HTTP request (its method's first letter) goes to that
-server, as the clients send that take ``UseDevelopmentEmulator=true`` for plain HTTP;
-anything else to AMQP (``A``, its protocol header).
+So the ports are shared: each connection's first byte is looked at before anything
+reads it (:mod:`aiosb.server.listener`, which also holds the deadlines before a protocol
+has the connection, and the one connection budget of every port). A TLS record (a
+ClientHello) has TLS taken off first, where the server is given a certificate
+(``tls``); then the first byte (inside TLS, if any) chooses: the protocols that share
+the port (``others``: ``aiosb serve``'s HTTP plane, :func:`aiosb.server.serve`) take the
+bytes they registered, and AMQP everything else (``A``, its protocol header; what is no
+AMQP is refused there, in AMQP's words). This module knows AMQP only.
 """
 
 from __future__ import annotations
@@ -23,26 +23,21 @@ import contextlib
 import logging
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Iterable
 
 from ... import emulator
 from ...auth import DEV_KEY, DEV_KEY_NAME, RIGHTS, SasChecker
 from ...emulator import Journal
-from ..listener import Listener, Port, Route
+from ..listener import TLS_RECORD, FirstBytes, Listener, Port, Route
 from .connection import Connection
 
-__all__ = ["AmqpServer", "Carrier", "ManagementSite", "serve_amqp"]
+__all__ = ["AmqpServer", "Carrier", "Shared", "serve_amqp"]
 
 log = logging.getLogger("aiosb.server.amqp")
 
-#: The first byte of a TLS record that opens a handshake (RFC 8446, 5.1).
-TLS_HANDSHAKE = 0x16
-#: The first bytes of the HTTP methods management requests use.
-HTTP_METHODS = frozenset(b"GPDHO")
-#: An HTTP server for the listener to hand management connections to: its route (or
-#: bare protocol factory: then never idle) and the TLS context to present to clients
-#: that open with TLS (``None``: such clients are answered in AMQP, and the log says why).
-ManagementSite = tuple[Route | Callable[[], asyncio.BaseProtocol], ssl.SSLContext | None]
+#: Another protocol that shares the AMQP ports: the first bytes it opens with (inside
+#: TLS, if any), and its route (``aiosb serve``: the HTTP plane, for the management API).
+Shared = tuple[Iterable[int], Route]
 
 
 class AmqpServer:
@@ -56,17 +51,22 @@ class AmqpServer:
 
     def __init__(self, host: str, namespace: str,
                  keys: dict[str, tuple[str | tuple[str, ...], frozenset[str]]],
-                 journal: Journal | None = None,
-                 management: ManagementSite | None = None) -> None:
+                 journal: Journal | None = None, tls: ssl.SSLContext | None = None,
+                 others: Iterable[Shared] = ()) -> None:
         self.host = host
         self.port = 0
         #: The port that is for TLS above all (AMQP over TLS, as the SDKs speak to any
         #: namespace not a development emulator: 5671); 0 if none. It routes as ``port``.
         self.tls_port = 0
-        self.management = management
-        http = None if management is None else management[0]
-        self._http = http if http is None or isinstance(http, Route) else Route(http)
+        #: What TLS is taken off with (None: a client that opens with TLS is answered
+        #: in AMQP, and the log says why).
+        self.tls = tls
         self._amqp = Route(lambda: _AmqpStream(self), _unsigned)
+        #: The route of a connection, by its first byte: the protocols sharing the
+        #: ports (``others``) by the bytes they registered, else AMQP.
+        self.choose = FirstBytes(self._amqp_route)
+        for first, route in others:
+            self.choose.add(first, route)
         self.namespace = namespace
         self.keys = keys
         self.ns = emulator.namespace(namespace)
@@ -89,22 +89,18 @@ class AmqpServer:
             f"SharedAccessKey={key};UseDevelopmentEmulator=true"
         )
 
-    def choose(self, first: int) -> Route:
-        """The route of a connection whose first byte (inside TLS, if any) is ``first``:
-        an HTTP method's first letter goes to the HTTP server (the management API, and
-        AMQP over WebSockets), anything else to AMQP (``A``, its header; what is no AMQP
-        is refused there, in AMQP's words)."""
-        if self._http is not None and first in HTTP_METHODS:
-            return self._http
-        if first == TLS_HANDSHAKE:  # TLS was not taken off: AMQP answers with its header,
+    def _amqp_route(self, first: int) -> Route:
+        """AMQP's route, for whatever no other protocol took (``A``, its header; what is
+        no AMQP is refused there, in AMQP's words)."""
+        if first == TLS_RECORD:  # TLS was not taken off: AMQP answers with its header,
             # and the client hears the port does not speak TLS (WRONG_VERSION_NUMBER)
             log.info("a TLS client on the AMQP port, which has no certificate: answered in "
                      "AMQP (aiosb serve answers TLS here with one: pip install aiosb[tls], "
                      "or --tls-cert and --tls-key)")
         return self._amqp
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     stream: Carrier | _AmqpStream | None = None) -> None:
+    async def serve_stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                           stream: Carrier | _AmqpStream | None = None) -> None:
         """Serve one AMQP connection (over TCP, TLS, or a WebSocket), made known to
         ``stream`` (for the listener to tell whether it is idle: :func:`_unsigned`)."""
         sock = writer.get_extra_info("socket")
@@ -146,7 +142,8 @@ async def serve_amqp(
     namespace: str = "sbemulatorns",
     keys: dict[str, tuple[str | tuple[str, ...], frozenset[str]]] | None = None,
     journal: Journal | None = None,
-    management: ManagementSite | None = None,
+    tls: ssl.SSLContext | None = None,
+    others: Iterable[Shared] = (),
     tls_port: int | None = None,
     listener: Listener | None = None,
     free_if_taken: bool = False,
@@ -162,25 +159,26 @@ async def serve_amqp(
             the development key with every right.
         journal: Durable mode (the HTTP server's journal): what a transfer, a receive or
             a disposition changed is on disk before the client is answered.
-        management: Where a client that speaks HTTP goes (an HTTP server's route, and
-            the TLS context presented to one that opens with TLS): the management API,
-            so that the data plane's connection string reaches it too. Without it such
-            a client is answered in AMQP.
+        tls: Take TLS off a client that opens with it (a ClientHello), presenting this
+            context's certificate; without it such a client is answered in AMQP.
+        others: Other protocols that share the ports, each with the first bytes it
+            opens with (inside TLS, if any) and its route: ``aiosb serve``'s HTTP plane
+            (the management API), so that the data plane's connection string reaches
+            it too. AMQP takes every other byte.
         tls_port: Listen on this port too (0: a free one), where clients speak TLS:
-            AMQP over TLS, as the SDKs speak it to a namespace on Azure (5671), and the
-            management API over HTTPS; it needs ``management`` with a TLS context.
+            AMQP over TLS, as the SDKs speak it to a namespace on Azure (5671), and
+            whatever of ``others`` comes over TLS; it needs ``tls``.
         listener: The listener to open the ports on (the HTTP server's: one connection
             budget for every port); by default one of its own.
         free_if_taken: If ``port`` is taken, listen on a free one instead (a default
             the user did not choose); else a taken port is an error.
         tls_free_if_taken: The same for ``tls_port``.
     """
-    if tls_port is not None and (management is None or management[1] is None):
-        raise ValueError("serve_amqp: tls_port needs management with a TLS context.")
+    if tls_port is not None and tls is None:
+        raise ValueError("serve_amqp: tls_port needs tls (a context with a certificate).")
     server = AmqpServer(host, namespace, keys or {DEV_KEY_NAME: (DEV_KEY, frozenset(RIGHTS))},
-                        journal, management)
+                        journal, tls, others)
     listener = Listener() if listener is None else listener
-    tls = None if management is None else management[1]
     server.ns.attach()
     ports: list[Port] = []
     try:
@@ -224,7 +222,7 @@ class _AmqpStream(asyncio.StreamReaderProtocol):
 
     async def _connected(self, reader: asyncio.StreamReader,
                          writer: asyncio.StreamWriter) -> None:
-        await self._server._serve(reader, writer, self)
+        await self._server.serve_stream(reader, writer, self)
 
 
 def _unsigned(protocol: asyncio.BaseProtocol | Carrier) -> bool:

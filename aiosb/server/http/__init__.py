@@ -1,4 +1,6 @@
-"""The emulator server: embedded emulator namespaces served over HTTP (``aiosb serve``).
+"""The HTTP plane of ``aiosb serve``: embedded emulator namespaces served over HTTP.
+:func:`serve` runs it alone in the running loop (tests that need only HTTP);
+:func:`aiosb.server.serve` assembles the whole server around it (AMQP, the explorer).
 
 Every namespace lives under a path prefix: namespace ``contoso`` is
 ``http://HOST:PORT/contoso`` and is created on first use. The server speaks the
@@ -108,7 +110,7 @@ Sessions are not part of the REST protocol, and the server does not offer them.
 ``{"id": ...}``; ``GET /{ns}/$faults`` lists the active faults; ``DELETE
 /{ns}/$faults`` heals all, ``DELETE /{ns}/$faults/{id}`` heals one.
 
-**The Service Bus Explorer** (``aiosb serve``, or ``serve(explorer=True)``): a web page
+**The Service Bus Explorer** (``aiosb serve``, or ``serve(sites=[Explorer])``): a web page
 at ``/explorer/``, signed in to with a key of the server's, that shows every namespace's
 entities with live counts and lets a person peek, send, resubmit, purge, manage rules
 and inject faults within the key's rights (:mod:`aiosb.server.explorer`).
@@ -137,7 +139,7 @@ from ... import emulator
 from ...auth import DEV_KEY, DEV_KEY_NAME, SasCredential
 from ...emulator import Journal
 from ..listener import Listener, Route, carried_idle
-from ._app import BODY_SECONDS, MAX_BODY, EmulatorServer, Handler
+from ._app import BODY_SECONDS, MAX_BODY, EmulatorServer, Handler, KeyTable, MakeSite, Site
 from ._hosts import AllowedHosts
 from ._requests import HTTP_LOG, MAX_WAIT, PAGE, right_needed
 
@@ -150,9 +152,14 @@ __all__ = [
     "MAX_BODY",
     "MAX_WAIT",
     "PAGE",
+    "REQUEST_FIRST_BYTES",
     "SHUTDOWN_SECONDS",
     "EmulatorServer",
+    "Handler",
+    "KeyTable",
+    "MakeSite",
     "ServedEmulator",
+    "Site",
     "serve",
 ]
 
@@ -164,6 +171,10 @@ IDLE_SECONDS = 30.0
 #: connection is closed after that, whatever it waits for (a client that never reads its
 #: answer holds the stop no longer).
 SHUTDOWN_SECONDS = 2.0
+#: How an HTTP connection is recognised on a port other protocols share (the AMQP
+#: port, for the management API: :class:`aiosb.server.listener.FirstBytes`): the first
+#: letter of a method (GET, PUT, POST, PATCH, DELETE, HEAD, OPTIONS).
+REQUEST_FIRST_BYTES = frozenset(b"GPDHO")
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +253,7 @@ async def serve(
     routes: Mapping[str, Handler] | None = None,
     also_key: str | None = None,
     prepare: Callable[[], Awaitable[None]] | None = None,
-    explorer: bool = False,
+    sites: Iterable[MakeSite] = (),
     allow_hosts: Iterable[str] = (),
     listener: Listener | None = None,
     free_if_taken: bool = False,
@@ -282,8 +293,10 @@ async def serve(
         prepare: Awaited once the namespaces are loaded, before the server listens
             (``aiosb serve --config`` makes the file's entities so); what it raises
             stops the server before it listens.
-        explorer: Serve the Service Bus Explorer, a web page signed in to with a key
-            of the server's, at ``/explorer/`` (:mod:`aiosb.server.explorer`; ``aiosb serve`` does).
+        sites: Served beside the REST plane, each made with the server's keys,
+            namespaces and journal (:class:`MakeSite`): ``aiosb serve`` serves the
+            Service Bus Explorer, a web page signed in to with a key of the server's, so
+            at ``/explorer/`` (``sites=[aiosb.server.explorer.Explorer]``).
         allow_hosts: Names the server answers to besides ``localhost``, IP addresses and
             ``host`` (when it is a name): a request with any other ``Host`` is answered
             421 before anything else, on every route (DNS rebinding; ``aiosb serve
@@ -320,7 +333,7 @@ async def serve(
             raise
     server = EmulatorServer(key_name=key_name, key=key, journal=journal, keys=keys,
                             log_requests=log_requests, metrics=metrics, root=root,
-                            routes=routes, also_key=also_key, explorer=explorer,
+                            routes=routes, also_key=also_key, sites=sites,
                             hosts=AllowedHosts(host, allow_hosts))
     # handler_cancellation: a client that hangs up (its own timeout) cancels the
     # operation it asked for, so that a long poll does not lock messages for nobody.

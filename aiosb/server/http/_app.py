@@ -1,7 +1,9 @@
 """The server's application: :class:`EmulatorServer` checks each request's signature
 (:class:`aiosb.auth.SasChecker`), reads its body within a time limit, routes it to the
 REST data plane, the ``$aiosb`` extensions, management or fault injection, and commits the
-durable journal before it answers."""
+durable journal before it answers. Sites served beside it under paths of their own (the
+Service Bus Explorer) are made by whoever assembles the server (:class:`MakeSite`): the
+HTTP plane knows none of them."""
 
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Protocol
 
 from aiohttp import web
 
@@ -24,7 +27,6 @@ from ...errors import (
     ServiceBusError,
 )
 from ...wire import status as _status
-from .. import explorer as _explorer  # the module: it imports this package (#49)
 from . import _extensions, _fault_api, _rest_plane
 from . import _management_api as _manage
 from ._hosts import AllowedHosts
@@ -45,13 +47,37 @@ from ._requests import (
 
 log = logging.getLogger("aiosb.server")
 
-__all__ = ["BODY_SECONDS", "MAX_BODY", "EmulatorServer", "Handler"]  # BODY_SECONDS: of ._http
+__all__ = [  # BODY_SECONDS: of ._requests
+    "BODY_SECONDS", "MAX_BODY", "EmulatorServer", "Handler", "KeyTable", "MakeSite", "Site",
+]
 
 #: A request handler of aiohttp's.
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: The largest request body: a batch at the premium limit, base64-encoded, with room.
 MAX_BODY = 4 * 1024 * 1024
+
+#: The server's keys: ``{name: (secret or secrets, rights)}`` (:func:`aiosb.auth.key_table`).
+KeyTable = Mapping[str, tuple[str | tuple[str, ...], frozenset[str]]]
+
+
+class Site(Protocol):
+    """Something served beside the REST plane under paths of its own (the Service Bus
+    Explorer at ``/explorer/``)."""
+
+    def add_routes(self, app: web.Application) -> None:
+        """Add its routes to ``app`` (before the server's catch-all route)."""
+
+
+class MakeSite(Protocol):
+    """What makes a :class:`Site` from what the server has: its key table, its
+    namespaces by name (attached to the server's loop), its durable journal (committed
+    before a change is answered), and whether it logs requests
+    (:class:`aiosb.server.explorer.Explorer` is one)."""
+
+    def __call__(self, keys: KeyTable,
+                 namespace: Callable[[str], Awaitable[EmulatorNamespace]],
+                 journal: Journal | None = None, *, log: bool = False) -> Site: ...
 
 
 class EmulatorServer:
@@ -60,11 +86,12 @@ class EmulatorServer:
     Args:
         key_name: The shared access key name requests must be signed with.
         key: The key (:data:`DEV_KEY` by default).
-        explorer: Serve the Service Bus Explorer, a web page, at ``/explorer/`` (paths
-            under ``/explorer`` in these very letters are then the explorer's: a
-            namespace called ``explorer``, or an entity at the root of the ``root``
-            namespace, is reached over HTTP by another case, ``/Explorer/...``, as
-            names are case-insensitive, or over AMQP).
+        sites: Served beside the REST plane, each made with the server's keys,
+            namespaces and journal: ``aiosb serve`` serves the Service Bus Explorer so,
+            at ``/explorer/`` (paths under ``/explorer`` in these very letters are then
+            the explorer's: a namespace called ``explorer``, or an entity at the root
+            of the ``root`` namespace, is reached over HTTP by another case,
+            ``/Explorer/...``, as names are case-insensitive, or over AMQP).
 
     Use :func:`aiosb.server.http.serve` to run it; :meth:`app` gives the bare application.
     """
@@ -81,7 +108,7 @@ class EmulatorServer:
         root: str | None = None,
         routes: Mapping[str, Handler] | None = None,
         also_key: str | None = None,
-        explorer: bool = False,
+        sites: Iterable[MakeSite] = (),
         hosts: AllowedHosts | None = None,
     ) -> None:
         table = key_table(key_name, key, keys, also=also_key)
@@ -90,9 +117,9 @@ class EmulatorServer:
         self._auth = SasChecker(table)
         self.hosts = hosts or AllowedHosts()
         self._journal = journal
-        #: The Service Bus Explorer at /explorer/ (:mod:`aiosb.server.explorer`), if served.
-        self.explorer = _explorer.Explorer(table, self._namespace, journal,
-                                           log=log_requests) if explorer else None
+        #: What is served beside the REST plane (the Service Bus Explorer), in order.
+        self.sites: tuple[Site, ...] = tuple(
+            make(table, self._namespace, journal, log=log_requests) for make in sites)
         self._namespaces: dict[str, EmulatorNamespace] = {}
         #: The namespace served at the root (paths name entities, not namespaces), as a
         #: namespace's own host serves it; None: the first segment names the namespace.
@@ -119,8 +146,8 @@ class EmulatorServer:
             app.router.add_get("/metrics", observer.metrics)  # unsigned, as scrapers are
         for path, handler in self._routes.items():
             app.router.add_get(path, handler)
-        if self.explorer is not None:
-            self.explorer.add_routes(app)
+        for site in self.sites:
+            site.add_routes(app)
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         app.on_cleanup.append(self._cleanup)
         return app
