@@ -14,6 +14,7 @@ import pytest
 
 import aiosb
 from aiosb import emulator
+from aiosb.server.explorer import Explorer
 from aiosb.server.http import serve
 
 pytestmark = pytest.mark.timeout(60)
@@ -129,7 +130,7 @@ async def test_the_explorer_refuses_the_faults_the_fault_api_refuses(body):
     seconds on a fault that is not a delay, no operations ...) the other refuses, and
     neither injects anything."""
     ns = "faulty"
-    async with serve(explorer=True) as server:
+    async with serve(sites=[Explorer]) as server:
         async with aiosb.connect(server.namespace_url(ns)) as client:
             await client.create_queue("p", enable_partitioning=True)
         jar = aiohttp.CookieJar(unsafe=True)
