@@ -255,7 +255,7 @@ async def test_the_amqp_ports_management_serves_one_namespace_whole_paths(certif
     credential = SasCredential(DEV_KEY_NAME, DEV_KEY)
     async with serve(ssl_context=_tls.context(cert, key), root=name) as server, serve_amqp(
             namespace=name, tls=_tls.context(cert, key),
-            others=[(REQUEST_FIRST_BYTES, server.route)],  # type: ignore[list-item]
+            others=[(REQUEST_FIRST_BYTES, server.route)],
     ) as amqp, aiohttp.ClientSession() as session:
 
         async def put(port: int, path: str) -> int:

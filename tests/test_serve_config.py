@@ -78,6 +78,17 @@ def test_the_flags_are_checked_as_the_config_is_made(monkeypatch, capsys):
     assert "--tls-cert and --tls-key go together" in capsys.readouterr().err
 
 
+def test_a_namespace_the_config_file_contradicts_is_said_with_the_file(tmp_path, capsys):
+    """#49 review: ``--namespace`` against a ``Config.json`` naming another is exit 2, and
+    the sentence names the file (as before the flags became a ServerConfig)."""
+    path = tmp_path / "Config.json"
+    path.write_text('{"UserConfig": {"Namespaces": [{"Name": "fromfile", "Queues": []}]}}')
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["serve", "--config", str(path), "--namespace", "other"])
+    assert exc.value.code == 2
+    assert f"--namespace other but {path} names fromfile" in capsys.readouterr().err
+
+
 def test_the_ports_and_the_namespace_are_resolved_as_the_flags_say(monkeypatch):
     """#49: the defaults give way where taken (not Microsoft's); no AMQP, no AMQP ports;
     the namespace is the flag's, else the Config.json's, else the default."""

@@ -5,7 +5,8 @@
         async with aiosb.connect(running.http.namespace_url("contoso")) as ns:
             ...
 
-Its parts, each of which knows nothing of the others (this module puts them together):
+Its parts, in layers (a contract holds them: the listener knows no protocol, the HTTP plane
+no explorer, the AMQP front end no HTTP; this module puts them together):
 
 - :mod:`.listener`: the ports (accept, first-byte routing, TLS, deadlines, one
   connection budget);
@@ -274,6 +275,17 @@ async def serve(config: ServerConfig | None = None) -> AsyncIterator[Running]:
         routes[HEALTH_PATH] = _health
     sites: list[MakeSite] = [Explorer] if config.explorer else []
     host, (http_port, amqp_port, amqps_port, soft) = config.host, config.ports
+    # A default that another of these ports was named at gives way before it is tried
+    # (HTTP is bound first: ``--amqp-port 5380`` would find 5380 taken by HTTP); the
+    # banner says whose port it is.
+    named = {port for which, port in (("http", http_port), ("amqp", amqp_port),
+                                      ("amqps", amqps_port)) if which not in soft and port}
+    if "http" in soft and http_port in named:
+        http_port = 0
+    if "amqp" in soft and amqp_port in named:
+        amqp_port = 0
+    if "amqps" in soft and amqps_port in named:
+        amqps_port = 0
     async with serve_http(
         host, http_port, key_name=config.key_name, key=key, data_dir=config.data_dir,
         fsync=config.fsync, keys=config.keys, log_requests=not config.quiet,
@@ -284,7 +296,6 @@ async def serve(config: ServerConfig | None = None) -> AsyncIterator[Running]:
     ) as http, contextlib.AsyncExitStack() as stack:
         if amqp_port is not None:
             secure = amqps_port if amqps is not None else None
-            assert http.route is not None
             try:
                 amqp = await stack.enter_async_context(serve_amqp(
                     host, amqp_port, namespace=namespace,

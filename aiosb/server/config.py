@@ -193,7 +193,8 @@ class ServerConfig:
                                                 amqps if tls else None, soft))
         if self.config is not None:
             if self.namespace is not None and self.namespace != self.config.namespace:
-                raise ValueError(f"--namespace {self.namespace} but the --config file names "
+                raise ValueError(f"--namespace {self.namespace} but "
+                                 f"{self.config.source or 'the --config file'} names "
                                  f"{self.config.namespace}: give one")
             object.__setattr__(self, "namespace", self.config.namespace)
         elif self.namespace is None:

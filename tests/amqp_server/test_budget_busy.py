@@ -51,7 +51,7 @@ async def stack() -> AsyncIterator[Stack]:
     shared = Listener(Budget(CAP))
     async with serve(root=NAMESPACE, routes=routes, listener=shared, sites=[Explorer]) as http, \
             serve_amqp(namespace=NAMESPACE, listener=shared,
-                       others=[(REQUEST_FIRST_BYTES, http.route)]) as amqp:  # type: ignore[list-item]
+                       others=[(REQUEST_FIRST_BYTES, http.route)]) as amqp:
         started.append(amqp)
         yield Stack(http, amqp)
 

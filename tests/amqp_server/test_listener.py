@@ -55,7 +55,7 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
     cert, key = self_signed(tmp_path)
     async with serve(root=NAMESPACE) as http, serve_amqp(
             namespace=NAMESPACE, listener=http.listener, tls_port=0, tls=context(cert, key),
-            others=[(REQUEST_FIRST_BYTES, http.route)]) as amqp:  # type: ignore[list-item]
+            others=[(REQUEST_FIRST_BYTES, http.route)]) as amqp:
         yield Stack(http, amqp, Path(cert))
 
 
@@ -131,7 +131,7 @@ async def test_every_connection_in_every_phase_is_closed_when_the_server_stops(
     async with serve(root=NAMESPACE, sites=[Explorer]) as http:
         async with serve_amqp(namespace=NAMESPACE, listener=http.listener,
                               tls=context(cert, key),
-                              others=[(REQUEST_FIRST_BYTES, http.route)]) as amqp:  # type: ignore[list-item]
+                              others=[(REQUEST_FIRST_BYTES, http.route)]) as amqp:
             silent = await asyncio.open_connection("127.0.0.1", amqp.port)
             shaking = await asyncio.open_connection("127.0.0.1", amqp.port)
             shaking[1].write(b"\x16\x03\x01\x02\x00\x01")

@@ -481,7 +481,8 @@ async def _delete_rule(ns: EmulatorNamespace, args: dict[str, Any]) -> Any:
 
 
 async def _inject(ns: EmulatorNamespace, args: dict[str, Any]) -> Any:
-    fields = {name: args[name] for name in _fault_api.FIELDS if name in args}
+    # every field but the namespace is the fault's: the parser refuses one it does not know
+    fields = {name: value for name, value in args.items() if name != "ns"}
     return {"id": _fault_api.inject(ns.faults, fields).id}
 
 

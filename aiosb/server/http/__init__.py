@@ -186,25 +186,21 @@ class ServedEmulator:
             ``{url}/contoso``.
         key_name: The key name requests are signed with.
         key: The key.
-        journal: The durable journal (``data_dir`` given), which another front end of
-            the same broker (AMQP) commits to as well; ``None`` in memory.
-        protocol_factory: What serves one HTTP connection: another port that takes a
-            connection meant for this server (the AMQP port, for clients that speak
-            HTTPS there) hands it over (:attr:`route`: with when it is idle).
         listener: The listener the HTTP port is on (:mod:`aiosb.server.listener`), whose one
             connection budget other ports of the same server share.
-        route: The HTTP server as a route of the listener.
+        route: The HTTP server as a route of the listener: another port that takes a
+            connection meant for this server (the AMQP port, for clients that speak
+            HTTPS there) hands it over (registered with :data:`REQUEST_FIRST_BYTES`).
+        journal: The durable journal (``data_dir`` given), which another front end of
+            the same broker (AMQP) commits to as well; ``None`` in memory.
     """
 
     url: str
     key_name: str
     key: str
+    listener: Listener = field(repr=False, compare=False)
+    route: Route = field(repr=False, compare=False)
     journal: Journal | None = field(default=None, repr=False, compare=False)
-    protocol_factory: Callable[[], asyncio.BaseProtocol] | None = field(
-        default=None, repr=False, compare=False
-    )
-    listener: Listener | None = field(default=None, repr=False, compare=False)
-    route: Route | None = field(default=None, repr=False, compare=False)
 
     @property
     def credential(self) -> SasCredential:
@@ -356,8 +352,8 @@ async def serve(
         server.ports = opened.numbers
         shown = f"[{host}]" if ":" in host else host
         scheme = "https" if ssl_context is not None else "http"
-        served = ServedEmulator(f"{scheme}://{shown}:{bound}", key_name, key, journal,
-                                handlers, listener, route)
+        served = ServedEmulator(f"{scheme}://{shown}:{bound}", key_name, key, listener,
+                                route, journal)
         if ready is not None:
             ready(served)
         yield served

@@ -42,9 +42,15 @@ def inject(faults: Faults, fields: Mapping[str, Any]) -> Fault:
     partitioned queue or topic, of any kind but a delay).
 
     Raises:
-        InvalidArgument: A field of the wrong type or out of range, or one the broker
-            refuses (an unknown kind or operation, a fragment the entity does not have).
+        InvalidArgument: A field it does not know (a misspelt ``fragmnet`` would
+            otherwise leave a fault of the whole entity), a field of the wrong type or
+            out of range, or one the broker refuses (an unknown kind or operation, a
+            fragment the entity does not have).
     """
+    unknown = fields.keys() - FIELDS.keys()
+    if unknown:
+        raise InvalidArgument(f"unknown field(s) {', '.join(sorted(unknown))[:200]}; "
+                              f"known: {', '.join(sorted(FIELDS))}.")
     entity = str_or_none("entity", fields.get("entity"))
     kind = fields.get("kind", "unavailable")
     operations = fields.get("operations")

@@ -16,6 +16,8 @@ exception is a bug of the reader and is left to be seen.
 
 from __future__ import annotations
 
+import dataclasses
+
 import contextlib
 import datetime as _dt
 import decimal
@@ -130,7 +132,7 @@ def load(path: str | Path) -> EmulatorConfig:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"is not UTF-8 text (byte {exc.start}).") from None
-    return parse(_json(_without_comments(text)))
+    return dataclasses.replace(parse(_json(_without_comments(text))), source=str(path))
 
 
 def _json(text: str) -> Any:

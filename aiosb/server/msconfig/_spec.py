@@ -53,3 +53,5 @@ class EmulatorConfig:
     namespace: str
     entities: tuple[EntitySpec, ...]
     warnings: tuple[str, ...] = field(default=())
+    #: The file it was read from (:func:`~aiosb.server.msconfig.load`), for messages.
+    source: str | None = field(default=None, compare=False)

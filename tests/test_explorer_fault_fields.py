@@ -1,4 +1,4 @@
-"""Review of #49: one parser reads a fault's JSON for ``POST /{ns}/$faults`` and for the
+"""#49: one parser reads a fault's JSON for ``POST /{ns}/$faults`` and for the
 explorer's ``POST /explorer/api/faults``, "what one refuses, the other does". A field
 the parser does not know (a typo: ``fragmnet``) is refused by the fault API, but the
 explorer drops it before the parser sees it and injects another fault than asked: an
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(60)
     pytest.param({"entity": "p", "fragmnet": 1}, id="fragment misspelt"),
     pytest.param({"entity": "p", "operation": ["send"]}, id="operations misspelt"),
 ])
-async def test_review49_the_explorer_refuses_a_field_the_fault_api_refuses(body):
+async def test_the_explorer_refuses_a_field_the_fault_api_refuses(body):
     """#49: a fault body with a field the fault API does not know is a 400 there; the
     explorer must refuse it too, not inject a fault of every operation on the entity."""
     ns = "typos"

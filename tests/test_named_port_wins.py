@@ -1,4 +1,4 @@
-"""Review of #49 (found on main too, not a regression of the move): a port the user
+"""Found in the review of #49 (on main too, not a regression of the move): a port the user
 names is served, and a port left to its default gives way where it is taken "by another
 aiosb serve, or by a port of this server the user named" (aiosb.server.config). But
 the HTTP port is bound first, at its default: ``aiosb serve --amqp-port 5380`` (the
@@ -29,7 +29,7 @@ def _free_ports(count: int) -> list[int]:
 
 
 @pytest.mark.parametrize("named", ["amqp_port", "amqps_port"])
-async def test_review49_a_port_named_takes_the_default_of_another_port_of_the_server(
+async def test_a_port_named_takes_the_default_of_another_port_of_the_server(
         monkeypatch: pytest.MonkeyPatch, tmp_path, named: str) -> None:
     """#49: the port named is another port's default (patched to free ports here, as
     tests/amqp_server/test_cli.py does): the named one is served there, the other
@@ -46,3 +46,5 @@ async def test_review49_a_port_named_takes_the_default_of_another_port_of_the_se
         assert served == other_default
         moved = running.http_port if named == "amqp_port" else running.amqp_port
         assert moved != other_default
+        said = "\n".join(running.banner())
+        assert f"port {other_default} is this server's" in said, said
