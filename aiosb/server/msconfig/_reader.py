@@ -16,9 +16,8 @@ exception is a bug of the reader and is left to be seen.
 
 from __future__ import annotations
 
-import dataclasses
-
 import contextlib
+import dataclasses
 import datetime as _dt
 import decimal
 import difflib
