@@ -1,21 +1,28 @@
 """The Python code blocks of README.md and of the documentation (docs/**/*.md), and how
 each one runs (a test helper).
 
-Each block is preceded by ``<!-- test: KIND -->``, which says what it needs:
+A block runs as a reader who copies it would run it (#51): in a fresh interpreter, with
+nothing given to it but what its kind below says. A block that cannot run as written is
+a *fragment*: its first line is a comment ``# fragment: ...`` that says what it needs,
+naming every name it uses without defining or importing it (and saying ``async`` if it
+awaits outside a function). A reader sees that line; the test checks it.
 
-- ``script``: a whole program, run as it is;
-- ``ns``: top-level ``await``s on ``ns``, an open namespace on the embedded emulator;
-- ``async``: top-level ``await``s that open their own connections;
-- ``server``: code talking to ``http://127.0.0.1:5380``, run against an ``aiosb serve``
-  on a free port (the address is replaced by the server's);
+Each block is preceded by ``<!-- test: KIND -->``, which says how the test runs it:
+
+- ``script``: a whole program, run by ``python`` in a subprocess;
+- ``server``: a whole program talking to ``aiosb serve`` at its default addresses
+  (``http://127.0.0.1:5380``, AMQP at ``localhost:5672``), run by ``python`` in a
+  subprocess against an ``aiosb serve`` on free ports (the addresses replaced by its);
+- ``sdk``: a ``server`` program using the official SDK that prints ``hello``;
+- ``admin``: a ``server`` program using the official administration client with the
+  data plane's connection string and the certificate the banner names (the path replaced
+  by the server's); it makes the queue ``invoices``;
 - ``pytest``: a test module, run by pytest in a subprocess with the configuration the
   README and docs/testing.md state;
-- ``spark``: code with a SparkSession ``spark`` and a DataFrame ``events``
+- ``ns`` (a fragment): awaits on ``ns``, an open namespace on the embedded emulator, run
+  in a subprocess that opens one and gives the block nothing else;
+- ``spark`` (a fragment): code with a SparkSession ``spark`` and a DataFrame ``events``
   (tests/spark/test_readme_spark.py runs it);
-- ``sdk``: the official SDK against ``aiosb serve``'s AMQP port ``localhost:5672`` (and
-  aiosb at ``http://127.0.0.1:5380``), run against one on free ports;
-- ``admin``: the official administration client with the data plane's connection string,
-  against an ``aiosb serve`` with a certificate (it makes the queue ``invoices``);
 - ``azure``: needs a real Azure namespace: compiled (it must parse), not run.
 
 Blocks start at the left margin (tests/test_docs.py refuses an indented one, which this
@@ -25,6 +32,7 @@ would not find).
 from __future__ import annotations
 
 import ast
+import builtins
 import inspect
 import re
 from dataclasses import dataclass
@@ -34,11 +42,17 @@ from typing import Any
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-KINDS = {"script", "ns", "async", "server", "sdk", "admin", "pytest", "spark", "azure"}
+KINDS = {"script", "server", "sdk", "admin", "pytest", "ns", "spark", "azure"}
+#: The kinds run as written, with nothing given: never fragments.
+WHOLE = {"script", "server", "sdk", "admin", "pytest"}
+#: The kinds given what they lack: always fragments.
+FRAGMENTS = {"ns", "spark"}
 #: The address README blocks use for ``aiosb serve``.
 SERVER = "http://127.0.0.1:5380"
 #: The AMQP address README blocks use for ``aiosb serve`` (the official SDKs).
 AMQP = "localhost:5672"
+#: The first line of a block that cannot run as written.
+FRAGMENT = "# fragment:"
 _BLOCK = re.compile(r"^(?:<!-- test: (\w+) -->\n)?```python\n(.*?)^```", re.S | re.M)
 #: A Python block indented (under a list item): not run, so not allowed (test_docs.py).
 INDENTED = re.compile(r"^[ \t]+```python", re.M)
@@ -59,6 +73,12 @@ class Block:
         """A name unique to the block, usable in a URL (``README-12``)."""
         return f"{Path(self.file).stem}-{self.line}"
 
+    @property
+    def fragment(self) -> str | None:
+        """What the block says it needs (its ``# fragment:`` line), or None if it is whole."""
+        first = self.code.split("\n", 1)[0]
+        return first[len(FRAGMENT):].strip() if first.startswith(FRAGMENT) else None
+
     def with_code(self, code: str) -> Block:
         """The same block with its code changed (addresses replaced)."""
         return Block(self.kind, code, self.line, self.file)
@@ -68,12 +88,28 @@ class Block:
         return compile(self.code, name or str(self), "exec",
                        flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
 
-    async def run(self, namespace: dict[str, Any]) -> None:
-        """Run the block in ``namespace``, awaiting it when it awaits."""
-        code = self.compiled()
-        result = eval(code, namespace)
-        if code.co_flags & inspect.CO_COROUTINE:
-            await result
+    def awaits_at_top_level(self) -> bool:
+        """Whether the block awaits outside a function (so runs in no file as written)."""
+        return bool(self.compiled().co_flags & inspect.CO_COROUTINE)
+
+    def undefined(self) -> set[str]:
+        """The names the block uses and neither defines, imports nor finds among the
+        builtins: what it needs given. (Scopes are not told apart: a name bound anywhere
+        in the block counts as defined; enough for examples.)"""
+        tree = ast.parse(self.code)
+        used, bound = set(), set(dir(builtins))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                (used if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+            elif isinstance(node, ast.alias):
+                bound.add((node.asname or node.name).split(".")[0])
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                bound.add(node.name)
+            elif isinstance(node, ast.arg):
+                bound.add(node.arg)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                bound.add(node.name)
+        return used - bound
 
 
 def sources() -> list[Path]:
