@@ -56,6 +56,8 @@ FRAGMENT = "# fragment:"
 _BLOCK = re.compile(r"^(?:<!-- test: (\w+) -->\n)?```python\n(.*?)^```", re.S | re.M)
 #: A Python block indented (under a list item): not run, so not allowed (test_docs.py).
 INDENTED = re.compile(r"^[ \t]+```python", re.M)
+#: A Python block fenced by another name (```py): not run, so not allowed (test_docs.py).
+OTHER_FENCE = re.compile(r"^[ \t]*```(?:py|py3|python3|pycon|ipython|ipython3)[ \t]*$", re.M)
 
 
 @dataclass

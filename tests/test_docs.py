@@ -4,7 +4,8 @@ every page says what it covers in its first lines; the benchmark page's figures 
 from the published result files; every public name has its reference entry; the README
 stays short, its links lead somewhere, and nothing names an internal milestone where a
 date, a version or a machine belongs. (That every Python block of the docs runs is
-tests/test_readme.py's work, with the same mechanism as the README's.)"""
+tests/test_readme.py's work, with the same mechanism as the README's: each block in a
+fresh interpreter with nothing injected, or marked a fragment, #51.)"""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from readme_blocks import INDENTED, README, ROOT, sources
+from readme_blocks import INDENTED, OTHER_FENCE, README, ROOT, sources
 
 import aiosb
 import aiosb.bridge
@@ -87,6 +88,12 @@ def test_every_page_is_in_the_navigation():
 def test_no_python_block_hides_from_the_tests_by_being_indented():
     """tests/test_readme.py runs blocks at the left margin only."""
     assert [str(p) for p in sources() if INDENTED.search(p.read_text())] == []
+
+
+def test_no_python_block_hides_from_the_tests_behind_another_fence_name():
+    """#51: tests/test_readme.py runs ```python blocks; one fenced ```py would go unrun,
+    and a reader copying it could meet the NameError no test saw."""
+    assert [str(p) for p in sources() if OTHER_FENCE.search(p.read_text())] == []
 
 
 def test_every_public_name_has_its_reference_entry():
