@@ -6,10 +6,9 @@ made again (``--config``), kept by a durable server, and the Manage right needed
 from __future__ import annotations
 
 import aiohttp
-import pytest
 
 import aiosb
-from aiosb import Message, SasCredential, errors
+from aiosb import Message, SasCredential
 from aiosb.server.http import DEV_KEY, DEV_KEY_NAME, serve
 
 ROOT = "sbemulatorns"
