@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import threading
 import time
 import urllib.parse
 from collections.abc import Generator, Iterator, Sequence
@@ -98,11 +99,13 @@ class _Servers:
 
     def __init__(self, tmp: pytest.TempPathFactory) -> None:
         self._tmp = tmp
-        self._running: dict[_Options, ServerProcess] = {}
+        self._running: dict[_Options, AiosbServer] = {}
 
-    def get(self, options: _Options) -> ServerProcess:
-        server = self._running.get(options)
-        if server is None:
+    def get(self, options: _Options) -> AiosbServer:
+        """The server with ``options`` (one handle for every test: its HTTP connection
+        to the server is kept between tests)."""
+        handle = self._running.get(options)
+        if handle is None:
             args = ["--tls-dir", str(self._tmp.mktemp("aiosb-tls")), "--loop", options.loop,
                     "--no-explorer"]
             if options.durable:
@@ -116,12 +119,13 @@ class _Servers:
                 raise ServiceBusError(
                     "aiosb serve has no certificate for the administration clients' HTTPS: "
                     "pip install 'aiosb[tls]' (cryptography)")
-            self._running[options] = server
-        return server
+            handle = self._running[options] = AiosbServer(server)
+        return handle
 
     def stop(self) -> None:
-        for server in self._running.values():
-            server.stop()
+        for handle in self._running.values():
+            handle._http.close()
+            handle.process.stop()
         self._running.clear()
 
 
@@ -145,8 +149,13 @@ class _Http:
         self._credential = SasCredential(DEV_KEY_NAME, DEV_KEY)
         self._resource = f"{url}{self._base}"
         self._conn: http.client.HTTPConnection | None = None
+        self._lock = threading.Lock()  # one request at a time on the kept connection
 
     def call(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
+        with self._lock:
+            return self._call(method, path, payload)
+
+    def _call(self, method: str, path: str, payload: dict[str, Any] | None) -> Any:
         body = None if payload is None else json.dumps(payload).encode()
         headers = {"Authorization": self._credential.token(self._resource)}
         if body is not None:
@@ -171,9 +180,10 @@ class _Http:
         raise AssertionError("unreachable")
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
 
 @dataclass
@@ -241,7 +251,8 @@ class ServerFaults:
 
 class AiosbServer:
     """What the ``aiosb_server`` fixture gives a test: the session's ``aiosb serve``
-    (in a child process, on free ports), its namespace emptied for this test.
+    (in a child process, on free ports), its namespace emptied for this test (the same
+    object for every test of the session that has the same options).
 
     Attributes:
         connection_string: What the official clients take, ``ServiceBusClient`` and
@@ -258,13 +269,13 @@ class AiosbServer:
         process: The :class:`~aiosb.server.process.ServerProcess` (shared by the session).
     """
 
-    def __init__(self, process: ServerProcess, namespace: str) -> None:
+    def __init__(self, process: ServerProcess, namespace: str | None = None) -> None:
         self.process = process
         self.connection_string = process.amqp_connection_string
-        self.namespace = namespace
+        self.namespace = namespace or _namespace_of(process.banner)
         self.certificate = process.certificate
         self.url = process.url
-        self._http = _Http(process.url, namespace)
+        self._http = _Http(process.url, self.namespace)
         self.faults = ServerFaults(self._http)
 
     @property
@@ -344,18 +355,14 @@ def _trusted(server: AiosbServer, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def aiosb_server(request: pytest.FixtureRequest, _aiosb_servers: _Servers,
-                 monkeypatch: pytest.MonkeyPatch) -> Iterator[AiosbServer]:
+                 monkeypatch: pytest.MonkeyPatch) -> AiosbServer:
     """An ``aiosb serve`` for code on the official SDK: one per session (per set of
     options), its namespace empty at the start of each test (:class:`AiosbServer`)."""
-    process = _aiosb_servers.get(_options(request))
-    server = AiosbServer(process, _namespace_of(process.banner))
+    server = _aiosb_servers.get(_options(request))
     server.reset()
-    request.node.stash[_LOG_AT] = (process, process.printed)
+    request.node.stash[_LOG_AT] = (server.process, server.process.printed)
     _trusted(server, monkeypatch)
-    try:
-        yield server
-    finally:
-        server._http.close()
+    return server
 
 
 @pytest.hookimpl(wrapper=True)
