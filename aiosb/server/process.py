@@ -7,14 +7,19 @@ server other processes (Spark executors) can reach.
 
 from __future__ import annotations
 
+import collections
 import subprocess
 import sys
 import threading
-from typing import Self
+from typing import IO, Self
 
 from ..errors import ServiceBusError
 
-__all__ = ["ServerProcess"]
+__all__ = ["KEPT_LINES", "ServerProcess"]
+
+#: How many of the lines a server printed after its banner :attr:`ServerProcess.output`
+#: keeps.
+KEPT_LINES = 20_000
 
 
 class ServerProcess:
@@ -49,6 +54,10 @@ class ServerProcess:
         self.certificate = ""
         #: What the server printed on start-up, up to the banner's last line.
         self.banner = ""
+        #: What it printed after the banner (a line per request unless ``quiet``), the
+        #: last :data:`KEPT_LINES` lines, and how many lines that was in all.
+        self.output: collections.deque[str] = collections.deque(maxlen=KEPT_LINES)
+        self.printed = 0
         self.pid = 0
 
     def __enter__(self) -> Self:
@@ -86,8 +95,20 @@ class ServerProcess:
         self.banner = "".join(seen)
         self.pid = proc.pid
         # Keep reading what it prints, so a full pipe never blocks the server.
-        threading.Thread(target=proc.stdout.read, daemon=True).start()
+        threading.Thread(target=self._read, args=(proc.stdout,), daemon=True).start()
         return self
+
+    def _read(self, stdout: IO[str]) -> None:
+        for line in stdout:
+            self.output.append(line)
+            self.printed += 1
+
+    def output_since(self, printed: int) -> str:
+        """What the server printed after its first ``printed`` lines (as far as
+        :attr:`output` keeps them): a test's share of the log, ``printed`` read when
+        it began."""
+        kept = list(self.output)
+        return "".join(kept[max(0, len(kept) - (self.printed - printed)):])
 
     def kill(self) -> None:
         """End the server at once (SIGKILL), as a crash would: nothing is flushed."""

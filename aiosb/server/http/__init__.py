@@ -110,6 +110,12 @@ Sessions are not part of the REST protocol, and the server does not offer them.
 ``{"id": ...}``; ``GET /{ns}/$faults`` lists the active faults; ``DELETE
 /{ns}/$faults`` heals all, ``DELETE /{ns}/$faults/{id}`` heals one.
 
+**Reset** (a test suite sharing one server, the ``aiosb_server`` fixture): ``POST
+/{ns}/$reset`` heals the namespace's faults and deletes its queues and topics (their
+subscriptions, messages and sessions with them); the root namespace then gets what
+``prepare`` made at start (``aiosb serve --config``'s entities) again. It answers
+``{"deleted": N}`` and needs the Manage right.
+
 **The Service Bus Explorer** (``aiosb serve``, or ``serve(sites=[Explorer])``): a web page
 at ``/explorer/``, signed in to with a key of the server's, that shows every namespace's
 entities with live counts and lets a person peek, send, resubmit, purge, manage rules
@@ -288,7 +294,8 @@ async def serve(
             --microsoft-emulator``: Microsoft's documented development key).
         prepare: Awaited once the namespaces are loaded, before the server listens
             (``aiosb serve --config`` makes the file's entities so); what it raises
-            stops the server before it listens.
+            stops the server before it listens. Awaited again after ``POST
+            /{root}/$reset`` (the root namespace emptied, for a test suite).
         sites: Served beside the REST plane, each made with the server's keys,
             namespaces and journal (:class:`MakeSite`): ``aiosb serve`` serves the
             Service Bus Explorer, a web page signed in to with a key of the server's, so
@@ -330,7 +337,7 @@ async def serve(
     server = EmulatorServer(key_name=key_name, key=key, journal=journal, keys=keys,
                             log_requests=log_requests, metrics=metrics, root=root,
                             routes=routes, also_key=also_key, sites=sites,
-                            hosts=AllowedHosts(host, allow_hosts))
+                            hosts=AllowedHosts(host, allow_hosts), remake=prepare)
     # handler_cancellation: a client that hangs up (its own timeout) cancels the
     # operation it asked for, so that a long poll does not lock messages for nobody.
     runner = web.AppRunner(

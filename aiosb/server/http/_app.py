@@ -27,7 +27,7 @@ from ...errors import (
     ServiceBusError,
 )
 from ...wire import status as _status
-from . import _extensions, _fault_api, _rest_plane
+from . import _extensions, _fault_api, _reset, _rest_plane
 from . import _management_api as _manage
 from ._hosts import AllowedHosts
 from ._metrics import Observer
@@ -110,6 +110,7 @@ class EmulatorServer:
         also_key: str | None = None,
         sites: Iterable[MakeSite] = (),
         hosts: AllowedHosts | None = None,
+        remake: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         table = key_table(key_name, key, keys, also=also_key)
         #: GET handlers by path, before the catch-all (AMQP over WebSockets, from above).
@@ -124,6 +125,9 @@ class EmulatorServer:
         #: The namespace served at the root (paths name entities, not namespaces), as a
         #: namespace's own host serves it; None: the first segment names the namespace.
         self.root = root
+        #: Makes the root namespace's starting entities again after ``$reset`` (what
+        #: ``prepare`` made: ``aiosb serve --config``'s).
+        self._remake = remake
         #: The ports the HTTP site listens at (:func:`..http.serve` sets them): a request that came
         #: in at another was handed over by the AMQP port, an endpoint of the root
         #: namespace alone, where the whole path is the entity, as on Service Bus.
@@ -254,6 +258,9 @@ class EmulatorServer:
             await self._namespace(route.namespace)  # validates the name; namespaces on first use
             return await _fault_api.faults(request, route)
         ns = await self._namespace(route.namespace)
+        if segs == ("$reset",):
+            at_root = self.root is not None and route.namespace.lower() == self.root.lower()
+            return await _reset.reset(request, ns, self._remake if at_root else None)
         if not segs:
             raise InvalidArgument(
                 f"nothing to do at {route.base or '/'}: address an entity, e.g. "
