@@ -157,7 +157,8 @@ class BlockingSender:
         Raises:
             OperationTimeout: ``timeout`` passed (the send was cancelled; it may or may
                 not have landed) or the operation timeout ran out.
-            The other :mod:`aiosb.errors` of :meth:`aiosb.Sender.send`.
+            ServiceBusError: the other errors of :meth:`aiosb.Sender.send` (from
+                :mod:`aiosb.errors`).
         """
         wait(self._start(message, self._done), timeout)  # its error is raised here
 
