@@ -6,6 +6,7 @@ is commented."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import re
@@ -16,6 +17,8 @@ from types import ModuleType
 
 import griffe
 import pytest
+
+from benchmarks import docs_page
 
 ROOT = Path(__file__).parent.parent
 RAW_ROLE = re.compile(r":(?:mod|class|func|meth|attr|data|exc|obj|const):(?:<code>|`)")
@@ -106,3 +109,100 @@ def test_roles_resolve_as_sphinx_reads_them(tmp_path: Path, monkeypatch: pytest.
     assert codec["Thing.go"].docstring.value == (
         "Go; see [`go`][rolespkg.sub.codec.Thing.go] and [`Thing`][rolespkg.sub.codec.Thing]."
     )
+
+
+def _s1() -> dict[str, object]:
+    (result,) = [r for r in docs_page.load() if r["_file"] == "s1_emulator.json"]
+    return result
+
+
+def test_the_charts_are_drawn_from_the_published_results():
+    """A chart's figures are the result file's: change a run's figure, the chart changes."""
+    result = _s1()
+    drawn = docs_page.chart(result)
+    assert drawn.startswith("<?xml") and "<svg" in drawn
+    missed = next(c for c in result["checks"] if not c["pass"])
+    assert f"{docs_page._fmt(missed['min'])} / {docs_page._fmt(missed['median'])}" in drawn
+    assert docs_page.chart(copy.deepcopy(result)) == drawn, "a chart must not vary by build"
+    changed = copy.deepcopy(result)
+    changed["checks"][0]["min"] = 123_456.0
+    redrawn = docs_page.chart(changed)
+    assert redrawn != drawn
+    assert "123,456" in redrawn and "123,456" not in drawn
+
+
+@pytest.mark.timeout(300)
+def test_the_benchmark_page_shows_a_chart_of_each_result(site: Path):
+    page = (site / "benchmarks" / "index.html").read_text()
+    for result in docs_page.load():
+        if not result["checks"]:
+            continue
+        name = Path(docs_page.chart_path(result)).name
+        assert f'src="../{docs_page.CHARTS}/{name}"' in page
+        assert (site / docs_page.CHARTS / name).read_text() == docs_page.chart(result)
+
+
+def test_every_miss_needs_its_comment():
+    """A MISS without a comment, a comment on a target that passes, and a comment written
+    for other results than those published each stop the page."""
+    results, comments = docs_page.load(), docs_page.load_comments()
+    docs_page.figures(results, comments)  # the published page: every MISS commented
+    with pytest.raises(ValueError, match=r"without its comment.*16 fragments"):
+        docs_page.figures(results, {})
+    flipped = copy.deepcopy(results)
+    memory = next(r for r in flipped if r["_file"] == "memory.json")
+    memory["checks"][0]["pass"] = False
+    with pytest.raises(ValueError, match=r"without its comment.*memory\.json"):
+        docs_page.figures(flipped, comments)
+    passing = copy.deepcopy(results)
+    for check in next(r for r in passing if r["_file"] == "s1_emulator.json")["checks"]:
+        check["pass"] = True
+    with pytest.raises(ValueError, match="does not miss"):
+        docs_page.figures(passing, comments)
+    republished = copy.deepcopy(results)
+    next(r for r in republished if r["_file"] == "s1_emulator.json")["date"] = "2027-01-01"
+    with pytest.raises(ValueError, match="written for other results"):
+        docs_page.figures(republished, comments)
+
+
+@pytest.mark.timeout(300)
+def test_each_miss_on_the_page_is_followed_by_its_comment(site: Path):
+    page = (site / "benchmarks" / "index.html").read_text()
+    comments = docs_page.load_comments()
+    for result in docs_page.load():
+        for index, check in enumerate(result["checks"]):
+            if check["pass"]:
+                continue
+            anchor = f"{docs_page._anchor(result)}-miss-{index + 1}"
+            assert f'href="#{anchor}">MISS</a>' in page
+            said = re.search(f'<p id="{anchor}">(.*?)</p>', page, re.S)
+            assert said is not None, f"no comment under {check['case']}"
+            text = re.sub(r"<[^>]+>", "", said.group(1))
+            assert docs_page._fmt(check[check["judged_on"]]) in text
+            assert comments[result["_file"]]["misses"][check["case"]][:60] in text
+
+
+def test_the_judged_figure_is_marked_and_the_best_run_named():
+    result = _s1()
+    at_least = result["checks"][0]
+    assert docs_page._spread(at_least).startswith(f"**{docs_page._fmt(at_least['min'])}** / ")
+    markdown = docs_page._section(result, docs_page.load_comments()["s1_emulator.json"]["misses"])
+    best = docs_page._fmt(result["summary"]["s1_asyncio_msgs_per_s"])
+    assert f"| s1_asyncio_msgs_per_s | {best} | the best of 5 runs |" in markdown
+
+
+def test_the_targets_the_page_describes_are_judged():
+    """The scaling benchmark's "within 2x" and the rules' "under 10 µs", which their
+    result files do not judge, are judged from the rows: a growth past 2x is a MISS."""
+    results = {r["_file"]: r for r in docs_page.load()}
+    scaling = [c for c in results["scaling.json"]["checks"] if c["id"] == "scaling"]
+    assert {c["case"].split(":")[0] for c in scaling} == {
+        "send", "peek 10", "receive+complete", "runtime properties",
+        "send+delivery, receivers waiting"}
+    assert all(c["pass"] and c["target"] == "<= 2" for c in scaling)
+    rules = [c for c in results["rules.json"]["checks"] if c["id"] == "rules"]
+    assert len(rules) == 4 and all(c["target"] == "<= 10" for c in rules)
+    grown = copy.deepcopy(results["scaling.json"])
+    grown["rows"][0]["growth"] = 2.5
+    (send, *_) = docs_page.derived_checks(grown)
+    assert not send["pass"] and send["max"] == 2.5
