@@ -186,20 +186,46 @@ def _section(result: dict[str, Any], comments: dict[str, str]) -> str:
     if summary:
         which = _which_run(result)
         lines += ["| summary | value | which figure |", "|---|---|---|"]
-        lines += [f"| {_cell(key)} | {_cell(_fmt(value))} | {which.get(_key(value), '')} |"
+        lines += [f"| {_name(key)} | {_cell(_fmt(value))} | {which.get(_key(value), '')} |"
                   for key, value in summary.items()]
         lines.append("")
     rows = result.get("rows", [])
     if rows:
-        columns = list(dict.fromkeys(column for row in rows for column in row))
-        lines += ["The measurements:\n",
-                  "| " + " | ".join(_cell(c) for c in columns) + " |",
-                  "|" + "---|" * len(columns)]
-        lines += ["| " + " | ".join(_cell(_fmt(row.get(c, ""))) for c in columns) + " |"
-                  for row in rows]
-        lines.append("")
+        lines.append("The measurements:\n")
+        for group in _alike(rows):
+            lines += [*_table(group), ""]
     lines.append(f"Source: [`{result['_file']}`](benchmark-results/{result['_file']}).\n")
     return "\n".join(lines)
+
+
+WIDEST = 7  # columns a table of measurements may have before it is turned on its side
+
+
+def _alike(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The rows in runs of the same columns (a result's rows of different kinds, as the
+    scaling benchmark's operations and its durable restarts, make a table each)."""
+    groups: list[list[dict[str, Any]]] = []
+    for row in rows:
+        if groups and list(groups[-1][0]) == list(row):
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    return groups
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    """Rows of the same columns as a Markdown table; turned on its side (a line per
+    column, a column per row) when it has more columns than fit the page and fewer rows."""
+    columns = list(rows[0])
+    if len(columns) > WIDEST and len(rows) + 1 < len(columns):
+        first, *others = columns
+        return ["| " + " | ".join([_name(first), *(_cell(_fmt(r[first])) for r in rows)]) + " |",
+                "|" + "---|" * (len(rows) + 1),
+                *("| " + " | ".join([_name(c), *(_cell(_fmt(r[c])) for r in rows)]) + " |"
+                  for c in others)]
+    return ["| " + " | ".join(_name(c) for c in columns) + " |",
+            "|" + "---|" * len(columns),
+            *("| " + " | ".join(_cell(_fmt(row[c])) for c in columns) + " |" for row in rows)]
 
 
 def _which_run(result: dict[str, Any]) -> dict[str, str]:
@@ -288,6 +314,12 @@ def _miss_anchor(result: dict[str, Any], check: dict[str, Any]) -> str:
 
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|")
+
+
+def _name(text: str) -> str:
+    """A column's or a summary line's name, free to break after each ``_`` (a long
+    ``in_memory_rss_per_message`` would widen its table past the page)."""
+    return _cell(text).replace("_", "_<wbr>")
 
 
 def _fmt(value: Any) -> str:

@@ -188,7 +188,8 @@ def test_the_judged_figure_is_marked_and_the_best_run_named():
     assert docs_page._spread(at_least).startswith(f"**{docs_page._fmt(at_least['min'])}** / ")
     markdown = docs_page._section(result, docs_page.load_comments()["s1_emulator.json"]["misses"])
     best = docs_page._fmt(result["summary"]["s1_asyncio_msgs_per_s"])
-    assert f"| s1_asyncio_msgs_per_s | {best} | the best of 5 runs |" in markdown
+    name = docs_page._name("s1_asyncio_msgs_per_s")
+    assert f"| {name} | {best} | the best of 5 runs |" in markdown
 
 
 def test_the_targets_the_page_describes_are_judged():

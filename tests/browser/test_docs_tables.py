@@ -1,6 +1,9 @@
-"""Issue #51: the documentation site's tables fit the page. A table wider than the
-content column (the benchmark figures, a reference's parameters) scrolls inside the
-column or wraps its long code, and does not run past it (docs/assets/site.css)."""
+"""Issue #51: the documentation site's tables fit the page. No table on any page is
+wider than the content column at a desktop width, so that none has to be scrolled
+sideways to read its last columns: the reference lists parameters (mkdocs.yml), the
+benchmark page's names break after each ``_`` and a result's wide measurements are
+turned on their side (benchmarks/docs_page.py), cells are narrower and code in them may
+break (docs/assets/site.css)."""
 
 from __future__ import annotations
 
@@ -10,21 +13,23 @@ from typing import Any
 import pytest
 from test_docs_site import build_site
 
+WIDER_THAN_ITS_BOX = """() => [...document.querySelectorAll('.md-content__inner table')]
+    .filter(table => {
+        const box = table.closest('.md-typeset__scrollwrap') || table.parentElement;
+        return table.getBoundingClientRect().width > box.clientWidth + 1
+            || table.scrollWidth > table.clientWidth + 1;
+    })
+    .map(table => table.rows[0].innerText.slice(0, 80))"""
+
 
 @pytest.mark.timeout(300)
-def test_no_table_runs_past_the_content_column(browser: Any, tmp_path: Path):
+def test_no_table_is_wider_than_the_content_column(browser: Any, tmp_path: Path):
     site = build_site(tmp_path / "site")
     page = browser.new_page(viewport={"width": 1280, "height": 860})
     wide = {}
     for html in sorted(site.glob("**/index.html")):
         page.goto(html.as_uri())
-        past = page.evaluate("""() => {
-            const column = document.querySelector('.md-content__inner').getBoundingClientRect();
-            return [...document.querySelectorAll('.md-content__inner table')]
-                .filter(table => table.getBoundingClientRect().right > column.right + 1)
-                .length;
-        }""")
-        if past:
-            wide[str(html.parent.relative_to(site))] = past
+        if found := page.evaluate(WIDER_THAN_ITS_BOX):
+            wide[str(html.parent.relative_to(site))] = found
     page.close()
     assert wide == {}
