@@ -213,9 +213,44 @@ def _alike(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return groups
 
 
+def _spreads(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with each min, median and max of one figure (``min_per_s``,
+    ``median_per_s``, ``max_per_s``; or ``..._min`` and so on) as one column,
+    ``per_s (min / median / max)``, as the targets show them."""
+    merged = []
+    for row in rows:
+        out: dict[str, Any] = {}
+        for column, value in row.items():
+            parts = column.split("_")
+            if "min" not in parts:
+                if not any(p in ("median", "max") and _triple(row, column, p) for p in parts):
+                    out[column] = value
+                continue
+            at = parts.index("min")
+            names = {stat: "_".join([*parts[:at], stat, *parts[at + 1:]])
+                     for stat in ("min", "median", "max")}
+            if not all(name in row for name in names.values()):
+                out[column] = value
+                continue
+            figure = "_".join([*parts[:at], *parts[at + 1:]])
+            out[f"{figure} (min / median / max)" if figure else "min / median / max"] = " / ".join(
+                _fmt(row[names[stat]]) for stat in ("min", "median", "max"))
+        merged.append(out)
+    return merged
+
+
+def _triple(row: dict[str, Any], column: str, stat: str) -> bool:
+    """Whether ``column``, a median or max, has its min and the third beside it."""
+    parts = column.split("_")
+    at = parts.index(stat)
+    return all("_".join([*parts[:at], other, *parts[at + 1:]]) in row
+               for other in ("min", "median", "max"))
+
+
 def _table(rows: list[dict[str, Any]]) -> list[str]:
     """Rows of the same columns as a Markdown table; turned on its side (a line per
     column, a column per row) when it has more columns than fit the page and fewer rows."""
+    rows = _spreads(rows)
     columns = list(rows[0])
     if len(columns) > WIDEST and len(rows) + 1 < len(columns):
         first, *others = columns

@@ -207,3 +207,13 @@ def test_the_targets_the_page_describes_are_judged():
     grown["rows"][0]["growth"] = 2.5
     (send, *_) = docs_page.derived_checks(grown)
     assert not send["pass"] and send["max"] == 2.5
+
+
+def test_a_rows_min_median_and_max_show_as_one_spread():
+    """The measurements show min / median / max together, as the targets do; a column
+    without its two others stays as it is."""
+    rows = [{"case": "x", "min_per_s": 1.0, "median_per_s": 2.0, "max_per_s": 3.0,
+             "us_min": 5.0, "min": 7.0, "median": 8.0, "max": 9.0}]
+    assert docs_page._spreads(rows) == [{
+        "case": "x", "per_s (min / median / max)": "1 / 2 / 3", "us_min": 5.0,
+        "min / median / max": "7 / 8 / 9"}]
