@@ -11,7 +11,9 @@ module turns them into Markdown:
   load), a chart of its targets (drawn by matplotlib from the same file, an SVG added to
   the site as it builds), each target's min / median / max with the figure it is judged
   on in bold, the target and the verdict, a comment on each target missed, the summary
-  (saying which run each figure is), then the measurements themselves;
+  (saying which run each figure is), then the measurements themselves (each figure's
+  min, median and max as one column; a table of more columns than fit the page and few
+  rows turned on its side);
 - a target a benchmark describes but whose result file predates its check (the scaling
   benchmark's "within 2x", the rules' "under 10 us") is judged here from the file's
   rows, and says so;
