@@ -23,6 +23,9 @@ from benchmarks import docs_page
 ROOT = Path(__file__).parent.parent
 RAW_ROLE = re.compile(r":(?:mod|class|func|meth|attr|data|exc|obj|const):(?:<code>|`)")
 PRIVATE_ALIAS = re.compile(r'<span class="n">_[a-z]\w*</span><span class="o">\.</span>')
+PRIVATE_DEFAULT = re.compile(  # "= _MINUTE", "= 2 * _MINUTE"
+    r'<span class="o">=</span> (?:<span class="mi">\d+</span> <span class="o">\*</span> )?'
+    r'<span class="n">_[A-Z][A-Z0-9_]*</span>')
 
 
 def _extension() -> ModuleType:
@@ -68,9 +71,9 @@ def test_the_reference_shows_no_raw_sphinx_role(site: Path):
 
 
 @pytest.mark.timeout(300)
-def test_no_signature_shows_a_private_import_alias(site: Path):
+def test_no_signature_shows_a_private_import_alias_or_constant(site: Path):
     shown = {page.parent.name: PRIVATE_ALIAS.findall(page.read_text())
-             for page in _reference_pages(site)}
+             + PRIVATE_DEFAULT.findall(page.read_text()) for page in _reference_pages(site)}
     assert {name: found for name, found in shown.items() if found} == {}
     client = (site / "reference" / "client" / "index.html").read_text()
     assert '<span class="n">datetime</span><span class="o">.</span>' in client

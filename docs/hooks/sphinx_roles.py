@@ -27,6 +27,7 @@ It also shows a private import alias in signatures by the name it imports: aiosb
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import functools
 import re
 from collections.abc import Iterator
@@ -149,17 +150,22 @@ def _objects(obj: griffe.Object) -> Iterator[griffe.Object]:
 
 def _unalias_signature(obj: griffe.Object) -> None:
     """Each ``_x.name`` of a signature, ``_x`` a private alias of an import, shown by the
-    imported name (``_dt.timedelta`` -> ``datetime.timedelta``)."""
+    imported name (``_dt.timedelta`` -> ``datetime.timedelta``); a private constant of
+    the module in a parameter's default or a class field's, shown by its value
+    (``= _MINUTE`` -> ``= datetime.timedelta(minutes=1)``)."""
     expressions: list[object] = []
+    module = obj if isinstance(obj, griffe.Module) else obj.module
     if isinstance(obj, griffe.Function):
         for parameter in obj.parameters:
+            parameter.default = _constant(parameter.default, module)
             expressions += [parameter.annotation, parameter.default]
         expressions.append(obj.returns)
     elif isinstance(obj, griffe.Attribute):
+        if isinstance(obj.parent, griffe.Class):  # a field: a default of its class's signature
+            obj.value = _constant(obj.value, module)
         expressions += [obj.annotation, obj.value]
     elif isinstance(obj, griffe.Class):
         expressions += obj.bases
-    module = obj if isinstance(obj, griffe.Module) else obj.module
     for expression in expressions:
         if not isinstance(expression, griffe.Expr):
             continue
@@ -170,3 +176,25 @@ def _unalias_signature(obj: griffe.Object) -> None:
                 imported = module.imports.get(part.name)
                 if imported is not None:
                     part.name = imported
+
+
+def _constant(default: object, module: griffe.Module) -> object:
+    """``default`` with each private module constant it names replaced by its value
+    (``2 * _MINUTE`` -> ``2 * datetime.timedelta(minutes=1)``)."""
+    if (isinstance(default, griffe.ExprName) and default.name.startswith("_")
+            and not default.name.startswith("__")
+            and not isinstance(default.parent, griffe.ExprName)):
+        member = module.members.get(default.name)
+        if isinstance(member, griffe.Attribute) and member.value is not None:
+            return member.value
+        return default
+    if isinstance(default, griffe.Expr) and dataclasses.is_dataclass(default):
+        for field in dataclasses.fields(default):
+            if field.name == "parent":
+                continue
+            value = getattr(default, field.name)
+            if isinstance(value, list):
+                setattr(default, field.name, [_constant(item, module) for item in value])
+            elif isinstance(value, griffe.Expr):
+                setattr(default, field.name, _constant(value, module))
+    return default
