@@ -54,13 +54,14 @@ def run(main: Coroutine[Any, Any, T], loop: str = "auto") -> T:
     return runner(main)
 
 
-async def serve_forever(config: ServerConfig) -> None:
+async def serve_forever(config: ServerConfig, *, stdin: bool = False) -> None:
     """``aiosb serve``: serve ``config`` (:func:`aiosb.server.serve`) until SIGINT or
-    SIGTERM, with its log on stdout (unless ``quiet``), having printed the banner."""
+    SIGTERM (or, with ``stdin``, the end of standard input), with its log on stdout
+    (unless ``quiet``), having printed the banner."""
     if not config.quiet:
         log_to_stdout()
     async with serve(config) as running:
-        stopped = Signals()  # before the banner: a signal may follow it at once
+        stopped = Signals(stdin=stdin)  # before the banner: a signal may follow it at once
         tune_gc()
         for line in running.banner():
             _say(line)
@@ -149,6 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "over HTTPS) keeps its self-signed certificate and key, a folder "
                            "of yours only (default: per user, $XDG_STATE_HOME/aiosb/tls or "
                            "~/.local/state/aiosb/tls; see docs/server.md)")
+    serve_cmd.add_argument("--stop-when-stdin-closes", action="store_true",
+                           help="stop when standard input ends: a parent that started the "
+                                "server with a pipe there (ServerProcess, the pytest "
+                                "fixture) takes it along when it dies, even by SIGKILL")
     serve_cmd.add_argument("--quiet", action="store_true",
                            help="no line per request (they are on by default)")
     serve_cmd.add_argument("--metrics", action="store_true",
@@ -182,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if isinstance(config, int):
                 return config
             at = f"{config.host}:{config.ports.http}"
-            run(serve_forever(config), args.loop)
+            run(serve_forever(config, stdin=args.stop_when_stdin_closes), args.loop)
         if args.command == "demo":
             if args.orders < 10:
                 parser.error("--orders must be at least 10")

@@ -28,8 +28,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -351,19 +353,30 @@ class Signals:
     a server stops cleanly on either (a process in the background ignores SIGINT, and
     service managers send SIGTERM)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, stdin: bool = False) -> None:
         self._event = asyncio.Event()
         self._signal = ""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self._got, sig.name)
+        if stdin:  # the end of standard input counts too: the parent that held it died
+            threading.Thread(target=self._read_stdin, args=(loop,), daemon=True,
+                             name="aiosb-stdin").start()
+
+    def _read_stdin(self, loop: asyncio.AbstractEventLoop) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            while os.read(sys.stdin.fileno(), 65536):
+                pass
+        with contextlib.suppress(RuntimeError):  # the loop closed first: stopping anyway
+            loop.call_soon_threadsafe(self._got, "standard input closed")
 
     def _got(self, name: str) -> None:
         self._signal = self._signal or name
         self._event.set()
 
     async def wait(self) -> str:
-        """The name of the first signal received (``"SIGINT"``, ``"SIGTERM"``)."""
+        """The name of the first signal received (``"SIGINT"``, ``"SIGTERM"``), or
+        ``"standard input closed"`` (``stdin``)."""
         await self._event.wait()
         return self._signal

@@ -8,6 +8,7 @@ server other processes (Spark executors) can reach.
 from __future__ import annotations
 
 import collections
+import contextlib
 import subprocess
 import sys
 import threading
@@ -37,8 +38,10 @@ class ServerProcess:
     def __init__(
         self, host: str = "127.0.0.1", args: list[str] | None = None, *, quiet: bool = True
     ) -> None:
+        # --stop-when-stdin-closes: the server ends with this process, even killed (a
+        # CI job's timeout): the pipe to its standard input closes with it
         self._cmd = [sys.executable, "-m", "aiosb.cli", "serve", "--host", host, "--port", "0",
-                     "--amqp-port", "0", "--amqps-port", "0"]
+                     "--amqp-port", "0", "--amqps-port", "0", "--stop-when-stdin-closes"]
         if quiet:  # no line per request: benchmarks and tests want the server's CPU
             self._cmd.append("--quiet")
         self._cmd += args or []
@@ -70,7 +73,7 @@ class ServerProcess:
         """Start the server and wait until it listens."""
         proc = self._proc = subprocess.Popen(
             self._cmd,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,  # kept open, never written: closed when this process ends
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -116,11 +119,13 @@ class ServerProcess:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait(10)
+        _close_stdin(proc)
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after 10 s); idempotent."""
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
+            _close_stdin(proc)
             return
         proc.terminate()
         try:
@@ -128,3 +133,10 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+        _close_stdin(proc)
+
+
+def _close_stdin(proc: subprocess.Popen[str] | None) -> None:
+    if proc is not None and proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
