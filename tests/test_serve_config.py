@@ -28,14 +28,17 @@ SASL_HEADER = b"AMQP\x03\x01\x00\x00"
 def parsed(monkeypatch: pytest.MonkeyPatch, *argv: str) -> ServerConfig:
     """The ServerConfig ``aiosb serve ARGV`` serves (nothing is served)."""
     got: list[ServerConfig] = []
+    stopping: list[bool] = []
 
-    async def serve_forever(config: ServerConfig) -> None:
+    async def serve_forever(config: ServerConfig, *, stdin: bool = False) -> None:
         got.append(config)
+        stopping.append(stdin)
 
     monkeypatch.setattr(cli, "serve_forever", serve_forever)
     monkeypatch.setattr(cli, "run", lambda coro, loop: asyncio.run(coro))
     assert cli.main(["serve", *argv]) == 0
     (config,) = got
+    assert stopping == ["--stop-when-stdin-closes" in argv]
     return config
 
 
@@ -61,6 +64,8 @@ def test_the_command_line_parses_every_flag_into_one_server_config(monkeypatch):
     assert config.ports == Ports(6000, 6001, 6002, frozenset())
     assert "secret=" not in repr(config) and "sk" not in repr(config)  # no key in a log
     assert parsed(monkeypatch, "--no-amqp", "--tls") == ServerConfig(amqp=False, tls=True)
+    # not the config's: how the process ends, told to serve_forever
+    assert parsed(monkeypatch, "--stop-when-stdin-closes") == ServerConfig()
     microsoft = parsed(monkeypatch, "--microsoft-emulator")
     assert microsoft == ServerConfig(microsoft=True)
 
