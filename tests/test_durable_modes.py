@@ -49,7 +49,7 @@ def test_aiosb_serve_fsync_asks_for_it_and_needs_a_data_dir(monkeypatch, capsys)
     (in memory nothing is written)."""
     asked: list[bool] = []
 
-    async def serve_forever(config: Any) -> None:
+    async def serve_forever(config: Any, *, stdin: bool = False) -> None:
         asked.append(config.fsync)
 
     monkeypatch.setattr(cli, "serve_forever", serve_forever)
