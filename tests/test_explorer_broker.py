@@ -120,6 +120,10 @@ REFUSED = [
     pytest.param({"entity": "", "kind": "unavailable"}, id="empty entity"),
     pytest.param({"entity": 7}, id="entity not text"),
     pytest.param({"kind": "flood"}, id="unknown kind"),
+    # a field the parser does not know: the explorer once dropped it and injected an
+    # outage of the whole entity, every operation, for a one-fragment fault misspelt
+    pytest.param({"entity": "p", "fragmnet": 1}, id="fragment misspelt"),
+    pytest.param({"entity": "p", "operation": ["send"]}, id="operations misspelt"),
 ]
 
 
