@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -118,3 +121,18 @@ def amqp_closes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(connection.Connection, "_fail", watched)
     return closes
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The documentation site, built strictly once for the session into a temporary
+    directory (a warning, or a cross-reference that leads nowhere, fails it): the docs
+    tests and the browser's table test read the same build."""
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=240,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return out

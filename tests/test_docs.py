@@ -9,10 +9,7 @@ fresh interpreter with nothing injected, or marked a fragment, #51.)"""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,19 +22,6 @@ from benchmarks import docs_page
 
 DOCS = ROOT / "docs"
 SNIPPET = re.compile(r'^--8<-- "([^":]+)(?::(\d+))?')
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site, built strictly into a temporary directory."""
-    out = tmp_path_factory.mktemp("site")
-    done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return out
 
 
 @pytest.mark.timeout(300)

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -35,23 +32,6 @@ def _extension() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def build_site(out: Path) -> Path:
-    """The site, built strictly into ``out`` (a cross-reference that leads nowhere fails
-    it)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return out
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_site(tmp_path_factory.mktemp("site"))
 
 
 def _reference_pages(site: Path) -> list[Path]:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_docs_site import build_site
 
 WIDER_THAN_ITS_BOX = """() => [...document.querySelectorAll('.md-content__inner table')]
     .filter(table => {
@@ -23,8 +22,7 @@ WIDER_THAN_ITS_BOX = """() => [...document.querySelectorAll('.md-content__inner 
 
 
 @pytest.mark.timeout(300)
-def test_no_table_is_wider_than_the_content_column(browser: Any, tmp_path: Path):
-    site = build_site(tmp_path / "site")
+def test_no_table_is_wider_than_the_content_column(browser: Any, site: Path):
     page = browser.new_page(viewport={"width": 1280, "height": 860})
     wide = {}
     for html in sorted(site.glob("**/index.html")):
