@@ -1,0 +1,168 @@
+"""Issue 50: ``./dev bench amqp`` measures the official SDK's one-at-a-time patterns beside
+an outside yardstick (rhea, pipelining), each with the server's CPU per message. Run
+here with tiny counts, end to end against an ``aiosb serve`` in a child process: the
+rows and the #50 checks are written, with sane figures; without node the yardstick's
+rows are skipped, saying so, and nothing is judged; the yardstick fails loudly (a
+non-zero exit) when the server refuses it, never reporting figures it did not measure."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiosb.server.process import ServerProcess
+from benchmarks import _harness, amqp
+
+NODE = shutil.which("node") is not None and shutil.which("npm") is not None
+needs_node = pytest.mark.skipif(not NODE, reason="the rhea yardstick needs node and npm")
+TINY = ["--patterns-only", "--repeat", "3", "--rhea-messages", "2000", "--each", "300",
+        "--gathered", "200", "--renewals", "100"]
+
+
+def _bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, argv: list[str]) -> dict[str, Any]:
+    """``benchmarks.amqp.main(argv)``, its result file written under ``tmp_path``."""
+    monkeypatch.setattr(_harness, "RESULTS", tmp_path)
+    amqp.main(argv)
+    result: dict[str, Any] = json.loads((tmp_path / "amqp.json").read_text())
+    return result
+
+
+@pytest.mark.timeout(240)
+def test_the_sdk_patterns_and_the_yardstick_are_measured_end_to_end(monkeypatch, tmp_path):
+    """#50: each case's row has the server's CPU per message (min <= median <= max, some
+    run seeing it), a rate, the client's CPU; with node, rhea's two rows and the two
+    ratio checks (id #50, at most 1.5, judged on the worst of 3 runs, run by run)."""
+    result = _bench(monkeypatch, tmp_path, TINY)
+    rows = {row["case"]: row for row in result["rows"]}
+    expected = [name for key, name in amqp.PATTERNS.items()
+                if NODE or not key.startswith("rhea")]
+    assert list(rows) == expected
+    for row in rows.values():
+        assert row["unit"] == "server us/msg"
+        assert 0 <= row["min"] <= row["median"] <= row["max"]
+        assert row["max"] > 0, row  # the server's CPU was read, and it was spent
+        assert row["per_s"] > 0 and row["client_us_per_msg"] > 0
+        assert 0 <= row["server_busy"] < 2 and 0 < row["client_busy"] < 2
+    checks = result["checks"]
+    if not NODE:
+        assert checks == []
+        assert "cannot be judged" in result["summary"]["rhea"]
+        return
+    assert [c["id"] for c in checks] == ["#50", "#50"]
+    assert "send" in checks[0]["case"] and "complete each" in checks[1]["case"]
+    for c in checks:
+        assert c["runs"] == 3 and c["at_most"] and c["target_value"] == 1.5
+        assert c["unit"] == "ratio" and 0 < c["min"] <= c["max"]
+        assert isinstance(c["pass"], bool)
+
+
+@pytest.fixture
+def stand_ins(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The SDK's cases and the yardstick stood in for, each spending a known server CPU
+    per message (rhea: 10 µs a send, 20 a receive; the SDK: 30 a send, 60 a receive and
+    complete, 70 gathered, 80 a renewal): the order they ran in, as the list returned."""
+    ran: list[str] = []
+    cost = {"rhea send": 10, "rhea receive": 20, "sdk send": 30, "sdk each": 60,
+            "sdk gathered": 70, "sdk renew": 80}
+
+    def span(case: str, count: int) -> amqp.Span:
+        ran.append(case)
+        return amqp.Span(count, 1.0, cost[case] * count / 1e6, 0.002 * count)
+
+    async def send(connection: str, queue: str, count: int, pid: int) -> amqp.Span:
+        return span("sdk send", count)
+
+    async def receive(connection: str, queue: str, count: int, pid: int, *,
+                      gathered: bool = False) -> amqp.Span:
+        return span("sdk gathered" if gathered else "sdk each", count)
+
+    async def renew(connection: str, queue: str, count: int, pid: int) -> amqp.Span:
+        return span("sdk renew", count)
+
+    class Rhea:
+        def __init__(self, connection: str, queue: str, send: int, receive: int) -> None:
+            self.counts = {"send": send, "receive": receive}
+
+        def __enter__(self) -> Rhea:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def phase(self, name: str, pid: int) -> amqp.Span:
+            return span(f"rhea {name}", self.counts[name])
+
+        def finish(self) -> None:
+            ran.append("rhea finish")
+
+    async def anything_left(url: str, queues: dict[str, int]) -> None:
+        return None
+
+    monkeypatch.setattr(amqp, "sdk_send_each", send)
+    monkeypatch.setattr(amqp, "sdk_receive_each", receive)
+    monkeypatch.setattr(amqp, "sdk_renewals", renew)
+    monkeypatch.setattr(amqp, "Rhea", Rhea)
+    monkeypatch.setattr(amqp, "_left", anything_left)
+    monkeypatch.setattr(amqp, "rhea_missing", lambda: None)
+    return ran
+
+
+def test_rhea_and_the_sdk_take_turns_and_are_judged_pair_by_pair(stand_ins, monkeypatch,
+                                                                 tmp_path):
+    """#50: within each run rhea's phases and the SDK's alternate, which goes first
+    changing run by run; each check divides the SDK's server CPU per message by rhea's
+    for the same direction (send by send, receive by receive), run by run."""
+    result = _bench(monkeypatch, tmp_path, TINY)
+    turns = ["rhea send", "sdk send", "rhea receive", "sdk each", "rhea finish"]
+    other = ["sdk send", "rhea send", "sdk each", "rhea receive", "rhea finish"]
+    rest = ["sdk gathered", "sdk renew"]
+    assert stand_ins == turns + rest + other + rest + turns + rest
+    rows = {row["case"]: row for row in result["rows"]}
+    assert [rows[name]["median"] for name in amqp.PATTERNS.values()] == pytest.approx(
+        [10, 20, 30, 60, 70, 80])
+    send, receive = result["checks"]
+    assert (send["min"], send["max"]) == pytest.approx((3.0, 3.0))  # 30 / 10
+    assert (receive["min"], receive["max"]) == pytest.approx((3.0, 3.0))  # 60 / 20
+    assert not send["pass"] and not receive["pass"]
+
+
+def test_without_node_the_yardstick_is_skipped_saying_so(stand_ins, monkeypatch, tmp_path,
+                                                         capsys):
+    """#50: where node or npm is missing the benchmark does not crash: the SDK's rows
+    stand alone, no #50 check is written, and the output says they cannot be judged."""
+    monkeypatch.setattr(amqp, "rhea_missing", lambda: "node is not installed (a test)")
+    result = _bench(monkeypatch, tmp_path, TINY)
+    assert "rhea send" not in stand_ins
+    assert [row["case"] for row in result["rows"]] == [
+        name for key, name in amqp.PATTERNS.items() if not key.startswith("rhea")]
+    assert result["checks"] == []
+    assert result["summary"]["rhea"] == ("skipped: node is not installed (a test); the #50 "
+                                         "ratios cannot be judged")
+    assert "cannot be judged" in capsys.readouterr().out
+
+
+@needs_node
+def test_the_yardstick_fails_loudly_when_the_server_refuses_it():
+    """#50: a wrong key (SASL refused) and a queue that does not exist (the link
+    refused): the script exits non-zero with the server's reason, and the benchmark's
+    side of it raises instead of reading figures."""
+    assert amqp.rhea_missing() is None  # installs rhea if need be
+    with ServerProcess() as server:
+        good = server.amqp_connection_string
+        wrong_key = good.replace("SharedAccessKey=", "SharedAccessKey=not", 1)
+        for connection, queue, reason in ((wrong_key, "orders", "unauthorized"),
+                                          (good, "nowhere", "not-found")):
+            done = subprocess.run(
+                ["node", str(amqp.JS / "pipelined.mjs"), connection, queue, "10", "10"],
+                input="go\ngo\n", capture_output=True, text=True, timeout=60,
+            )
+            assert done.returncode != 0, done.stdout
+            assert reason in done.stderr
+            assert '"phase"' not in done.stdout  # no figures from a run that failed
+        with pytest.raises(RuntimeError, match="not-found"), amqp.Rhea(good, "nowhere", 10, 10):
+            pass
