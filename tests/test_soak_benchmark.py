@@ -30,6 +30,7 @@ def test_a_tiny_soak_writes_a_rate_a_minute_for_every_pattern_and_its_checks(soa
     minute, and the checks judge the last three minutes against the first (rates) and
     against minute 2 (memory)."""
     summary = soak.main(["--minutes", "0.1"])
+    assert summary["streaming_nice"] == 10
     result = json.loads((tmp_path / "soak.json").read_text())
     assert result["benchmark"] == "soak"
     assert summary["buckets"] == 5 and summary["bucket_seconds"] == pytest.approx(1.2)
