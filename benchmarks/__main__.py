@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import sys
 
-from . import amqp, amqp_load, http, memory, pairing, rules, s1_emulator, scaling, spark, spark_read
+from . import (
+    amqp,
+    amqp_load,
+    http,
+    memory,
+    pairing,
+    rules,
+    s1_emulator,
+    scaling,
+    soak,
+    spark,
+    spark_read,
+)
 
 BENCHMARKS = {
     "s1": s1_emulator.main,
@@ -17,6 +29,7 @@ BENCHMARKS = {
     "scaling": scaling.main,
     "spark": spark.main,
     "spark-read": spark_read.main,
+    "soak": soak.main,
 }
 
 
