@@ -1,10 +1,22 @@
-"""Run the benchmarks: ``python -m benchmarks [NAME ...]`` (default: all)."""
+"""Run the benchmarks: ``python -m benchmarks [NAME ...] [--FLAG ...]`` (default: all);
+flags after the names go to each benchmark named (``./dev bench http --durable-only``)."""
 
 from __future__ import annotations
 
 import sys
 
-from . import amqp, amqp_load, http, memory, pairing, rules, s1_emulator, scaling, spark, spark_read
+from . import (
+    amqp,
+    amqp_load,
+    http,
+    memory,
+    pairing,
+    rules,
+    s1_emulator,
+    scaling,
+    spark,
+    spark_read,
+)
 
 BENCHMARKS = {
     "s1": s1_emulator.main,
@@ -21,12 +33,14 @@ BENCHMARKS = {
 
 
 def main() -> None:
-    names = sys.argv[1:] or list(BENCHMARKS)
+    args = sys.argv[1:]
+    first_flag = next((i for i, arg in enumerate(args) if arg.startswith("-")), len(args))
+    names, flags = args[:first_flag] or list(BENCHMARKS), args[first_flag:]
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         sys.exit(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
     for name in names:
-        BENCHMARKS[name]([])
+        BENCHMARKS[name](flags)
 
 
 if __name__ == "__main__":
