@@ -11,6 +11,7 @@ from . import (
     http,
     memory,
     pairing,
+    processes,
     rules,
     s1_emulator,
     scaling,
@@ -29,6 +30,7 @@ BENCHMARKS = {
     "scaling": scaling.main,
     "spark": spark.main,
     "spark-read": spark_read.main,
+    "processes": processes.main,
 }
 
 
