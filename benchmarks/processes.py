@@ -21,23 +21,37 @@ clients held (CPU seconds over the run's wall seconds, from ``/proc``).
 
 Judged (the verdict on the worst run): two processes are *worth their complexity for a
 test server* only if they give at least :data:`WORTH` times the aggregate rate of one.
-That bar is high on purpose: the gain measured here is an upper bound (two servers that
-share nothing), and what it would cost is not small (a namespace's entities split
-between processes, or a broker whose state lives outside its process; forwarding,
-sessions and transactions across them; two processes to start, stop and watch).
+The check is that one process is enough: the ratio two / one **at most** :data:`WORTH`,
+judged on the run most favourable to two processes (the maximum); a MISS would say
+that splitting the serving is worth building. That bar is high on purpose: the gain
+measured here is an upper bound (two servers that share nothing), and what it would cost
+is not small (a namespace's entities split between processes, or a broker whose state
+lives outside its process; forwarding, sessions and transactions across them; two
+processes to start, stop and watch).
 
-Measured here (2 cores, 2 clients of 4 producers + 4 consumers, short runs on a machine
-shared with other work, so read the ratio, not the rates): one server held about 0.9 of
-a core and the two clients about 0.9 together; two servers held about 1.0 together and
-the clients about 0.9: the machine was full either way, and the aggregate rate rose by
-a ratio of about 1.1-1.2 (see ``processes.json`` for the published runs). On a 2-core
-machine the second server has no core of its own: what it gains it takes from the
-clients, which cost about as much CPU a message as the server does. **Verdict: not worth
-its complexity for a test server**; it would start to pay on a machine with cores to
-spare beyond the clients', which is not where a test server runs.
+What bounds the ratio: with ``S`` the server's CPU a message and ``C`` the clients', two
+servers on 2 cores can reach at most ``2 / (S + C)`` messages a second, one server at
+most ``min(1 / S, 2 / (S + C))``, so the most two can give over one is ``2S / (S + C)``
+where the server costs more than the clients, and nothing where the clients cost as
+much as it or more. S-4 streaming costs the server about 8 µs a message and its Python
+client about 4.5 (``http.json``): at most about 1.3, if the machine were idle. The
+official SDK's one-at-a-time patterns cost their client about 440 µs a message against
+the server's 160 (#50): the clients are the limit, and a second server gives nothing. A
+client cheaper than the server (rhea pipelined, in Node) would gain the most, still
+under 2.
 
-    python -m benchmarks processes      # or ./dev bench processes
-    python -m benchmarks.processes --messages 200000 --repeat 3
+Measured while developing (2 cores shared with other work, 2 clients of 4 producers + 4
+consumers, 100,000 messages each, uvloop): one server held 0.97 of a core (saturated)
+at 117,000-122,000 messages/s, the two clients 0.58 of a core together; two servers
+held 1.07 cores together, the clients 0.60, at 116,000-131,000 messages/s: ratio 0.99
+/ 1.02 / 1.07 (min / median / max). The machine was full either way (what other work
+left of it): on 2 cores a second server has no core of its own, and what it gains it
+takes from the clients. **Verdict: not worth its complexity for a test server**, whose
+clients (the tests, the SDK) share its machine and cost it as much CPU as it spends,
+or more; it would pay only on a machine with cores to spare beyond the clients'.
+
+    ./dev bench processes                       # 3 runs of 200,000 a client: about a minute
+    ./dev bench processes --messages 20000      # a quick look
 """
 
 from __future__ import annotations
@@ -57,8 +71,8 @@ from aiosb.server.process import ServerProcess
 from ._harness import MIN_RUNS, check, cpu_seconds, loops, report, run
 from .http import BATCH, _tree_cpu_seconds, aiosb_streaming_at
 
-#: The aggregate rate two server processes must reach, as a multiple of one's (on the
-#: worst run), to be worth building for a test server.
+#: The aggregate rate two server processes must reach, as a multiple of one's, to be
+#: worth building for a test server (judged on the run most favourable to them).
 WORTH = 1.5
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,11 +179,11 @@ def one_against_two(messages: int, clients: int, in_flight: int, repeat: int, lo
                                             strict=True)]
     summary = {"ratio_min": min(ratios), "ratio_median": statistics.median(ratios),
                "ratio_max": max(ratios), "worth_target": WORTH,
-               "verdict": ("worth it" if min(ratios) >= WORTH
+               "verdict": ("worth it" if max(ratios) > WORTH
                            else "not worth its complexity for a test server")}
     return rows, summary, [check(
-        "whole machine", f"aggregate rate, 2 server processes / 1, run by run [{loop}]",
-        ratios, WORTH, unit="ratio")]
+        "whole machine", f"aggregate rate, 2 server processes / 1, run by run: one process "
+        f"is enough [{loop}]", ratios, WORTH, at_most=True, unit="ratio")]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

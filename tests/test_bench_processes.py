@@ -11,8 +11,9 @@ from benchmarks import _harness, processes
 
 def test_processes_reports_one_and_two_servers_and_their_ratio(monkeypatch, tmp_path):
     """#50: the aggregate rate of the same clients against one server process and against
-    two, min/median/max of three runs each, the ratio run by run judged against
-    :data:`benchmarks.processes.WORTH` on the worst run, and the verdict."""
+    two, min/median/max of three runs each, the ratio run by run judged at most
+    :data:`benchmarks.processes.WORTH` (one process is enough) on the run most
+    favourable to two, and the verdict."""
     monkeypatch.setattr(_harness, "RESULTS", tmp_path)
     summary = processes.main(["--messages", "200", "--in-flight", "1", "--repeat", "3"])
     result = json.loads((tmp_path / "processes.json").read_text())
@@ -24,14 +25,14 @@ def test_processes_reports_one_and_two_servers_and_their_ratio(monkeypatch, tmp_
         assert row["client_cores"] >= 0  # (CPU ticks are 10 ms: a tiny run may see none)
     (verdict,) = result["checks"]
     assert verdict["runs"] == 3
-    assert verdict["target_value"] == processes.WORTH
+    assert verdict["target_value"] == processes.WORTH and verdict["judged_on"] == "max"
     assert verdict["min"] == summary["ratio_min"] <= summary["ratio_median"]
     assert summary["ratio_median"] <= summary["ratio_max"] == verdict["max"]
     # the ratio is two over one, run by run: within the rows' extremes
     assert two["min_per_s"] / one["max_per_s"] <= verdict["min"] + 1e-9
     assert verdict["max"] <= two["max_per_s"] / one["min_per_s"] + 1e-9
-    assert summary["verdict"] == ("worth it" if verdict["pass"]
-                                  else "not worth its complexity for a test server")
+    assert summary["verdict"] == ("not worth its complexity for a test server"
+                                  if verdict["pass"] else "worth it")
 
 
 def test_a_client_that_fails_fails_the_benchmark():
@@ -59,4 +60,4 @@ def test_two_servers_split_the_clients_and_the_ratio_is_two_over_one(monkeypatch
     assert [len({u.rsplit("/", 1)[0] for u in urls}) for urls in seen] == [1, 2] * 3
     assert [r["median_per_s"] for r in rows] == [4_000, 8_000]
     assert summary["ratio_min"] == summary["ratio_max"] == verdict["min"] == 2.0
-    assert verdict["pass"] and summary["verdict"] == "worth it"
+    assert not verdict["pass"] and summary["verdict"] == "worth it"  # 2.0 > WORTH
