@@ -44,7 +44,9 @@ Measured while developing (2 cores shared with other work, 2 clients of 4 produc
 consumers, 100,000 messages each, uvloop): one server held 0.97 of a core (saturated)
 at 117,000-122,000 messages/s, the two clients 0.58 of a core together; two servers
 held 1.07 cores together, the clients 0.60, at 116,000-131,000 messages/s: ratio 0.99
-/ 1.02 / 1.07 (min / median / max). The machine was full either way (what other work
+/ 1.02 / 1.07 (min / median / max); at the defaults (200,000 messages a client, about
+30 s in all) 1.06 / 1.13 / 1.15, one server at 0.78 of a core, two at 0.88 together,
+the clients at 0.46 either way. The machine was full either way (what other work
 left of it): on 2 cores a second server has no core of its own, and what it gains it
 takes from the clients. **Verdict: not worth its complexity for a test server**, whose
 clients (the tests, the SDK) share its machine and cost it as much CPU as it spends,
