@@ -1,4 +1,5 @@
-"""Run the benchmarks: ``python -m benchmarks [NAME ...]`` (default: all)."""
+"""Run the benchmarks: ``python -m benchmarks [NAME ...] [--FLAG ...]`` (default: all);
+flags after the names go to each benchmark named (``./dev bench http --durable-only``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from . import (
     http,
     memory,
     pairing,
+    processes,
     rules,
     s1_emulator,
     scaling,
@@ -30,16 +32,19 @@ BENCHMARKS = {
     "spark": spark.main,
     "spark-read": spark_read.main,
     "soak": soak.main,
+    "processes": processes.main,
 }
 
 
 def main() -> None:
-    names = sys.argv[1:] or list(BENCHMARKS)
+    args = sys.argv[1:]
+    first_flag = next((i for i, arg in enumerate(args) if arg.startswith("-")), len(args))
+    names, flags = args[:first_flag] or list(BENCHMARKS), args[first_flag:]
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         sys.exit(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
     for name in names:
-        BENCHMARKS[name]([])
+        BENCHMARKS[name](flags)
 
 
 if __name__ == "__main__":

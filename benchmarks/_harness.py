@@ -13,6 +13,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -82,6 +84,83 @@ class Stopwatch:
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self._start
+
+
+#: What a busy process of :class:`BusyLoad` runs: a pure-Python loop that never sleeps
+#: (one core's worth of demand, user time), and that every million turns (some tens of
+#: milliseconds) makes its one system call, to end if the benchmark that started it is
+#: gone (killed, say: no loop is left spinning). ``{parent}``: the benchmark's process id.
+BUSY_LOOP = """import os
+while os.getppid() == {parent}:
+    for _ in range(1_000_000):
+        pass
+"""
+
+
+class BusyLoad:
+    """``with BusyLoad(n) as load: ...``: a competing CPU load for the block (#50).
+
+    ``n`` processes, each a fresh interpreter (``python -I -S -c``) spinning in
+    :data:`BUSY_LOOP`, at the priority this process runs at (normal, nice 0, unless the
+    benchmark was started niced), not pinned to a core: the scheduler shares the cores
+    between them and the measured processes as it shares them with any other work of
+    the machine. One busy process on a 2-core machine takes half of it: the realistic
+    case of a test server beside a build or a test run. Killed when the block ends
+    (and gone soon after this process, however it ends);
+    ``load.cpu_share()`` is the cores they held meanwhile (CPU seconds over wall
+    seconds, from ``/proc``; ``None`` without it), which says how hard they competed.
+    """
+
+    def __init__(self, processes: int) -> None:
+        self.processes = processes
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._cpu0 = 0.0
+        self._start = self._end = 0.0
+        self._cpu1: float | None = None
+
+    def __enter__(self) -> BusyLoad:
+        for _ in range(self.processes):
+            self._procs.append(subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", BUSY_LOOP.format(parent=os.getpid())],
+                stdin=subprocess.DEVNULL))
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cpu1 = self._cpu()
+        self._end = time.perf_counter()
+        for proc in self._procs:
+            proc.kill()
+        for proc in self._procs:
+            proc.wait()
+
+    def _cpu(self) -> float | None:
+        total = 0.0
+        for proc in self._procs:
+            seconds = cpu_seconds(proc.pid)
+            if seconds is None:
+                return None
+            total += seconds
+        return total
+
+    def cpu_share(self) -> float | None:
+        """The cores the busy processes held from start to end (0 without any)."""
+        if not self._procs:
+            return 0.0
+        cpu = self._cpu1 if self._cpu1 is not None else self._cpu()
+        end = self._end or time.perf_counter()
+        return None if cpu is None else cpu / max(end - self._start, 1e-9)
+
+
+def cpu_seconds(pid: int | None = None) -> float | None:
+    """CPU seconds (user + system) of a process so far (``None``: this one), from
+    ``/proc``; ``None`` where there is no ``/proc`` (or no such process)."""
+    try:
+        with open(f"/proc/{pid or 'self'}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def report(name: str, title: str, rows: list[dict[str, Any]], summary: dict[str, Any],
