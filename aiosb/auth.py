@@ -175,9 +175,10 @@ class SasChecker:
         self.keys = keys
         self._good: dict[str, tuple[int, str, frozenset[str], str]] = {}
 
-    def check(self, token: str | None, host: str, path: str, needs: str) -> None:
+    def check(self, token: str | None, host: str, path: str, needs: str) -> float:
         """Raise unless ``token`` signs a request to ``host`` (``host[:port]``) for
-        ``path`` (``/namespace/entity...``, lower case), in time, with the right ``needs``.
+        ``path`` (``/namespace/entity...``, lower case), in time, with the right ``needs``;
+        when it does, until when (its expiry, epoch seconds).
 
         Raises:
             Unauthorized: What is wrong with the token, in a sentence.
@@ -210,6 +211,7 @@ class SasChecker:
                 f"the key this request was signed with has {', '.join(sorted(rights))} "
                 f"rights; this operation needs {needs}."
             )
+        return expiry
 
     def key_rights(self, key_name: str, key: str) -> frozenset[str]:
         """The rights of the key ``key_name`` when ``key`` is its key (one of its keys,

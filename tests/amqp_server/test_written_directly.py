@@ -126,12 +126,16 @@ def test_a_delivery_tag_is_the_lock_tokens_little_endian_bytes(token: uuid.UUID)
     assert delivery_tag(ReceivedMessage(b"")) == b""
 
 
-@given(st.integers(0, 2**32 - 1))
-def test_an_accepted_disposition_is_what_the_general_encoder_writes(delivery_id: int) -> None:
-    general = p.performative(p.DISPOSITION, True, UInt(delivery_id), None, True,
+@given(st.integers(0, 2**32 - 1), st.none() | st.integers(0, 2**32 - 1), st.booleans())
+def test_an_accepted_disposition_is_what_the_general_encoder_writes(
+        delivery_id: int, last: int | None, role: bool) -> None:
+    """#36, a receiver's (a transfer settled); #50, a sender's, of a range too (a
+    completion answered)."""
+    general = p.performative(p.DISPOSITION, role, UInt(delivery_id),
+                             None if last is None else UInt(last), True,
                              p.performative(p.ACCEPTED))
     assert len(general.value) == p.FIELD_COUNT[p.DISPOSITION]  # #47: every field
-    assert bytes(p.accepted(delivery_id)) == encode(general)
+    assert bytes(p.accepted(delivery_id, last, role=role)) == encode(general)
 
 
 _field = st.one_of(st.none(), st.booleans(), st.integers(0, 2**32 - 1).map(UInt),

@@ -47,9 +47,14 @@ def read_columns(payload: bytes, message_format: int
     passes (:func:`aiosb.protocol.check_columns`) if the first does.
     """
     try:
-        if message_format == 0:  # one message: read alike, its fields or none
-            rows = [_message_row(payload)]
-        elif message_format == BATCH_FORMAT:
+        if message_format == 0:  # one message (#50: what the SDKs send one at a time)
+            row = _message_row(payload)
+            if row is None:
+                return None
+            return [row[0]], {name: [value] for name, value in zip(_COLUMN_NAMES, row[1:],
+                                                                      strict=True)
+                              if value is not None}, False
+        if message_format == BATCH_FORMAT:
             alike = _look_alikes(payload)
             if alike is not None:
                 return alike

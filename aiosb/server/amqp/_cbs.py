@@ -15,6 +15,7 @@ their authentication error from the link's open).
 from __future__ import annotations
 
 import functools
+import time
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,9 @@ class Tokens:
         self._tokens: dict[str, tuple[str, str]] = {}  # path -> (host, token)
         #: The key the connection signed in with (SASL PLAIN): its name and rights.
         self.key: tuple[str, frozenset[str]] | None = None
+        #: What :meth:`check` allowed, by entity and right: until when (epoch seconds,
+        #: the expiry of the token that allowed it). Forgotten when a token is put.
+        self._allowed: dict[tuple[str, str], float] = {}
 
     @property
     def signed_in(self) -> bool:
@@ -82,6 +86,7 @@ class Tokens:
         """
         path, host = self.verify(audience, token, host)
         self._tokens[path] = (host, token)
+        self._allowed.clear()  # the token it replaced may have allowed more
 
     def verify(self, audience: str, token: str, host: str | None) -> tuple[str, str]:
         """Check ``token`` for ``audience`` as :meth:`put` does, without keeping it;
@@ -115,16 +120,23 @@ class Tokens:
         """
         if self.key is not None and needs in self.key[1]:
             return
+        until = self._allowed.get((entity, needs))
+        if until is not None and time.time() < until:  # (#50: a check per transfer)
+            return
         path = audience_path(entity)
         last: Unauthorized | None = None
         for scope, (host, token) in self._tokens.items():
             if scope != "/" and path != scope and not path.startswith(scope + "/"):
                 continue
             try:
-                self._checker.check(token, host, path, needs)
-                return
+                expiry = self._checker.check(token, host, path, needs)
             except Unauthorized as exc:
                 last = exc
+            else:
+                if len(self._allowed) >= 256:
+                    self._allowed.clear()
+                self._allowed[(entity, needs)] = expiry
+                return
         if last is not None:
             raise last
         if self.key is not None:  # as a token signed with the key is refused

@@ -26,6 +26,7 @@ from ...errors import InvalidOperation, ServiceBusError
 from ...message import ReceivedMessage
 from ...protocol import ReceiveRequest, SessionRequest, Settlement
 from . import performatives as p
+from ._eager import run_eagerly
 from ._framing import Framing
 from ._links import LONG_POLL, Link, ProtocolViolation, Session, after, since
 from ._receiving import delivery_payload, delivery_tag, settlement_of
@@ -43,6 +44,8 @@ LOCKED_UNTIL = Symbol("com.microsoft:locked-until-utc")
 TIMEOUT = Symbol("com.microsoft:timeout")
 #: .NET ticks (100 ns) from 0001-01-01 to the Unix epoch.
 _EPOCH_TICKS = 621355968000000000
+#: An accepted outcome, as a disposition echoes it.
+_ACCEPTED = p.performative(p.ACCEPTED)
 #: How long a next-available session receiver waits without a com.microsoft:timeout (s).
 SESSION_WAIT = 60.0
 #: Bytes of a transfer frame that are not payload, at most: the frame header and the
@@ -323,9 +326,12 @@ class ReceiverLinks(Framing):
     def _settle_now(self) -> None:
         """Start settling what waits, unless a settling under way will take it next."""
         if self._later and (self._settling is None or self._settling.done()):
-            self._settling = task = self._loop.create_task(self._settle_waiting())
-            self._releases.add(task)
-            task.add_done_callback(self._releases.discard)
+            # At once, in a task of its own only if it waits (#50: a task per
+            # completion cost more than the completion)
+            self._settling = task = run_eagerly(self._settle_waiting())
+            if task is not None:
+                self._releases.add(task)
+                task.add_done_callback(self._releases.discard)
 
     async def _settle_waiting(self) -> None:
         """Settle what waits, a settlement per kind; then, once the journal has it,
@@ -387,6 +393,10 @@ class ReceiverLinks(Framing):
         self._disposition(session, first, last, outcome)
 
     def _disposition(self, session: Session, first: int, last: int, outcome: Any) -> None:
+        if outcome == _ACCEPTED:  # a completion, the most (#50: written directly)
+            self.send_frame(session.channel, p.accepted(
+                first, None if last == first else last, role=False))
+            return
         self.send_frame(session.channel, p.performative(
             p.DISPOSITION, False, UInt(first), None if last == first else UInt(last), True,
             outcome))
@@ -444,8 +454,9 @@ class _Waiting:
     def __init__(self, path: str, settlement: Settlement) -> None:
         self.path = path
         #: The lock tokens, which the settlement settles (one list).
-        self.tokens = list(settlement.lock_tokens)
-        self.settlement = dataclasses.replace(settlement, lock_tokens=self.tokens)
+        # (The settlement is this disposition's own: its list of tokens grows here.)
+        self.tokens = settlement.lock_tokens = list(settlement.lock_tokens)
+        self.settlement = settlement
         #: (session, delivery-id, outcome to answer with or None), in token order.
         self.answers: list[tuple[Session, int, Any]] = []
 

@@ -40,6 +40,7 @@ from ...protocol import check_columns
 from . import performatives as p
 from ._batch_columns import read_columns
 from ._cbs import Tokens, entity_of, put_token_reply
+from ._eager import run_eagerly
 from ._links import (
     CHANNEL_MAX,
     CREDIT,
@@ -172,13 +173,13 @@ class Connection(ReceiverLinks):
     async def _negotiate(self) -> bool:
         """The protocol header and, if asked for, SASL (:mod:`._sasl`). False: the client
         gave up or failed."""
-        header = await self.reader.readexactly(8)
+        header = await self.read_exactly(8)
         if header == SASL_HEADER:
             signed_in = await sasl(self, self.tokens)
             if signed_in is None:
                 return False
             self.hostname = signed_in.hostname
-            header = await self.reader.readexactly(8)
+            header = await self.read_exactly(8)
         if header != AMQP_HEADER:
             self.writer.write(AMQP_HEADER)
             return False
@@ -495,7 +496,10 @@ class Connection(ReceiverLinks):
             return
         link.inbox.append((payload, delivery_id, fmt, settled, over))
         if link.pump is None or link.pump.done():
-            link.pump = asyncio.get_running_loop().create_task(self._work(session, link))
+            if link.kind == "entity":  # a send seldom waits: served now, a task if it does
+                link.pump = run_eagerly(self._work(session, link))
+            else:
+                link.pump = asyncio.get_running_loop().create_task(self._work(session, link))
 
     async def _work(self, session: Session, link: Link) -> None:
         """Serve ``link``'s transfers in order, away from the frame reader: an operation

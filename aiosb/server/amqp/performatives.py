@@ -205,15 +205,20 @@ def transfer(handle: int, delivery_id: int, tag: bytes, settled: bool,
     return Raw(out)
 
 
-def accepted(delivery_id: int) -> Raw:
-    """A receiver's disposition settling ``delivery_id`` as accepted, as it goes on the
-    wire: what ``performative(DISPOSITION, True, UInt(delivery_id), None, True,
-    performative(ACCEPTED))`` encodes to (all six fields), written directly (#36: one per
-    transfer an SDK sends unsettled)."""
-    body = bytearray(b"\x41")  # role: receiver
+def accepted(delivery_id: int, last: int | None = None, *, role: bool = True) -> Raw:
+    """A disposition settling ``delivery_id`` (to ``last``) as accepted, as it goes on
+    the wire: what ``performative(DISPOSITION, role, UInt(delivery_id), last and
+    UInt(last), True, performative(ACCEPTED))`` encodes to (all six fields), written
+    directly: a receiver's (``role``) for each transfer an SDK sends unsettled (#36), a
+    sender's for each message an SDK completes (#50)."""
+    body = bytearray(b"\x41" if role else b"\x42")
     put_uint(body, delivery_id)
-    # last: null, settled, accepted (an empty list), batchable: null
-    body += b"\x40\x41\x00\x53\x24\x45\x40"
+    if last is None:
+        body += b"\x40"
+    else:
+        put_uint(body, last)
+    # settled, accepted (an empty list), batchable: null
+    body += b"\x41\x00\x53\x24\x45\x40"
     out = bytearray(b"\x00\x53\x15")
     put_compound(out, 0xC0, 0xD0, 6, body)
     return Raw(out)
