@@ -259,7 +259,8 @@ class AiosbServer:
             ``ServiceBusAdministrationClient`` (sync and aio), ``from_connection_string``:
             plain AMQP (``UseDevelopmentEmulator=true``), and management over HTTPS at
             the same port, whose certificate the administration clients made for this
-            server's endpoint trust for the test (``connection_verify``).
+            server's endpoint trust for the test, on every supported release
+            (``connection_verify`` set on each request).
         namespace: The namespace's name (Microsoft's emulator's, unless a Config.json
             names another).
         certificate: The certificate (PEM) the AMQP port presents over TLS.
@@ -330,24 +331,47 @@ _LOG_AT = pytest.StashKey[tuple[ServerProcess, int]]()
 
 def _trusted(server: AiosbServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """The official administration clients (sync and aio) made for this server's
-    endpoint trust its certificate, for the test: their ``connection_verify``
-    defaults to it (a value the test gives wins). Nothing machine-wide changes, and
-    other endpoints are untouched."""
+    endpoint trust its certificate, for the test. Nothing machine-wide changes, and
+    other endpoints are untouched.
+
+    The certificate reaches each request as its ``connection_verify``, set by a policy
+    in the slot azure-core gives per-request transport options: the client's
+    ``proxy_policy`` (a configuration keyword of every azure-core client), an
+    azure-core ``ProxyPolicy`` made from the client's own keywords that also sets the
+    certificate. A constructor's ``connection_verify`` or ``transport`` would not do:
+    before 7.15 the administration client builds its transport without its
+    constructor's keywords, so both were ignored (#51); its configuration, policies
+    included, has taken them in every release. What the test gives wins: a
+    ``connection_verify``, ``transport`` or ``proxy_policy`` of its own to the
+    constructor leaves the client as the test made it, and ``connection_verify`` given
+    to a call is that call's."""
     try:
+        from azure.core.pipeline import PipelineRequest
+        from azure.core.pipeline.policies import ProxyPolicy
         from azure.servicebus.aio.management import (
             ServiceBusAdministrationClient as AsyncAdministrationClient,
         )
         from azure.servicebus.management import ServiceBusAdministrationClient
     except ImportError:  # aiosb's own client only: nothing to trust
         return
+
+    class TrustingProxyPolicy(ProxyPolicy):
+        """azure-core's ``ProxyPolicy`` (proxies as the client's keywords set them),
+        which also has each request verify the server by its certificate."""
+
+        def on_request(self, request: PipelineRequest[Any]) -> None:
+            super().on_request(request)
+            request.context.options.setdefault("connection_verify", server.certificate)
+
     ours = {server.endpoint.lower(), server.endpoint.lower().replace("localhost", "127.0.0.1")}
+    own = {"connection_verify", "transport", "proxy_policy"}
     for cls in (ServiceBusAdministrationClient, AsyncAdministrationClient):
         original = cls.__init__
 
         def trusting(self: Any, fully_qualified_namespace: str, *args: Any,
                      _original: Any = original, **kwargs: Any) -> None:
-            if fully_qualified_namespace.lower().rstrip("/") in ours:
-                kwargs.setdefault("connection_verify", server.certificate)
+            if fully_qualified_namespace.lower().rstrip("/") in ours and not own & kwargs.keys():
+                kwargs["proxy_policy"] = TrustingProxyPolicy(**kwargs)
             _original(self, fully_qualified_namespace, *args, **kwargs)
 
         monkeypatch.setattr(cls, "__init__", trusting)
