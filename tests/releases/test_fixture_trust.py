@@ -6,8 +6,9 @@ trusted the server that way, left the client failing its TLS handshake
 (``CERTIFICATE_VERIFY_FAILED``) on 7.11 to 7.14.
 
 A user's test module run by pytest in a child process, with azure-servicebus 7.14.3
-(the release Microsoft's emulator kit pins; 7.12 and 7.13 behave alike) taken from the
-release matrix's venv of it (``venvs.py``, made on first use and kept): that venv's
+(the release Microsoft's emulator kit pins) and 7.12.3 (the declared floor's line; 7.13
+behaves alike), each taken from the release matrix's venv of it (``venvs.py``, made on
+first use and kept): that venv's
 site-packages go on ``PYTHONPATH`` after this checkout, ahead of this venv's own, so
 ``azure.servicebus`` is the release's while pytest and aiosb's dependencies stay this
 venv's (both venvs are made by this Python)."""
@@ -27,20 +28,41 @@ from . import venvs
 pytest_plugins = ["pytester"]
 pytest.importorskip("cryptography")  # the administration client needs HTTPS
 
-#: A release before 7.15, whose administration client ignores its constructor's
+#: Releases before 7.15, whose administration client ignores its constructor's
 #: ``connection_verify``.
-RELEASE = "7.14.3"
+RELEASES = ("7.12.3", "7.14.3")
 
 USER_TESTS = '''
 import importlib.metadata
 
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, TransportType
 from azure.servicebus.aio.management import (
     ServiceBusAdministrationClient as AsyncAdministrationClient)
 from azure.servicebus.management import ServiceBusAdministrationClient
 
+RELEASE = importlib.metadata.version("azure-servicebus")
+
 
 def test_the_release():
-    assert importlib.metadata.version("azure-servicebus") == "{release}"
+    assert RELEASE == "{release}"
+
+
+def test_a_round_trip_as_the_docs_page_says_for_the_release(aiosb_server):
+    ServiceBusAdministrationClient.from_connection_string(
+        aiosb_server.connection_string).create_queue("orders")
+    before_7_14 = tuple(int(part) for part in RELEASE.split(".")[:2]) < (7, 14)
+    options = dict(  # no UseDevelopmentEmulator before 7.14: AMQP over WebSockets
+        transport_type=TransportType.AmqpOverWebsocket,
+        custom_endpoint_address=f"https://{aiosb_server.endpoint}",
+        connection_verify=aiosb_server.certificate) if before_7_14 else {}
+    with ServiceBusClient.from_connection_string(
+            aiosb_server.connection_string, **options) as client:
+        with client.get_queue_sender("orders") as sender:
+            sender.send_messages(ServiceBusMessage(b"order 1"))
+        with client.get_queue_receiver("orders", max_wait_time=5) as receiver:
+            [message] = receiver.receive_messages(max_message_count=1)
+            assert str(message) == "order 1"
+            receiver.complete_message(message)
 
 
 def test_the_sync_administration_client(aiosb_server):
@@ -66,9 +88,10 @@ def test_a_certificate_given_per_call_works_as_before(aiosb_server):
 
 
 @pytest.mark.timeout(900)  # the venv, made on first use: pip, as the matrix's
+@pytest.mark.parametrize("release", RELEASES)
 def test_the_fixtures_administration_clients_trust_the_server_before_7_15(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    python = venvs.python_of(RELEASE)
+        release: str, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    python = venvs.python_of(release)
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
         capture_output=True, text=True, check=True, timeout=60).stdout.strip()
@@ -76,6 +99,6 @@ def test_the_fixtures_administration_clients_trust_the_server_before_7_15(
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, site]))
     pytester.makeini("[pytest]\nasyncio_mode = auto\n"
                      "asyncio_default_fixture_loop_scope = function\n")
-    pytester.makepyfile(test_user=USER_TESTS.replace("{release}", RELEASE))
+    pytester.makepyfile(test_user=USER_TESTS.replace("{release}", release))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=300)
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=5)
