@@ -15,6 +15,7 @@ there, the current task is the caller's.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Coroutine, Generator
 from typing import Any
 
@@ -28,7 +29,31 @@ def run_eagerly(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
         waits_for = coro.send(None)
     except StopIteration:
         return None
-    return asyncio.get_running_loop().create_task(_rest(coro, waits_for))
+    task = asyncio.get_running_loop().create_task(_rest(coro, waits_for))
+    task.add_done_callback(functools.partial(_unstarted, coro, waits_for))
+    return task
+
+
+def _unstarted(coro: Coroutine[Any, Any, None], waits_for: Any, task: asyncio.Task[None]
+               ) -> None:
+    """A task cancelled before its first step (a transfer and a detach in one read)
+    never ran :func:`_rest`: the coroutine hears the cancellation where it waits, and
+    what it waits on is cancelled, as :meth:`asyncio.Task.cancel` does for a coroutine
+    of the task's own (it was left suspended, to be closed by the garbage collector)."""
+    if getattr(coro, "cr_frame", None) is None:
+        return  # it ran to its end in the task (the usual case)
+    if isinstance(waits_for, asyncio.Future):
+        waits_for.cancel()
+    try:
+        coro.throw(asyncio.CancelledError())
+    except (asyncio.CancelledError, StopIteration):
+        return
+    except BaseException as exc:  # what a task would have ended with: said, not lost
+        task.get_loop().call_exception_handler({
+            "message": "a coroutine failed on its cancellation", "exception": exc,
+            "task": task})
+        return
+    coro.close()  # it waits again, with no task to go on: ended
 
 
 async def _rest(coro: Coroutine[Any, Any, None], waits_for: Any) -> None:
