@@ -610,11 +610,14 @@ async def what_if(connection: str, queue: str, recorder: Recorder, repeat: int) 
 
 
 async def _fill(url: str, queue: str, count: int) -> None:
+    """``count`` messages into ``queue`` (created if missing) over HTTP, off the record."""
     async with aiosb.connect(url) as ns:
         if not await ns.queue_exists(queue):
             await ns.create_queue(queue)
-        await ns.sender(queue).send([Message(BODY, message_id=str(uuid.uuid4()))
-                                     for _ in range(count)])
+        sender = ns.sender(queue)
+        for start in range(0, count, 1000):  # a batch within the namespace's 256 KB
+            await sender.send([Message(BODY, message_id=str(uuid.uuid4()))
+                               for _ in range(min(1000, count - start))])
 
 
 ROWS = {  # phase key -> the row's name
