@@ -178,10 +178,10 @@ async def _relay(host: str, port: int, control: Connection) -> None:
                 t_out = time.time()
                 buffer += data
                 frames.extend(Frame(conn, way, name, t_in, t_out) for name in _frames(buffer))
+            if writer.can_write_eof():
+                writer.write_eof()  # half closed: the answers the other way still pass
         except (ConnectionError, OSError):
             pass
-        finally:
-            writer.close()
 
     async def accept(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         nonlocal connections
@@ -192,8 +192,12 @@ async def _relay(host: str, port: int, control: Connection) -> None:
             if raw is not None:
                 import socket
                 raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        await asyncio.gather(pump(connections, "c>s", client_r, server_w),
-                             pump(connections, "s>c", server_r, client_w))
+        try:
+            await asyncio.gather(pump(connections, "c>s", client_r, server_w),
+                                 pump(connections, "s>c", server_r, client_w))
+        finally:
+            server_w.close()
+            client_w.close()
 
     def on_control() -> None:
         what = control.recv()
@@ -486,7 +490,9 @@ class Recorder:
         await body(marks, returned)
         end = time.time()
         await asyncio.sleep(0.02)
-        frames = [f for f in self._relay.take() if f.t_in <= end]
+        # and the frames just after (within 15 ms): what the SDK wrote without waiting for
+        # it to leave, and the answers to it (shown; the split counts up to the end only)
+        frames = [f for f in self._relay.take() if f.t_in <= end + 0.015]
         _match(frames, self._log.take())
         waits = self._waits.take(start, end)
         phase = Phase(key, name, start, end, frames, marks, returned, waits)
