@@ -18,6 +18,7 @@ from . import (
     soak,
     spark,
     spark_read,
+    timeline,
 )
 
 BENCHMARKS = {
@@ -33,6 +34,7 @@ BENCHMARKS = {
     "spark-read": spark_read.main,
     "soak": soak.main,
     "processes": processes.main,
+    "timeline": timeline.main,
 }
 
 

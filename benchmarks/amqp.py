@@ -31,7 +31,11 @@ clock, but for rhea's receiver, which attaches in its phase), and the client's o
   ``receive_messages(max_message_count=100, max_wait_time=5)``, then ``await
   receiver.complete_message(m)`` for each in turn (since azure-servicebus 7.15 each
   waits for the server's disposition).
-* Reported, not judged: the consumer loop the SDK's changelog recommends (the
+* Reported, not judged: rhea one message in flight (``pipelined.mjs`` with IN_FLIGHT 1:
+  each message sent once the one before is accepted, then received with 1 credit, each
+  accepted before the next is granted), the server's cost of any client one message at
+  a time, like for like with the SDK's patterns (``--rhea-one``, 5,000 a run, after the
+  judged cases); the consumer loop the SDK's changelog recommends (the
   completions of each batch gathered, ``asyncio.gather``), with how busy the server and
   the client were (CPU seconds over wall seconds: a loop that waits shows both idle);
   and a lock renewal at a time (``renew_message_lock``), per renewal.
@@ -44,8 +48,8 @@ receiving case reads messages stored alike (a uuid message id, a 100-byte data b
 rhea's receiver what its sender sent, the SDK's queues filled beforehand over HTTP, off
 the clock. Each run ends by checking that every receiving case's queue is empty (each
 message was settled, not just delivered). ``python -m benchmarks.amqp --patterns-only``
-runs these alone; ``--rhea-messages``, ``--each``, ``--gathered`` and ``--renewals``
-shrink them.
+runs these alone; ``--rhea-messages``, ``--rhea-one``, ``--each``, ``--gathered`` and
+``--renewals`` shrink them.
 """
 
 from __future__ import annotations
@@ -285,10 +289,12 @@ class Rhea:
     Entering the ``with`` block waits until it is connected, its sender link open, so
     that the server's work for that falls in no case measured."""
 
-    def __init__(self, connection: str, queue: str, send: int, receive: int) -> None:
+    def __init__(self, connection: str, queue: str, send: int, receive: int,
+                 in_flight: int = 1000) -> None:
         self._stderr: IO[str] = tempfile.TemporaryFile(mode="w+")
         self._proc = subprocess.Popen(
-            ["node", str(JS / "pipelined.mjs"), connection, queue, str(send), str(receive)],
+            ["node", str(JS / "pipelined.mjs"), connection, queue, str(send), str(receive),
+             str(in_flight)],
             cwd=JS, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
             text=True,
         )
@@ -386,6 +392,10 @@ PATTERNS = {  # the #50 cases: key -> the row's name
     "rhea-send": "send, pipelined (1,000 in flight, each accepted): rhea, the outside yardstick",
     "rhea-receive": "receive + accept, pipelined (peek-lock, 1,000 credit): rhea, the outside "
                     "yardstick",
+    "rhea-one-send": "send, one message in flight (each accepted before the next): rhea "
+                     "(reported, not judged)",
+    "rhea-one-receive": "receive + accept, 1 credit (each accepted before the next): rhea "
+                        "(reported, not judged)",
     "sdk-send": "send one message at a time, each awaited: official aio SDK",
     "sdk-each": "receive 100 a call (prefetch 100), complete each, awaited in turn: official "
                 "aio SDK",
@@ -397,7 +407,7 @@ PATTERNS = {  # the #50 cases: key -> the row's name
 
 
 def patterns(server: ServerProcess, repeat: int, *, rhea_messages: int, each: int,
-             gathered: int, renewals: int) -> tuple[list[dict[str, Any]],
+             gathered: int, renewals: int, rhea_one: int = 0) -> tuple[list[dict[str, Any]],
                                                     list[dict[str, Any]], dict[str, Any]]:
     """The #50 cases against ``server``, ``repeat`` runs: the rows, the checks, the
     summary."""
@@ -408,8 +418,8 @@ def patterns(server: ServerProcess, repeat: int, *, rhea_messages: int, each: in
     spans: dict[str, list[Span]] = {key: [] for key in PATTERNS}
 
     for i in range(repeat):
-        queues = {key: f"p-{key}{i}" for key in ("rhea", "sdk-send", "sdk-each", "sdk-gathered",
-                                                 "sdk-renew")}
+        queues = {key: f"p-{key}{i}" for key in ("rhea", "rhea-one", "sdk-send", "sdk-each",
+                                                 "sdk-gathered", "sdk-renew")}
 
         async def setup(q: dict[str, str] = queues) -> None:
             async with aiosb.connect(url) as ns:
@@ -445,6 +455,12 @@ def patterns(server: ServerProcess, repeat: int, *, rhea_messages: int, each: in
                 for turn in turns:
                     turn()
                 rhea.finish()
+            if rhea_one:  # reported: the server's cost of any client one message at a time
+                with Rhea(connection, queues["rhea-one"], rhea_one, rhea_one,
+                          in_flight=1) as one:
+                    spans["rhea-one-send"].append(one.phase("send", pid))
+                    spans["rhea-one-receive"].append(one.phase("receive", pid))
+                    one.finish()
         else:
             sdk_send()
             sdk_each()
@@ -452,7 +468,7 @@ def patterns(server: ServerProcess, repeat: int, *, rhea_messages: int, each: in
             connection, q["sdk-gathered"], gathered, pid, gathered=True)))
         spans["sdk-renew"].append(run(lambda q=queues: sdk_renewals(
             connection, q["sdk-renew"], renewals, pid)))
-        expected = {queues[key]: 0 for key in ("rhea", "sdk-each", "sdk-gathered",
+        expected = {queues[key]: 0 for key in ("rhea", "rhea-one", "sdk-each", "sdk-gathered",
                                                "sdk-renew")}
         expected[queues["sdk-send"]] = each + 1  # and the send that opened the link
         run(lambda e=expected: _left(url, e))
@@ -655,6 +671,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     # of it), the whole of ./dev bench amqp about 5.
     parser.add_argument("--rhea-messages", type=int, default=40_000,
                         help="#50: sent, then received, by the rhea yardstick (default 40,000)")
+    parser.add_argument("--rhea-one", type=int, default=5_000,
+                        help="#50: sent, then received, by rhea one message in flight "
+                             "(reported, not judged; default 5,000; 0 skips it)")
     parser.add_argument("--each", type=int, default=20_000,
                         help="#50: sent one at a time, and received and completed each, by the "
                              "SDK (default 20,000)")
@@ -679,7 +698,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with ServerProcess() as server:
         more_rows, more_checks, more_summary = patterns(
             server, repeat, rhea_messages=args.rhea_messages, each=args.each,
-            gathered=args.gathered, renewals=args.renewals)
+            gathered=args.gathered, renewals=args.renewals, rhea_one=args.rhea_one)
     summary |= more_summary
     summary["seconds"] = time.perf_counter() - started
     report("amqp", "The official SDK beside aiosb, and beside rhea (a pipelining client), "

@@ -17,12 +17,13 @@ import pytest
 
 from aiosb.server.process import ServerProcess
 from benchmarks import _harness, amqp
+from benchmarks._harness import run
 
 NODE = shutil.which("node") is not None and shutil.which("npm") is not None
 needs_node = pytest.mark.skipif(not NODE, reason="the rhea yardstick needs node and npm")
 # Tiny, yet each case spends a few of /proc's 10 ms ticks of the server's CPU a run
-TINY = ["--patterns-only", "--repeat", "3", "--rhea-messages", "2000", "--each", "300",
-        "--gathered", "400", "--renewals", "300"]
+TINY = ["--patterns-only", "--repeat", "3", "--rhea-messages", "2000", "--rhea-one", "300",
+        "--each", "300", "--gathered", "400", "--renewals", "300"]
 
 
 def _bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, argv: list[str]) -> dict[str, Any]:
@@ -65,11 +66,12 @@ def test_the_sdk_patterns_and_the_yardstick_are_measured_end_to_end(monkeypatch,
 @pytest.fixture
 def stand_ins(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The SDK's cases and the yardstick stood in for, each spending a known server CPU
-    per message (rhea: 10 µs a send, 20 a receive; the SDK: 30 a send, 60 a receive and
-    complete, 70 gathered, 80 a renewal): the order they ran in, as the list returned."""
+    per message (rhea: 10 µs a send, 20 a receive, one in flight 40 and 50; the SDK: 30 a
+    send, 60 a receive and complete, 70 gathered, 80 a renewal): the order they ran in,
+    as the list returned."""
     ran: list[str] = []
-    cost = {"rhea send": 10, "rhea receive": 20, "sdk send": 30, "sdk each": 60,
-            "sdk gathered": 70, "sdk renew": 80}
+    cost = {"rhea send": 10, "rhea receive": 20, "rhea one send": 40, "rhea one receive": 50,
+            "sdk send": 30, "sdk each": 60, "sdk gathered": 70, "sdk renew": 80}
 
     def span(case: str, count: int) -> amqp.Span:
         ran.append(case)
@@ -86,8 +88,10 @@ def stand_ins(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return span("sdk renew", count)
 
     class Rhea:
-        def __init__(self, connection: str, queue: str, send: int, receive: int) -> None:
+        def __init__(self, connection: str, queue: str, send: int, receive: int,
+                     in_flight: int = 1000) -> None:
             self.counts = {"send": send, "receive": receive}
+            self.name = "rhea one" if in_flight == 1 else "rhea"
 
         def __enter__(self) -> Rhea:
             return self
@@ -96,10 +100,10 @@ def stand_ins(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             pass
 
         def phase(self, name: str, pid: int) -> amqp.Span:
-            return span(f"rhea {name}", self.counts[name])
+            return span(f"{self.name} {name}", self.counts[name])
 
         def finish(self) -> None:
-            ran.append("rhea finish")
+            ran.append(f"{self.name} finish")
 
     async def anything_left(url: str, queues: dict[str, int]) -> None:
         return None
@@ -121,11 +125,12 @@ def test_rhea_and_the_sdk_take_turns_and_are_judged_pair_by_pair(stand_ins, monk
     result = _bench(monkeypatch, tmp_path, TINY)
     turns = ["rhea send", "sdk send", "rhea receive", "sdk each", "rhea finish"]
     other = ["sdk send", "rhea send", "sdk each", "rhea receive", "rhea finish"]
-    rest = ["sdk gathered", "sdk renew"]
+    rest = ["rhea one send", "rhea one receive", "rhea one finish", "sdk gathered",
+            "sdk renew"]
     assert stand_ins == turns + rest + other + rest + turns + rest
     rows = {row["case"]: row for row in result["rows"]}
     assert [rows[name]["median"] for name in amqp.PATTERNS.values()] == pytest.approx(
-        [10, 20, 30, 60, 70, 80])
+        [10, 20, 40, 50, 30, 60, 70, 80])
     send, receive = result["checks"]
     assert (send["min"], send["max"]) == pytest.approx((3.0, 3.0))  # 30 / 10
     assert (receive["min"], receive["max"]) == pytest.approx((3.0, 3.0))  # 60 / 20
@@ -167,3 +172,34 @@ def test_the_yardstick_fails_loudly_when_the_server_refuses_it():
             assert '"phase"' not in done.stdout  # no figures from a run that failed
         with pytest.raises(RuntimeError, match="not-found"), amqp.Rhea(good, "nowhere", 10, 10):
             pass
+
+
+@needs_node
+def test_the_yardstick_keeps_as_many_in_flight_as_it_is_told():
+    """#50: with IN_FLIGHT 1 (the reported "one message in flight" rows) rhea sends each
+    message once the one before is accepted, and receives with 1 credit; by default it
+    keeps up to 1,000 in flight."""
+    assert amqp.rhea_missing() is None
+    with ServerProcess() as server:
+        run(lambda: _queue(f"{server.url}/sbemulatorns", "one"))
+        said = {}
+        for in_flight in (["1"], []):
+            done = subprocess.run(
+                ["node", str(amqp.JS / "pipelined.mjs"), server.amqp_connection_string, "one",
+                 "50", "50", *in_flight],
+                input="go\ngo\n", capture_output=True, text=True, timeout=60,
+            )
+            assert done.returncode == 0, done.stderr
+            lines = [json.loads(line) for line in done.stdout.splitlines()]
+            phases = {line["phase"]: line for line in lines if "phase" in line}
+            said[in_flight[0] if in_flight else "default"] = phases
+    assert said["1"]["send"]["most_in_flight"] == 1 and said["1"]["receive"]["credit"] == 1
+    assert said["default"]["send"]["most_in_flight"] > 1
+    assert said["default"]["receive"]["credit"] == 1000
+
+
+async def _queue(url: str, name: str) -> None:
+    import aiosb
+
+    async with aiosb.connect(url) as ns:
+        await ns.create_queue(name)

@@ -1,21 +1,26 @@
 // The outside yardstick of ./dev bench amqp (#50): rhea, an AMQP 1.0 client that is not
 // aiosb's code, driving aiosb serve the way a pipelining client does.
 //
-//   node pipelined.mjs CONNECTION_STRING QUEUE SEND_COUNT RECEIVE_COUNT
+//   node pipelined.mjs CONNECTION_STRING QUEUE SEND_COUNT RECEIVE_COUNT [IN_FLIGHT]
 //
 // CONNECTION_STRING is the server's AMQP one (Endpoint=sb://HOST:PORT;SharedAccessKeyName=
 // ...;SharedAccessKey=...): rhea signs in with SASL PLAIN, the key's name and the key.
 // Two phases, each skipped when its count is 0:
 //   send:    SEND_COUNT messages of 100 bytes (a data section, a uuid message id each, as
-//            the official SDK sends them) on one sender link, up to 1,000 in flight, until
-//            the server has accepted every one;
+//            the official SDK sends them) on one sender link, up to IN_FLIGHT (default
+//            1,000) in flight, until the server has accepted every one;
 //   receive: RECEIVE_COUNT messages on one receiver link (peek-lock: rhea's default
-//            unsettled receive, 1,000 credit, autoaccept), each accepted.
+//            unsettled receive, IN_FLIGHT credit, autoaccept), each accepted.
+// IN_FLIGHT 1 is a client one message at a time, like for like with the official SDK's
+// one-at-a-time patterns (each send awaited; each message received and accepted before
+// the next is granted).
 // Before each phase the link is open (the sender has its credit) and the script prints
 // {"ready": PHASE} and waits for a line on its standard input, so the caller can read the
 // server's CPU just then; after it, once the link is closed (the server has answered the
 // detach, so it has handled every disposition before it), it prints {"phase", "count",
-// "seconds", "client_cpu_seconds"}. At the end it prints {"done": true} and exits 0.
+// "seconds", "client_cpu_seconds"}, and "most_in_flight" (sent, not yet accepted: at most
+// IN_FLIGHT) after sending, "credit" after receiving. At the end it prints {"done": true}
+// and exits 0.
 // Anything else fails loudly: a refused sign-in or link, an outcome other than accepted,
 // no progress for IDLE_SECONDS (env RHEA_IDLE_SECONDS, default 30), standard input closed
 // early: a message on stderr and exit status 1.
@@ -23,16 +28,17 @@ import { randomUUID } from "node:crypto";
 import readline from "node:readline";
 import rhea from "rhea";
 
-const IN_FLIGHT = 1000;
-const CREDIT = 1000;
 const BODY = Buffer.alloc(100, "x");
 const IDLE_SECONDS = Number(process.env.RHEA_IDLE_SECONDS ?? 30);
 
-const [connectionString, queue, sendText, receiveText] = process.argv.slice(2);
+const [connectionString, queue, sendText, receiveText, inFlightText] = process.argv.slice(2);
 const sendCount = Number(sendText);
 const receiveCount = Number(receiveText);
-if (!connectionString || !queue || !Number.isInteger(sendCount) || !Number.isInteger(receiveCount)) {
-  fail("usage: node pipelined.mjs CONNECTION_STRING QUEUE SEND_COUNT RECEIVE_COUNT");
+const IN_FLIGHT = Number(inFlightText ?? 1000);
+const CREDIT = IN_FLIGHT;
+if (!connectionString || !queue || !Number.isInteger(sendCount) || !Number.isInteger(receiveCount)
+    || !Number.isInteger(IN_FLIGHT) || IN_FLIGHT < 1) {
+  fail("usage: node pipelined.mjs CONNECTION_STRING QUEUE SEND_COUNT RECEIVE_COUNT [IN_FLIGHT]");
 }
 
 function fail(why) {
@@ -115,11 +121,13 @@ async function sendPhase(count) {
   const start = { wall: process.hrtime.bigint(), cpu: process.cpuUsage() };
   let sent = 0;
   let accepted = 0;
+  let mostInFlight = 0;
   const done = new Promise((resolve) => {
     const pump = () => {
       while (sent < count && sent - accepted < IN_FLIGHT && sender.sendable()) {
         sender.send({ message_id: randomUUID(), body: rhea.message.data_section(BODY) });
         sent += 1;
+        mostInFlight = Math.max(mostInFlight, sent - accepted);
       }
     };
     sender.on("sendable", pump);
@@ -138,7 +146,7 @@ async function sendPhase(count) {
   });
   await done;
   await closed(sender);
-  say({ phase: "send", count, ...measure(start) });
+  say({ phase: "send", count, ...measure(start), most_in_flight: mostInFlight });
 }
 
 async function receivePhase(count) {
@@ -159,7 +167,7 @@ async function receivePhase(count) {
   // those dispositions, and the server answers it only when it has handled them.
   await closed(receiver);
   if (received !== count) fail(`received ${received} of ${count}`);
-  say({ phase: "receive", count, ...measure(start) });
+  say({ phase: "receive", count, ...measure(start), credit: CREDIT });
 }
 
 await new Promise((resolve) => connection.once("connection_open", resolve));
