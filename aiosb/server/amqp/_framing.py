@@ -57,6 +57,11 @@ class Framing:
             if not self.writer.is_closing():
                 self.writer.write(out[0] if len(out) == 1 else b"".join(out))
 
+    @property
+    def buffered(self) -> bool:
+        """Whether bytes of a next frame were read already (it came with this one)."""
+        return len(self._in) > self._at
+
     def _take(self, n: int) -> bytes | None:
         """``n`` bytes of what was read, if that many are here."""
         at = self._at

@@ -496,7 +496,11 @@ class Connection(ReceiverLinks):
             return
         link.inbox.append((payload, delivery_id, fmt, settled, over))
         if link.pump is None or link.pump.done():
-            if link.kind == "entity":  # a send seldom waits: served now, a task if it does
+            if link.kind == "entity" and not self.buffered:
+                # One transfer a read (a client that sends one at a time): served now, a
+                # task only if it waits (#50); transfers that came together are served
+                # by one task, after the reader has taken them all (pipelined, a
+                # coroutine each cost more than the task)
                 link.pump = run_eagerly(self._work(session, link))
             else:
                 link.pump = asyncio.get_running_loop().create_task(self._work(session, link))
