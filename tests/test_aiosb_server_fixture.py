@@ -107,6 +107,24 @@ def test_fails(aiosb_server):
     assert "quiet-one" not in result.stdout.str()
 
 
+def test_a_failed_test_carries_the_amqp_refusals_too(project):
+    """#51's leftover: the server log of a failed test says what the AMQP front end
+    refused (a token for a queue that is not there), not only the HTTP requests."""
+    project.makepyfile(test_refused='''
+from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+def test_fails(aiosb_server):
+    with ServiceBusClient.from_connection_string(aiosb_server.connection_string,
+                                                 retry_total=0) as client:
+        with client.get_queue_sender("nowhere") as sender:
+            sender.send_messages(ServiceBusMessage(b"lost"))
+''')
+    result = project.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*- aiosb serve log -*",
+                                 "*AMQP: refused a token for *nowhere: 404*"])
+
+
 def test_options_by_marker_and_ini(project):
     """Issue #51: a Config.json preloads each test's namespace (made again after a test
     deleted its queue), the ini option serves durably, the marker picks the loop."""

@@ -15,6 +15,7 @@ their authentication error from the link's open).
 from __future__ import annotations
 
 import functools
+import logging
 import time
 import urllib.parse
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,9 @@ def entity_of(address: str) -> tuple[str, str | None]:
     if path.lower().endswith(_DLQ):
         return path[: -len(_DLQ)], "deadletter"
     return path, None
+
+
+_log = logging.getLogger("aiosb.server.amqp")
 
 
 class Tokens:
@@ -166,7 +170,17 @@ def put_token_reply(request: dict[Any, Any], token: Any, tokens: Tokens,
     """The status code and description answering a ``$cbs`` request (its application
     properties and body): 200, 400 for a request that is not a put-token, 401 for a
     token that is no good, 404 for one whose audience names an entity that does not
-    exist (checked after the token: who holds no key learns nothing of the entities)."""
+    exist (checked after the token: who holds no key learns nothing of the entities).
+    A refusal is logged (the server's log says why a client's link never opened)."""
+    status, description = _put_token(request, token, tokens, host, ns)
+    if status != 200:
+        _log.info("AMQP: refused a token for %s: %d %s", request.get("name"), status,
+                  description)
+    return status, description
+
+
+def _put_token(request: dict[Any, Any], token: Any, tokens: Tokens,
+               host: str | None, ns: EmulatorNamespace) -> tuple[int, str]:
     operation = request.get("operation")
     if operation != "put-token":
         return 400, f"the $cbs node does only put-token, not {operation!r}."

@@ -233,6 +233,7 @@ class ReceiverLinks(Framing):
                     raise
                 continue  # a flow cut the wait short: ask again, as it says
             except ServiceBusError as exc:
+                _log.info("AMQP: ended a receiver on %s: %s", link.path, exc)
                 session.links.pop(link.handle, None)
                 self.send_frame(session.channel, p.performative(
                     p.DETACH, UInt(link.our_handle), True,

@@ -164,6 +164,7 @@ class Connection(ReceiverLinks):
     def _fail(self, exc: ProtocolViolation) -> None:
         """Close the connection, saying why; its frame reader meets the end at once
         (closing waits for what is left to write, which a vanished client never reads)."""
+        log.info("AMQP: closed a connection: %s: %s", exc.condition, exc.description)
         self.send_frame(0, p.performative(p.CLOSE, p.amqp_error(exc.condition, exc.description)))
         self._closed = True
         self.flush()
@@ -349,6 +350,7 @@ class Connection(ReceiverLinks):
             ULong(self.ns.max_message_size), None, None, properties,
         ))
         if refusal is not None:
+            log.info("AMQP: refused a link to %s: %s", link.path or link.address, refusal)
             self.send_frame(session.channel, p.performative(
                 p.DETACH, UInt(link.our_handle), True,
                 p.error_of(refusal, link.path or link.address),
@@ -497,10 +499,8 @@ class Connection(ReceiverLinks):
         link.inbox.append((payload, delivery_id, fmt, settled, over))
         if link.pump is None or link.pump.done():
             if link.kind == "entity" and not self.buffered:
-                # One transfer a read (a client that sends one at a time): served now, a
-                # task only if it waits (#50); transfers that came together are served
-                # by one task, after the reader has taken them all (pipelined, a
-                # coroutine each cost more than the task)
+                # Alone in its read (one at a time): served now, a task only if it waits
+                # (#50); come together, one task serves all (cheaper than a coroutine each)
                 link.pump = run_eagerly(self._work(session, link))
             else:
                 link.pump = asyncio.get_running_loop().create_task(self._work(session, link))
@@ -569,6 +569,7 @@ class Connection(ReceiverLinks):
         except DecodeError as exc:
             return p.rejected("amqp:decode-error", str(exc))
         except ServiceBusError as exc:
+            log.info("AMQP: refused a send to %s: %s", link.path, exc)
             return p.rejected_with(exc, link.path)
         return _ACCEPTED
 
