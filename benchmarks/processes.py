@@ -35,8 +35,8 @@ most ``min(1 / S, 2 / (S + C))``, so the most two can give over one is ``2S / (S
 where the server costs more than the clients, and nothing where the clients cost as
 much as it or more. S-4 streaming costs the server about 8 µs a message and its Python
 client about 4.5 (``http.json``): at most about 1.3, if the machine were idle. The
-official SDK's one-at-a-time patterns cost their client about 440 µs a message against
-the server's 160 (#50): the clients are the limit, and a second server gives nothing. A
+official SDK's one-at-a-time patterns cost their client about 270-300 µs a message
+against the server's 100 (#50, ``amqp.json``): the clients are the limit, and a second server gives nothing. A
 client cheaper than the server (rhea pipelined, in Node) would gain the most, still
 under 2.
 
