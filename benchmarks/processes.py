@@ -36,9 +36,9 @@ where the server costs more than the clients, and nothing where the clients cost
 much as it or more. S-4 streaming costs the server about 8 µs a message and its Python
 client about 4.5 (``http.json``): at most about 1.3, if the machine were idle. The
 official SDK's one-at-a-time patterns cost their client about 270-300 µs a message
-against the server's 100 (#50, ``amqp.json``): the clients are the limit, and a second server gives nothing. A
-client cheaper than the server (rhea pipelined, in Node) would gain the most, still
-under 2.
+against the server's 100 (#50, ``amqp.json``): the clients are the limit, and a second
+server gives nothing. A client cheaper than the server (rhea pipelined, in Node) would
+gain the most, still under 2.
 
 Measured while developing (2 cores shared with other work, 2 clients of 4 producers + 4
 consumers, 100,000 messages each, uvloop): one server held 0.97 of a core (saturated)
