@@ -39,6 +39,12 @@ clock, but for rhea's receiver, which attaches in its phase), and the client's o
   completions of each batch gathered, ``asyncio.gather``), with how busy the server and
   the client were (CPU seconds over wall seconds: a loop that waits shows both idle);
   and a lock renewal at a time (``renew_message_lock``), per renewal.
+* The floor under one message at a time (``benchmarks.round_trip``): a bare echo server
+  on the server's loop, answering one frame at a time, its CPU per round trip
+  (``--round-trips``, 20,000 a run). Beside each check the summary gives the least
+  ratio any server could show in that run (rhea's cost and a round trip, over rhea's:
+  the work on a message is the same one at a time, and the round trip comes on top) and
+  the SDK's cost above its round trips, over rhea's (what is the server's own).
 
 The SDK's cases and rhea's run in turn within each run, against the same server (one of
 their own, not the batch cases', which hold hundreds of thousands of messages by then;
@@ -72,6 +78,7 @@ from aiosb.server.process import ServerProcess
 
 from ._harness import MIN_RUNS, check, report, run
 from .http import _cpu_seconds
+from .round_trip import BareServer, bound, round_trips
 
 BATCH = 100
 BODY = b"x" * 64
@@ -403,11 +410,14 @@ PATTERNS = {  # the #50 cases: key -> the row's name
                     "SDK (reported, not judged)",
     "sdk-renew": "renew a lock, one at a time, each awaited: official aio SDK (per renewal; "
                  "reported, not judged)",
+    "round-trip": "a bare round trip, one at a time: an echo server on the server's loop "
+                  "(the least one message at a time costs any server; benchmarks.round_trip)",
 }
 
 
 def patterns(server: ServerProcess, repeat: int, *, rhea_messages: int, each: int,
-             gathered: int, renewals: int, rhea_one: int = 0) -> tuple[list[dict[str, Any]],
+             gathered: int, renewals: int, rhea_one: int = 0,
+             trips: int = 20_000) -> tuple[list[dict[str, Any]],
                                                     list[dict[str, Any]], dict[str, Any]]:
     """The #50 cases against ``server``, ``repeat`` runs: the rows, the checks, the
     summary."""
@@ -468,6 +478,12 @@ def patterns(server: ServerProcess, repeat: int, *, rhea_messages: int, each: in
             connection, q["sdk-gathered"], gathered, pid, gathered=True)))
         spans["sdk-renew"].append(run(lambda q=queues: sdk_renewals(
             connection, q["sdk-renew"], renewals, pid)))
+        with BareServer() as bare:  # the floor, in the same run (benchmarks.round_trip)
+            started = time.perf_counter()
+            floor = round_trips(bare, trips)
+            seconds = time.perf_counter() - started
+        spans["round-trip"].append(Span(trips, seconds, None if floor is None
+                                        else floor * trips / 1e6, None))
         expected = {queues[key]: 0 for key in ("rhea", "rhea-one", "sdk-each", "sdk-gathered",
                                                "sdk-renew")}
         expected[queues["sdk-send"]] = each + 1  # and the send that opened the link
@@ -495,7 +511,25 @@ def patterns(server: ServerProcess, repeat: int, *, rhea_messages: int, each: in
             continue
         checks.append(check("#50", name, ratios, 1.5, at_most=True, unit="ratio"))
         summary[f"{key}_max"] = max(ratios)
+        # What no server could go under, run by run: rhea's cost and a bare round trip
+        # (benchmarks.round_trip); and the SDK's cost above its round trips, over rhea's.
+        runs = [(_per(a), _per(b), _per(c)) for a, b, c in zip(
+            spans[sdk], spans[rhea_key], spans["round-trip"], strict=True)
+            if None not in (a.server_cpu, b.server_cpu, c.server_cpu)]
+        if len(runs) == len(ratios):
+            bounds = [bound(pipelined, trip) for _, pipelined, trip in runs]
+            above = [(mine - trip) / pipelined for mine, pipelined, trip in runs]
+            summary[f"{key}_least_possible"] = _spread(bounds)
+            summary[f"{key}_above_round_trip"] = _spread(above)
+            print(f"  {sdk} / {rhea_key}: no server on this loop could go under "
+                  f"{min(bounds):.2f}-{max(bounds):.2f} (rhea's cost + a bare round trip, "
+                  f"over rhea's); the SDK's cost above its round trips, over rhea's: "
+                  f"{min(above):.2f}-{max(above):.2f}")
     return rows, checks, summary
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 def _per(span: Span) -> float:
@@ -520,8 +554,9 @@ def _pattern_row(case: str, spans: list[Span]) -> dict[str, Any]:
     if server:
         row["server_busy"] = statistics.median(
             s.server_cpu / s.seconds for s in spans if s.server_cpu is not None)
-    row["client_busy"] = statistics.median(
-        s.client_cpu / s.seconds for s in spans if s.client_cpu is not None)
+    if clients:
+        row["client_busy"] = statistics.median(
+            s.client_cpu / s.seconds for s in spans if s.client_cpu is not None)
     return row
 
 
@@ -682,6 +717,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                              "(default 5,000)")
     parser.add_argument("--renewals", type=int, default=3_000,
                         help="#50: lock renewals by the SDK, one at a time (default 3,000)")
+    parser.add_argument("--round-trips", type=int, default=20_000,
+                        help="#50: bare round trips, the floor under one message at a time "
+                             "(default 20,000)")
     parser.add_argument("--patterns-only", action="store_true",
                         help="#50's cases alone (rhea and the SDK's one-at-a-time patterns), "
                              "not the batches of #15 and #36")
@@ -698,7 +736,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with ServerProcess() as server:
         more_rows, more_checks, more_summary = patterns(
             server, repeat, rhea_messages=args.rhea_messages, each=args.each,
-            gathered=args.gathered, renewals=args.renewals, rhea_one=args.rhea_one)
+            gathered=args.gathered, renewals=args.renewals, rhea_one=args.rhea_one,
+            trips=args.round_trips)
     summary |= more_summary
     summary["seconds"] = time.perf_counter() - started
     report("amqp", "The official SDK beside aiosb, and beside rhea (a pipelining client), "

@@ -48,8 +48,12 @@ def test_the_sdk_patterns_and_the_yardstick_are_measured_end_to_end(monkeypatch,
         assert row["unit"] == "server us/msg"
         assert 0 <= row["min"] <= row["median"] <= row["max"]
         assert row["max"] > 0, row  # the server's CPU was read, and it was spent
-        assert row["per_s"] > 0 and row["client_us_per_msg"] > 0
-        assert 0 <= row["server_busy"] < 2 and 0 < row["client_busy"] < 2
+        assert row["per_s"] > 0 and 0 <= row["server_busy"] < 2
+        if row["case"] != amqp.PATTERNS["round-trip"]:  # the floor's client is not timed
+            assert row["client_us_per_msg"] > 0 and 0 < row["client_busy"] < 2
+    # the floor costs less than any case one message at a time on the same server
+    assert rows[amqp.PATTERNS["round-trip"]]["median"] < rows[amqp.PATTERNS["sdk-send"]][
+        "median"]
     checks = result["checks"]
     if not NODE:
         assert checks == []
@@ -61,14 +65,18 @@ def test_the_sdk_patterns_and_the_yardstick_are_measured_end_to_end(monkeypatch,
         assert c["runs"] == 3 and c["at_most"] and c["target_value"] == 1.5
         assert c["unit"] == "ratio" and 0 < c["min"] <= c["max"]
         assert isinstance(c["pass"], bool)
+    for key in ("sdk_send_over_rhea_send", "sdk_each_over_rhea_receive"):
+        least = result["summary"][f"{key}_least_possible"]
+        assert 1 < least["min"] <= least["median"] <= least["max"]
+        assert result["summary"][f"{key}_above_round_trip"]["max"] > 0
 
 
 @pytest.fixture
 def stand_ins(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The SDK's cases and the yardstick stood in for, each spending a known server CPU
     per message (rhea: 10 µs a send, 20 a receive, one in flight 40 and 50; the SDK: 30 a
-    send, 60 a receive and complete, 70 gathered, 80 a renewal): the order they ran in,
-    as the list returned."""
+    send, 60 a receive and complete, 70 gathered, 80 a renewal; a bare round trip 5):
+    the order they ran in, as the list returned."""
     ran: list[str] = []
     cost = {"rhea send": 10, "rhea receive": 20, "rhea one send": 40, "rhea one receive": 50,
             "sdk send": 30, "sdk each": 60, "sdk gathered": 70, "sdk renew": 80}
@@ -108,11 +116,24 @@ def stand_ins(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     async def anything_left(url: str, queues: dict[str, int]) -> None:
         return None
 
+    class Bare:
+        def __enter__(self) -> Bare:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    def round_trips(bare: Bare, count: int) -> float:
+        ran.append("round trip")
+        return 5.0
+
     monkeypatch.setattr(amqp, "sdk_send_each", send)
     monkeypatch.setattr(amqp, "sdk_receive_each", receive)
     monkeypatch.setattr(amqp, "sdk_renewals", renew)
     monkeypatch.setattr(amqp, "Rhea", Rhea)
     monkeypatch.setattr(amqp, "_left", anything_left)
+    monkeypatch.setattr(amqp, "BareServer", Bare)
+    monkeypatch.setattr(amqp, "round_trips", round_trips)
     monkeypatch.setattr(amqp, "rhea_missing", lambda: None)
     return ran
 
@@ -126,15 +147,22 @@ def test_rhea_and_the_sdk_take_turns_and_are_judged_pair_by_pair(stand_ins, monk
     turns = ["rhea send", "sdk send", "rhea receive", "sdk each", "rhea finish"]
     other = ["sdk send", "rhea send", "sdk each", "rhea receive", "rhea finish"]
     rest = ["rhea one send", "rhea one receive", "rhea one finish", "sdk gathered",
-            "sdk renew"]
+            "sdk renew", "round trip"]
     assert stand_ins == turns + rest + other + rest + turns + rest
     rows = {row["case"]: row for row in result["rows"]}
     assert [rows[name]["median"] for name in amqp.PATTERNS.values()] == pytest.approx(
-        [10, 20, 40, 50, 30, 60, 70, 80])
+        [10, 20, 40, 50, 30, 60, 70, 80, 5])
     send, receive = result["checks"]
     assert (send["min"], send["max"]) == pytest.approx((3.0, 3.0))  # 30 / 10
     assert (receive["min"], receive["max"]) == pytest.approx((3.0, 3.0))  # 60 / 20
     assert not send["pass"] and not receive["pass"]
+    summary = result["summary"]
+    # #50: the least any server could show (rhea's cost and a round trip, over rhea's),
+    # and the SDK's cost above its round trips over rhea's
+    assert summary["sdk_send_over_rhea_send_least_possible"]["max"] == pytest.approx(1.5)
+    assert summary["sdk_each_over_rhea_receive_least_possible"]["min"] == pytest.approx(1.25)
+    assert summary["sdk_send_over_rhea_send_above_round_trip"]["median"] == pytest.approx(2.5)
+    assert summary["sdk_each_over_rhea_receive_above_round_trip"]["max"] == pytest.approx(2.75)
 
 
 def test_without_node_the_yardstick_is_skipped_saying_so(stand_ins, monkeypatch, tmp_path,

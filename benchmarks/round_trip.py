@@ -1,0 +1,155 @@
+"""The floor under one message at a time (#50): what a bare round trip costs a server.
+
+A client that waits for each answer before it sends again (the official SDK's one
+message a send, each awaited; a completion awaited before the next) costs the server a
+round trip a message however little it does with the message: it wakes in the kernel's
+wait (``epoll``), reads the frame, writes the answer. A server that pipelines pays
+these once for many messages. This measures that floor on this machine, in the same
+run as the cases it bounds: a bare echo server, on the event loop ``aiosb serve`` runs
+(uvloop where installed, as ``--loop auto``), in a process of its own, answering each
+frame of an SDK transfer's size with a disposition's (:data:`REQUEST`, :data:`ANSWER`
+bytes), one at a time; its CPU per round trip comes from ``/proc``, as the server's
+does. No server on this loop answers a message with less.
+
+So a target of the form "one message at a time costs the server at most ``k`` times
+what a pipelining client's message costs" cannot be met where ``(pipelined + round
+trip) / pipelined`` is over ``k`` (the work on the message is the same, or more, one at
+a time): :func:`bound` gives that least ratio; ``./dev bench amqp`` reports it beside
+its #50 checks. ``python -m benchmarks.round_trip`` prints the floor alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from ._harness import cpu_seconds
+
+__all__ = ["BareServer", "bound", "round_trips"]
+
+#: Bytes a round trip's request and answer carry: an SDK transfer of a 100-byte
+#: message (what ``ServiceBusMessage`` puts on the wire), and a disposition.
+REQUEST = 250
+ANSWER = 30
+
+
+def serve() -> None:
+    """The bare server (in its own process): print the port, answer every read with
+    :data:`ANSWER` bytes until stdin closes."""
+    try:
+        import uvloop
+    except ImportError:  # as aiosb serve's --loop auto: asyncio where uvloop is missing
+        uvloop = None
+
+    answer = b"a" * ANSWER
+
+    class Echo(asyncio.Protocol):
+        def connection_made(self, transport: Any) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            self.transport.write(answer)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(Echo, "127.0.0.1", 0)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes it
+        server.close()
+
+    if uvloop is not None:
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
+
+
+class BareServer:
+    """``with BareServer() as bare``: the bare server's process (``bare.pid``,
+    ``bare.port``); it ends when the block does."""
+
+    def __enter__(self) -> BareServer:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.round_trip", "--serve"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline()
+        if not line.strip().isdigit():
+            self._process.kill()
+            raise RuntimeError(f"the bare server did not start: {line!r}")
+        self.port = int(line)
+        self.pid = self._process.pid
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.close()
+        try:
+            self._process.wait(10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+
+def round_trips(bare: BareServer, count: int) -> float | None:
+    """The bare server's CPU microseconds per round trip over ``count`` of them, one at
+    a time (after 1,000 to warm up); ``None`` where ``/proc`` cannot tell."""
+    request = b"r" * REQUEST
+    with socket.create_connection(("127.0.0.1", bare.port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def one() -> None:
+            sock.sendall(request)
+            got = 0
+            while got < ANSWER:
+                data = sock.recv(ANSWER - got)
+                if not data:
+                    raise ConnectionError("the bare server closed the connection")
+                got += len(data)
+
+        for _ in range(1000):
+            one()
+        before = cpu_seconds(bare.pid)
+        for _ in range(count):
+            one()
+        after = cpu_seconds(bare.pid)
+    if before is None or after is None:
+        return None
+    return 1e6 * (after - before) / count
+
+
+def bound(pipelined: float, round_trip: float) -> float:
+    """The least ratio of one message at a time over pipelined (server CPU per message)
+    that any server on this loop could show: the same work on the message, and a round
+    trip for each."""
+    return (pipelined + round_trip) / pipelined
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, default=20_000, help="round trips a run")
+    parser.add_argument("--repeat", type=int, default=3, help="runs")
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve()
+        return {}
+    with BareServer() as bare:
+        costs = []
+        for _ in range(args.repeat):
+            started = time.perf_counter()
+            cost = round_trips(bare, args.count)
+            rate = args.count / (time.perf_counter() - started)
+            said = "not measured (no /proc)" if cost is None else f"{cost:.1f} us"
+            print(f"a bare round trip: {said} of the server's CPU, {rate:,.0f}/s")
+            costs.append(cost)
+    return {"round_trip_us": costs}
+
+
+if __name__ == "__main__":
+    main()

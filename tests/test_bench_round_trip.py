@@ -1,0 +1,51 @@
+"""Issue 50: ``benchmarks.round_trip``, the floor under one message at a time: a bare
+echo server in a process of its own, its CPU per round trip from ``/proc``; and the
+least ratio any server could show, one message at a time over pipelined."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from benchmarks import round_trip
+from benchmarks.round_trip import ANSWER, BareServer, bound, round_trips
+
+
+@pytest.mark.timeout(60)
+def test_the_bare_server_answers_each_request_and_its_cost_is_its_own(monkeypatch):
+    """#50: each request gets :data:`ANSWER` bytes back; the cost read is the bare
+    server's CPU (a process of its own, spent on the round trips), and the process ends
+    with the block."""
+    asked: list[int | None] = []
+
+    def cpu_seconds(pid: int | None = None) -> float | None:
+        asked.append(pid)
+        return real(pid)
+
+    real = round_trip.cpu_seconds
+    monkeypatch.setattr(round_trip, "cpu_seconds", cpu_seconds)
+    with BareServer() as bare:
+        assert bare.pid != os.getpid()
+        with socket.create_connection(("127.0.0.1", bare.port), timeout=10) as sock:
+            sock.sendall(b"r")
+            assert sock.recv(100) == b"a" * ANSWER
+        cost = round_trips(bare, 20_000)
+        assert cost is not None and 0 < cost < 1000  # µs: spent, and per round trip
+        assert asked == [bare.pid, bare.pid]
+    assert not os.path.exists(f"/proc/{bare.pid}/stat") or _zombie_or_gone(bare.pid)
+
+
+def _zombie_or_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_the_least_ratio_adds_a_round_trip_to_the_pipelined_cost():
+    """#50: one message at a time costs at least the pipelined work and a round trip."""
+    assert bound(10.0, 5.0) == pytest.approx(1.5)
+    assert bound(32.0, 22.0) == pytest.approx(54 / 32)
