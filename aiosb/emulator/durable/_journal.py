@@ -38,14 +38,15 @@ the server listens, the messages in the background, an operation waiting for wha
 touches. Messages keep their sequence numbers, states, delivery counts and lock tokens
 (a lock once held :data:`LOCK_WRITE_AFTER`, or at a clean stop: no request waits for a
 lock); a lock that ended while the server was down ends at once (the message comes
-back); sequence numbers go on from where they were. Session locks, duplicate-detection history
-and faults are not kept: they belong to the connections and the test that made them.
+back); sequence numbers go on. Session locks, duplicate-detection history and faults are
+not kept: they belong to the connections and the test that made them. One process at a
+time has a directory open (:mod:`._directory`).
 
 Imports: :mod:`.._record`, :mod:`.._store`, :mod:`.._entity`, :mod:`.._namespace`,
-:mod:`._rows`, :mod:`._recovery`, :mod:`._schema`, :mod:`._database`,
-:mod:`._group_commit`, :mod:`._writer_client`; never the broker
-(it sees a namespace through :class:`~.._namespace.Namespace`, and makes one through
-what :func:`open_namespaces_with` plugged in).
+:mod:`._rows`, :mod:`._recovery`, :mod:`._schema`, :mod:`._database`, :mod:`._directory`,
+:mod:`._group_commit`, :mod:`._writer_client`; never the broker (it sees a namespace
+through :class:`~.._namespace.Namespace`, and makes one through what
+:func:`open_namespaces_with` plugged in).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from .._namespace import Namespace
 from .._record import GONE, _Record, adopt_auto_ids, auto_id_prefix
 from .._store import _Store
 from ._database import connect
+from ._directory import hold, release
 from ._group_commit import Batch, Write, YoungLocks
 from ._recovery import Recovery
 from ._rows import ROW_FORMAT, encode_props, encode_rules
@@ -124,15 +126,13 @@ class Journal:
         # absolute: a writer started after the process changed its directory finds it
         self.path = Path(directory).absolute() / "aiosb.sqlite3"
         self.fsync = fsync
-        # The rows to write, by entity (namespace, entity key), then sequence number:
-        # what the row holds now, a record (and where it is), or None when the row is
-        # to go. By entity, so that a group writes an entity's rows with one look-up of
-        # its id, and its deletes as runs of sequence numbers (#39).
+        # The rows to write, by entity (namespace, key), then sequence number: a record
+        # (and where it is), or None for a row to go. By entity: a group looks an
+        # entity's id up once, and deletes in runs of sequence numbers (#39).
         self._dirty: dict[tuple[str, str], dict[int, tuple[str | None, _Record] | None]] = {}
         self._ops: list[tuple[str, tuple[Any, ...]]] = []
-        # Rows whose message was only locked (or its lock renewed) since it was written,
-        # by entity, then sequence number: the lock goes to the row's lock column, the
-        # row is not written again (#39).
+        # Rows only locked (or renewed) since written, by entity, then sequence number:
+        # the lock goes to the row's lock column, not the row again (#39).
         self._locks: dict[tuple[str, str], dict[int, _Record]] = {}
         #: Locks not yet due to be written (:data:`LOCK_WRITE_AFTER`).
         self._young = YoungLocks()
@@ -141,8 +141,7 @@ class Journal:
         #: each, until it is written (a group taken back drops its rows of an entity
         #: deleted since it was made: they would be written after the delete).
         self._deleted: dict[tuple[str, str], int] = {}
-        self._changes = 0
-        self._durable = 0
+        self._changes = self._durable = 0
         #: The changes handed to the writer (in flight or written).
         self._sent = 0
         #: The group commit being cut into frames (:mod:`._group_commit`), if one is.
@@ -157,6 +156,7 @@ class Journal:
         self._retry = 0.0
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "aiosb-journal")
         self._db: sqlite3.Connection | None = None
+        self._held: int | None = None  # the directory's lock (:mod:`._directory`)
         self.writes = 0
         #: What the broker-assigned MessageIds kept as numbers start with (``meta``).
         self.prefix = ""
@@ -177,8 +177,9 @@ class Journal:
     async def open(self) -> None:
         """Create or open the database."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        await self._run(self._open)
+        self._held = hold(self.path.parent)  # one process to a directory
         try:
+            await self._run(self._open)
             await self._writer()
         except BaseException:
             await self._run(self._close_db)
@@ -188,6 +189,8 @@ class Journal:
         if self._db is not None:
             self._db.close()
             self._db = None
+        release(self._held)
+        self._held = None
 
     def _open(self) -> None:
         db = connect(self.path, "journal", self.fsync)
