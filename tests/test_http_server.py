@@ -401,6 +401,10 @@ JSON_BATCH = {"Content-Type": _rest.BATCH_CONTENT_TYPE}
         ("POST", "/contoso/$faults", {}, b'{"operations": ["explode"]}', 400, "operations"),
         ("POST", "/contoso/$faults", {}, b'{"kind": "delay", "seconds": -1}', 400, "seconds"),
         ("POST", "/contoso/$faults", {}, b'{"entity": 5}', 400, "entity must be"),
+        # a fragment of an entity that does not exist: 404, as management answers it
+        # (#51's leftover: it was 410, a data operation's answer)
+        ("POST", "/contoso/$faults", {}, b'{"entity": "nowhere", "fragment": 0}', 404,
+         "nowhere"),
         ("GET", "/contoso", {}, None, 400, "nothing to do"),
         ("GET", "/contoso/$Resources/queues?$top=0", {}, None, 400, "top is '0'"),
         ("GET", "/contoso/$Resources/queues?$top=1001", {}, None, 400, "from 1 to 1000"),

@@ -256,7 +256,10 @@ class EmulatorServer:
         method = request.method
         if segs and segs[0] == "$faults":
             await self._namespace(route.namespace)  # validates the name; namespaces on first use
-            return await _fault_api.faults(request, route)
+            try:
+                return await _fault_api.faults(request, route)
+            except EntityNotFound as exc:  # a fragment of no entity: as management answers
+                return error_response(exc, 404)
         ns = await self._namespace(route.namespace)
         if segs == ("$reset",):
             at_root = self.root is not None and route.namespace.lower() == self.root.lower()
