@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-from ._harness import cpu_seconds
+from ._harness import BusyLoad, cpu_seconds
 
 __all__ = ["BareServer", "bound", "round_trips"]
 
@@ -135,20 +135,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=20_000, help="round trips a run")
     parser.add_argument("--repeat", type=int, default=3, help="runs")
+    parser.add_argument("--busy", type=int, default=0,
+                        help="each run quiet, then beside N processes spinning (the floor "
+                             "falls when the cores have other work: a woken idle core "
+                             "costs the process it wakes for)")
     args = parser.parse_args(argv)
     if args.serve:
         serve()
         return {}
+    costs: dict[str, list[float | None]] = {"quiet": [], "busy": []}
     with BareServer() as bare:
-        costs = []
         for _ in range(args.repeat):
-            started = time.perf_counter()
-            cost = round_trips(bare, args.count)
-            rate = args.count / (time.perf_counter() - started)
-            said = "not measured (no /proc)" if cost is None else f"{cost:.1f} us"
-            print(f"a bare round trip: {said} of the server's CPU, {rate:,.0f}/s")
-            costs.append(cost)
-    return {"round_trip_us": costs}
+            for label in ("quiet", "busy") if args.busy else ("quiet",):
+                with BusyLoad(args.busy if label == "busy" else 0):
+                    time.sleep(0.2 if label == "busy" else 0)  # the spinners are up
+                    started = time.perf_counter()
+                    cost = round_trips(bare, args.count)
+                    rate = args.count / (time.perf_counter() - started)
+                said = "not measured (no /proc)" if cost is None else f"{cost:.1f} us"
+                print(f"a bare round trip ({label}): {said} of the server's CPU, {rate:,.0f}/s")
+                costs[label].append(cost)
+    return costs
 
 
 if __name__ == "__main__":

@@ -49,3 +49,14 @@ def test_the_least_ratio_adds_a_round_trip_to_the_pipelined_cost():
     """#50: one message at a time costs at least the pipelined work and a round trip."""
     assert bound(10.0, 5.0) == pytest.approx(1.5)
     assert bound(32.0, 22.0) == pytest.approx(54 / 32)
+
+
+@pytest.mark.timeout(60)
+def test_the_floor_alone_quiet_then_beside_a_busy_process(capsys):
+    """#50: ``python -m benchmarks.round_trip --busy 1``: each run measured quiet, then
+    beside a spinning process (which is gone after its run)."""
+    costs = round_trip.main(["--count", "20000", "--repeat", "2", "--busy", "1"])
+    assert len(costs["quiet"]) == len(costs["busy"]) == 2
+    assert all(cost is not None and cost > 0 for cost in costs["quiet"] + costs["busy"])
+    out = capsys.readouterr().out
+    assert out.count("(quiet)") == out.count("(busy)") == 2
