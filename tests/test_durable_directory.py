@@ -1,14 +1,15 @@
-"""Durable mode: one process to a data directory (#51's leftover: two ``aiosb serve
+"""Durable mode: one server to a data directory (#51's leftover: two ``aiosb serve
 --data-dir DIR`` on one directory both started, each rebuilding the namespaces from the
 database and then writing over the other's rows). The second is refused at once, saying
 which process holds the directory, and the first serves on, its messages whole; once it
-has stopped (or been killed) the directory opens again."""
+has stopped (or been killed, and its writer with it) the directory opens again."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 
@@ -18,7 +19,7 @@ import aiosb
 from aiosb import Message
 from aiosb.emulator.durable import Journal
 from aiosb.emulator.durable._directory import LOCK_FILE
-from aiosb.errors import InvalidOperation
+from aiosb.errors import InvalidArgument, InvalidOperation
 from aiosb.server.process import ServerProcess
 
 
@@ -68,30 +69,122 @@ def test_a_second_server_on_the_directory_is_refused_and_the_first_serves_on(tmp
         assert third.pid
 
 
-async def test_a_journal_is_refused_while_another_process_holds_the_directory(tmp_path):
-    """The lock is the process's: a journal in this process opens the directory while a
-    child holds its lock file no more than while nobody does; while the child holds it,
-    it is refused with the child's process id."""
-    (tmp_path / LOCK_FILE).touch()
-    holder = subprocess.Popen(
+def _lockable(directory: object) -> bool:
+    """Whether another process can take the directory's lock now."""
+    done = subprocess.run(
         [sys.executable, "-c",
          "import fcntl, os, sys; f = os.open(sys.argv[1], os.O_RDWR); "
-         "fcntl.lockf(f, fcntl.LOCK_EX); os.pwrite(f, b'%d\\n' % os.getpid(), 0); "
-         "print('held', flush=True); sys.stdin.read()", str(tmp_path / LOCK_FILE)],
+         "fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)", f"{directory}/{LOCK_FILE}"],
+        capture_output=True, text=True, timeout=30)
+    return done.returncode == 0
+
+
+def _holder(directory: object) -> subprocess.Popen[str]:
+    """A process holding the directory's lock (its id in the file) until its stdin
+    closes."""
+    with open(f"{directory}/{LOCK_FILE}", "a"):
+        pass
+    return subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, os, sys; f = os.open(sys.argv[1], os.O_RDWR); "
+         "fcntl.flock(f, fcntl.LOCK_EX); os.pwrite(f, b'%d\\n' % os.getpid(), 0); "
+         "print('held', flush=True); sys.stdin.read()", f"{directory}/{LOCK_FILE}"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+async def test_a_journal_is_refused_while_another_process_holds_the_directory(tmp_path):
+    """While another process holds the directory's lock a journal is refused with that
+    process's id; once it has let go, the journal opens, says it holds the directory
+    (its process id in the lock file), and lets it go when it closes."""
+    holder = _holder(tmp_path)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        journal = Journal(tmp_path)
-        with pytest.raises(InvalidOperation, match=f"process {holder.pid}"):
-            await journal.open()
+        with pytest.raises(InvalidOperation, match=f"process {holder.pid}\\)"):
+            await Journal(tmp_path).open()
     finally:
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait()
+        assert holder.stdout is not None
+        holder.stdout.close()
     journal = Journal(tmp_path)
     await journal.open()
     try:
-        with open(tmp_path / LOCK_FILE) as lock:
-            assert lock.read().strip() == str(os.getpid())
+        assert (tmp_path / LOCK_FILE).read_text().strip() == str(os.getpid())
+        assert not _lockable(tmp_path)
+        # a second journal in this process is refused too: one writer to a database
+        with pytest.raises(InvalidOperation, match=f"process {os.getpid()}\\)"):
+            await Journal(tmp_path).open()
+        assert not _lockable(tmp_path)  # and the refusal left the first one's lock
     finally:
         await journal.aclose()
+    assert _lockable(tmp_path)  # closed: the directory is free
+
+
+async def test_the_writer_process_holds_the_directory_too(tmp_path):
+    """A journal's writer (a process of its own) keeps the lock while it lives: a server
+    killed while its writer finishes a frame leaves the directory held until the writer
+    has gone, so no new server rebuilds from a database still being written."""
+    journal = Journal(tmp_path)
+    await journal.open()
+    try:
+        handle, journal._held = journal._held, None
+        assert handle is not None
+        os.close(handle)  # the journal's own hold gone, as a killed server's would be
+        assert not _lockable(tmp_path)  # its writer still holds it
+    finally:
+        await journal.aclose()  # the writer ends
+    assert _lockable(tmp_path)
+
+
+async def test_a_journal_that_fails_to_open_lets_the_directory_go(tmp_path):
+    """A database this aiosb does not read is refused, and the directory is free after
+    the refusal (nothing held by a journal that never opened)."""
+    journal = Journal(tmp_path)
+    await journal.open()
+    await journal.aclose()
+    db = sqlite3.connect(tmp_path / "aiosb.sqlite3")
+    db.execute("UPDATE meta SET value = 'aiosb-row-9' WHERE name = 'row_format'")
+    db.commit()
+    db.close()
+    with pytest.raises(InvalidArgument, match="rows of format"):
+        await Journal(tmp_path).open()
+    assert _lockable(tmp_path)
+
+
+def test_a_file_system_without_locks_is_its_own_error_not_in_use(tmp_path, monkeypatch):
+    """Only "held" (EAGAIN, EACCES) means another server: a file system that cannot lock
+    (ENOLCK) is said as such, never blamed on the process id an earlier server left in
+    the file, and the lock file is not left open."""
+    import errno
+    import fcntl
+
+    from aiosb.emulator.durable import _directory
+
+    (tmp_path / LOCK_FILE).write_text("4242\n")
+
+    def flock(handle: int, how: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    opened: list[int] = []
+    real_open = os.open
+
+    def tracking_open(*args: object, **kwargs: object) -> int:
+        handle = real_open(*args, **kwargs)  # type: ignore[arg-type]
+        opened.append(handle)
+        return handle
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    monkeypatch.setattr(_directory.os, "open", tracking_open)
+    with pytest.raises(OSError, match="No locks available") as refused:
+        _directory.hold(tmp_path)
+    assert not isinstance(refused.value, InvalidOperation)
+    assert opened and all(not _is_open(handle) for handle in opened)
+
+
+def _is_open(handle: int) -> bool:
+    try:
+        os.fstat(handle)
+    except OSError:
+        return False
+    return True

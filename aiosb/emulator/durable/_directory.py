@@ -1,17 +1,19 @@
-"""One process to a data directory: while a :class:`~._journal.Journal` is open, its
-process holds a lock on ``aiosb.lock`` in the directory, and a second process that opens
-the same directory (a second ``aiosb serve --data-dir DIR``) is refused at once, saying
-which process holds it. Two writers of one database would each rebuild the namespaces
-from it and then write over each other's rows.
+"""One server to a data directory: while a :class:`~._journal.Journal` is open it holds a
+lock on ``aiosb.lock`` in the directory, and another journal that opens the same
+directory (a second ``aiosb serve --data-dir DIR``, or a second in this process) is
+refused at once, saying which process holds it. Two writers of one database would each
+rebuild the namespaces from it and then write over each other's rows.
 
-The lock is the operating system's (``fcntl.lockf``): it goes with the process, however
-the process ends (a killed server leaves nothing to clean up), and it is the process's,
-so that a test reopening a directory in the process that already has it open is not
-refused. Where ``fcntl`` is missing (Windows) nothing is locked.
+The lock is the operating system's (``fcntl.flock``), on the lock file as the journal
+opened it: the journal's writer process is handed the same open file
+(:func:`._writer_client.start_writer`), so the lock lasts while either lives, and goes
+with them however they end (a killed server and its writer leave nothing to clean
+up). Where ``fcntl`` is missing (Windows) nothing is locked.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -20,35 +22,43 @@ from ...errors import InvalidOperation
 __all__ = ["LOCK_FILE", "hold", "release"]
 
 LOCK_FILE = "aiosb.lock"
+_HELD = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES)
 
 
 def hold(directory: Path) -> int | None:
-    """Lock ``directory`` for this process: the lock file's descriptor, to
-    :func:`release` (``None`` where nothing is locked).
+    """Lock ``directory``: the lock file's descriptor, to :func:`release` (``None``
+    where nothing is locked).
 
     Raises:
-        InvalidOperation: Another process holds the directory.
+        InvalidOperation: Another journal holds the directory.
+        OSError: The lock file could not be made, written or locked (a file system
+            without locks: an error of its own, not "in use").
     """
     try:
         import fcntl
     except ImportError:  # Windows
         return None
-    path = directory / LOCK_FILE
-    handle = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    handle = os.open(directory / LOCK_FILE,
+                     os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
-        fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.pread(handle, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in _HELD:
+                raise
+            holder = os.pread(handle, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise InvalidOperation(
+                f"{directory} is in use by another aiosb serve (process {holder}); give "
+                "this one a --data-dir of its own, or stop the other first.") from None
+        os.ftruncate(handle, 0)
+        os.pwrite(handle, f"{os.getpid()}\n".encode(), 0)
+    except BaseException:
         os.close(handle)
-        raise InvalidOperation(
-            f"{directory} is in use by another aiosb serve (process {holder}); give this "
-            "one a --data-dir of its own, or stop the other first.") from None
-    os.ftruncate(handle, 0)
-    os.pwrite(handle, f"{os.getpid()}\n".encode(), 0)
+        raise
     return handle
 
 
 def release(handle: int | None) -> None:
-    """Let the directory go (closing the descriptor drops the lock)."""
+    """Let the directory go (once its writer process has gone too)."""
     if handle is not None:
         os.close(handle)

@@ -39,7 +39,7 @@ touches. Messages keep their sequence numbers, states, delivery counts and lock 
 (a lock once held :data:`LOCK_WRITE_AFTER`, or at a clean stop: no request waits for a
 lock); a lock that ended while the server was down ends at once (the message comes
 back); sequence numbers go on. Session locks, duplicate-detection history and faults are
-not kept: they belong to the connections and the test that made them. One process at a
+not kept: they belong to the connections and the test that made them. One journal at a
 time has a directory open (:mod:`._directory`).
 
 Imports: :mod:`.._record`, :mod:`.._store`, :mod:`.._entity`, :mod:`.._namespace`,
@@ -142,8 +142,7 @@ class Journal:
         #: deleted since it was made: they would be written after the delete).
         self._deleted: dict[tuple[str, str], int] = {}
         self._changes = self._durable = 0
-        #: The changes handed to the writer (in flight or written).
-        self._sent = 0
+        self._sent = 0  # the changes handed to the writer (in flight or written)
         #: The group commit being cut into frames (:mod:`._group_commit`), if one is.
         self._batch: Batch | None = None
         #: The writer's end of the pipe (None: not started, or it ended).
@@ -476,7 +475,8 @@ class Journal:
 
     async def _spawn(self) -> WriterLink[Write]:
         try:
-            link = await start_writer(self.path, self.fsync, self._answered, self._ended)
+            link = await start_writer(self.path, self.fsync, self._answered, self._ended,
+                                      self._held)
         except OSError as exc:
             raise WriteFailed(self._changes, str(exc)) from exc
         if link.closed:  # it died at once

@@ -169,10 +169,14 @@ class WriterLink(asyncio.SubprocessProtocol, Generic[W]):
 
 async def start_writer(path: Path, fsync: bool,
                        answered: Callable[[WriterLink[W], W, str | None], None],
-                       ended: Callable[[WriterLink[W], str], None]) -> WriterLink[W]:
+                       ended: Callable[[WriterLink[W], str], None],
+                       held: int | None = None) -> WriterLink[W]:
     """Start a writer process for the database at ``path`` (made already): a fresh
     interpreter (``-I -S``: the standard library is all it imports) running
-    :mod:`._writer_process` as a script.
+    :mod:`._writer_process` as a script. ``held``: the directory's lock file
+    (:mod:`._directory`), which the writer keeps open while it lives, and the lock with
+    it (a writer that outlives a killed server still writes: no other server may open
+    the directory meanwhile).
 
     Raises:
         OSError: The process could not be started.
@@ -183,7 +187,8 @@ async def start_writer(path: Path, fsync: bool,
         _, link = await loop.subprocess_exec(
             lambda: WriterLink(loop, answered, ended), sys.executable, "-I", "-S",
             _writer.__file__, str(path), *flags, *WRITER_FLAGS,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            pass_fds=() if held is None else (held,))
     except (OSError, RuntimeError, NotImplementedError) as exc:  # no interpreter; a loop
         # without subprocesses (Windows' selector loop)
         raise OSError(f"the emulator could not start the writer of {path} "
