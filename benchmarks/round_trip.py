@@ -12,20 +12,26 @@ bytes), one at a time; its CPU per round trip comes from ``/proc``, as the serve
 does. No server on this loop answers a message with less.
 
 So a target of the form "one message at a time costs the server at most ``k`` times
-what a pipelining client's message costs" cannot be met where ``(pipelined + round
-trip) / pipelined`` is over ``k`` (the work on the message is the same, or more, one at
-a time): :func:`bound` gives that least ratio; ``./dev bench amqp`` reports it beside
-its #50 checks. ``python -m benchmarks.round_trip`` prints the floor alone.
+what a pipelining client's message costs" cannot be met by a server that does the same
+work on a message where ``(pipelined + round trip) / pipelined`` is over ``k``: one at a
+time the work on a message is no less, and the round trip comes on top. :func:`bound`
+gives that least ratio (for this server's pipelined cost: a server slower pipelined
+would show a smaller one); ``./dev bench amqp`` reports it beside its #50 checks, the
+round trips paced as the SDK's sends were. ``python -m benchmarks.round_trip`` prints
+the floor alone (``--pace`` requests a second; ``--busy N`` beside N spinning
+processes).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import select
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from ._harness import BusyLoad, cpu_seconds
@@ -68,6 +74,11 @@ def serve() -> None:
         asyncio.run(main())
 
 
+#: Seconds the bare server has to start, and to answer a round trip, before the
+#: benchmark gives up on it (a stopped process never hangs the benchmark).
+PATIENCE = 30.0
+
+
 class BareServer:
     """``with BareServer() as bare``: the bare server's process (``bare.pid``,
     ``bare.port``); it ends when the block does."""
@@ -75,31 +86,51 @@ class BareServer:
     def __enter__(self) -> BareServer:
         self._process = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.round_trip", "--serve"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            cwd=Path(__file__).resolve().parent.parent)  # where `benchmarks` is
         assert self._process.stdout is not None
-        line = self._process.stdout.readline()
+        ready, _, _ = select.select([self._process.stdout], [], [], PATIENCE)
+        line = self._process.stdout.readline() if ready else ""
         if not line.strip().isdigit():
-            self._process.kill()
-            raise RuntimeError(f"the bare server did not start: {line!r}")
+            self.__exit__()
+            raise RuntimeError(f"the bare server did not start within {PATIENCE:g} s: "
+                               f"{line!r}")
         self.port = int(line)
         self.pid = self._process.pid
         return self
 
     def __exit__(self, *exc: object) -> None:
-        assert self._process.stdin is not None
-        self._process.stdin.close()
+        process = self._process
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.close()
         try:
-            self._process.wait(10)
+            process.wait(10)
         except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+            process.kill()
+            process.wait()
+        process.stdout.close()
 
 
-def round_trips(bare: BareServer, count: int) -> float | None:
+def _cpu(pid: int) -> float | None:
+    """Seconds process ``pid`` has run on a CPU: ``/proc/PID/schedstat``'s nanoseconds
+    (a floor of a few milliseconds a run is lost in ``stat``'s 10 ms ticks), else
+    ``stat``'s, else ``None``."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as stat:
+            return int(stat.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return cpu_seconds(pid)
+
+
+def round_trips(bare: BareServer, count: int, per_second: float | None = None
+                ) -> float | None:
     """The bare server's CPU microseconds per round trip over ``count`` of them, one at
-    a time (after 1,000 to warm up); ``None`` where ``/proc`` cannot tell."""
+    a time (after 100 to warm up), each sent once the one before is answered and, with
+    ``per_second``, no sooner than that pace allows (a client's pace: a server woken
+    from a deeper idle costs more a wake-up); ``None`` where ``/proc`` cannot tell."""
     request = b"r" * REQUEST
-    with socket.create_connection(("127.0.0.1", bare.port)) as sock:
+    interval = 1 / per_second if per_second else 0.0
+    with socket.create_connection(("127.0.0.1", bare.port), timeout=PATIENCE) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
         def one() -> None:
@@ -111,12 +142,18 @@ def round_trips(bare: BareServer, count: int) -> float | None:
                     raise ConnectionError("the bare server closed the connection")
                 got += len(data)
 
-        for _ in range(1000):
+        for _ in range(100):
             one()
-        before = cpu_seconds(bare.pid)
+        before = _cpu(bare.pid)
+        due = time.perf_counter()
         for _ in range(count):
+            if interval:
+                due += interval
+                wait = due - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
             one()
-        after = cpu_seconds(bare.pid)
+        after = _cpu(bare.pid)
     if before is None or after is None:
         return None
     return 1e6 * (after - before) / count
@@ -124,8 +161,8 @@ def round_trips(bare: BareServer, count: int) -> float | None:
 
 def bound(pipelined: float, round_trip: float) -> float:
     """The least ratio of one message at a time over pipelined (server CPU per message)
-    that any server on this loop could show: the same work on the message, and a round
-    trip for each."""
+    that a server with this pipelined cost could show: the same work on the message,
+    and a round trip for each."""
     return (pipelined + round_trip) / pipelined
 
 
@@ -135,6 +172,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=20_000, help="round trips a run")
     parser.add_argument("--repeat", type=int, default=3, help="runs")
+    parser.add_argument("--pace", type=float, default=None,
+                        help="round trips a second at most (default: as fast as answered)")
     parser.add_argument("--busy", type=int, default=0,
                         help="each run quiet, then beside N processes spinning (the floor "
                              "falls when the cores have other work: a woken idle core "
@@ -150,7 +189,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 with BusyLoad(args.busy if label == "busy" else 0):
                     time.sleep(0.2 if label == "busy" else 0)  # the spinners are up
                     started = time.perf_counter()
-                    cost = round_trips(bare, args.count)
+                    cost = round_trips(bare, args.count, args.pace)
                     rate = args.count / (time.perf_counter() - started)
                 said = "not measured (no /proc)" if cost is None else f"{cost:.1f} us"
                 print(f"a bare round trip ({label}): {said} of the server's CPU, {rate:,.0f}/s")

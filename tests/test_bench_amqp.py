@@ -23,6 +23,7 @@ NODE = shutil.which("node") is not None and shutil.which("npm") is not None
 needs_node = pytest.mark.skipif(not NODE, reason="the rhea yardstick needs node and npm")
 # Tiny, yet each case spends a few of /proc's 10 ms ticks of the server's CPU a run
 TINY = ["--patterns-only", "--repeat", "3", "--rhea-messages", "2000", "--rhea-one", "300",
+        "--round-trips", "1000",
         "--each", "300", "--gathered", "400", "--renewals", "300"]
 
 
@@ -123,7 +124,8 @@ def stand_ins(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         def __exit__(self, *exc: object) -> None:
             pass
 
-    def round_trips(bare: Bare, count: int) -> float:
+    def round_trips(bare: Bare, count: int, per_second: float) -> float:
+        assert per_second == 300  # paced as the run's SDK sends went: 300 in 1 s
         ran.append("round trip")
         return 5.0
 

@@ -20,18 +20,18 @@ def test_the_bare_server_answers_each_request_and_its_cost_is_its_own(monkeypatc
     with the block."""
     asked: list[int | None] = []
 
-    def cpu_seconds(pid: int | None = None) -> float | None:
+    def cpu(pid: int) -> float | None:
         asked.append(pid)
         return real(pid)
 
-    real = round_trip.cpu_seconds
-    monkeypatch.setattr(round_trip, "cpu_seconds", cpu_seconds)
+    real = round_trip._cpu
+    monkeypatch.setattr(round_trip, "_cpu", cpu)
     with BareServer() as bare:
         assert bare.pid != os.getpid()
         with socket.create_connection(("127.0.0.1", bare.port), timeout=10) as sock:
             sock.sendall(b"r")
             assert sock.recv(100) == b"a" * ANSWER
-        cost = round_trips(bare, 20_000)
+        cost = round_trips(bare, 2_000)
         assert cost is not None and 0 < cost < 1000  # µs: spent, and per round trip
         assert asked == [bare.pid, bare.pid]
     assert not os.path.exists(f"/proc/{bare.pid}/stat") or _zombie_or_gone(bare.pid)
@@ -55,8 +55,37 @@ def test_the_least_ratio_adds_a_round_trip_to_the_pipelined_cost():
 def test_the_floor_alone_quiet_then_beside_a_busy_process(capsys):
     """#50: ``python -m benchmarks.round_trip --busy 1``: each run measured quiet, then
     beside a spinning process (which is gone after its run)."""
-    costs = round_trip.main(["--count", "20000", "--repeat", "2", "--busy", "1"])
+    costs = round_trip.main(["--count", "5000", "--repeat", "2", "--busy", "1"])
     assert len(costs["quiet"]) == len(costs["busy"]) == 2
     assert all(cost is not None and cost > 0 for cost in costs["quiet"] + costs["busy"])
     out = capsys.readouterr().out
     assert out.count("(quiet)") == out.count("(busy)") == 2
+
+
+def test_a_paced_client_waits_out_its_interval(monkeypatch):
+    """#50: with ``per_second`` each round trip is sent no sooner than the pace allows
+    (the SDK's pace, in ``./dev bench amqp``): it sleeps what is left of each interval,
+    never more than an interval."""
+    slept: list[float] = []
+    real = round_trip.time.sleep
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        real(seconds)
+
+    monkeypatch.setattr(round_trip.time, "sleep", sleep)
+    with BareServer() as bare:
+        assert round_trips(bare, 200) is not None
+        assert slept == []  # unpaced: as fast as answered
+        assert round_trips(bare, 200, per_second=2000) is not None
+        paced = list(slept)  # (ending the process polls with sleeps of its own)
+    assert len(paced) > 100 and all(0 < s <= 1 / 2000 for s in paced)
+
+
+def test_the_bare_server_that_never_starts_is_given_up_on(monkeypatch):
+    """A bare server that says nothing is given up on within :data:`PATIENCE`, and its
+    process is ended: the benchmark never hangs on it."""
+    monkeypatch.setattr(round_trip, "PATIENCE", 0.5)
+    monkeypatch.setattr(round_trip.sys, "executable", "/bin/cat")  # reads, never prints
+    with pytest.raises(RuntimeError, match="did not start"):
+        BareServer().__enter__()
