@@ -79,7 +79,7 @@ from aiosb.server.process import ServerProcess
 
 from ._harness import MIN_RUNS, check, report, run
 from .http import _cpu_seconds
-from .round_trip import BareServer, bound, round_trips
+from .round_trip import bound, measure
 
 BATCH = 100
 BODY = b"x" * 64
@@ -428,6 +428,7 @@ def patterns(server: ServerProcess, repeat: int, *, rhea_messages: int, each: in
     pid = server.pid
     missing = rhea_missing()
     spans: dict[str, list[Span]] = {key: [] for key in PATTERNS}
+    colds: list[float | None] = []
 
     for i in range(repeat):
         queues = {key: f"p-{key}{i}" for key in ("rhea", "rhea-one", "sdk-send", "sdk-each",
@@ -482,13 +483,13 @@ def patterns(server: ServerProcess, repeat: int, *, rhea_messages: int, each: in
             connection, q["sdk-renew"], renewals, pid)))
         # the floor, in the same run, at the pace of the run's SDK sends (benchmarks.
         # round_trip): a server woken as often as the SDK wakes it
+        # and the cold factor: aiosb's work on an SDK message, once a round trip at that
+        # pace, over the same in a loop
         pace = spans["sdk-send"][-1].count / spans["sdk-send"][-1].seconds
-        with BareServer() as bare:
-            started = time.perf_counter()
-            floor = round_trips(bare, trips, pace)
-            seconds = time.perf_counter() - started
-        spans["round-trip"].append(Span(trips, seconds, None if floor is None
-                                        else floor * trips / 1e6, None))
+        floor = measure(trips, pace)
+        spans["round-trip"].append(Span(trips, floor.seconds, None if floor.round_trip is None
+                                        else floor.round_trip * trips / 1e6, None))
+        colds.append(floor.cold)
         expected = {queues[key]: 0 for key in ("rhea", "rhea-one", "sdk-each", "sdk-gathered",
                                                "sdk-renew")}
         expected[queues["sdk-send"]] = each + 1  # and the send that opened the link
@@ -497,6 +498,11 @@ def patterns(server: ServerProcess, repeat: int, *, rhea_messages: int, each: in
     rows = [_pattern_row(PATTERNS[key], values) for key, values in spans.items() if values]
     summary: dict[str, Any] = {}
     checks: list[dict[str, Any]] = []
+    cold = [c for c in colds if c is not None]
+    if len(cold) == len(colds):
+        summary["cold_factor"] = _spread(cold)
+        print(f"\nThe cold factor (aiosb's work on an SDK message, once a round trip at the "
+              f"SDK's pace, over the same in a loop): {min(cold):.2f}-{max(cold):.2f}")
     if missing is not None:
         summary["rhea"] = f"skipped: {missing}; the #50 ratios cannot be judged"
         print(f"\nThe outside yardstick is skipped: {missing}.\nThe #50 checks (the SDK's "
@@ -531,6 +537,12 @@ def patterns(server: ServerProcess, repeat: int, *, rhea_messages: int, each: in
                   f"this work on a message (rhea's cost + a bare round trip, over rhea's); "
                   f"the SDK's cost above its round trips, over rhea's: "
                   f"{min(above):.2f}-{max(above):.2f}")
+            if len(cold) == len(runs):  # rhea's work done cold, and a round trip
+                if_cold = [k + trip / pipelined for k, (_, pipelined, trip) in zip(
+                    cold, runs, strict=True)]
+                summary[f"{key}_if_cold"] = _spread(if_cold)
+                print(f"  {sdk} / {rhea_key}: rhea's work done cold a message, and a round "
+                      f"trip, over rhea's: {min(if_cold):.2f}-{max(if_cold):.2f}")
     return rows, checks, summary
 
 

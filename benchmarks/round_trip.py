@@ -20,6 +20,16 @@ would show a smaller one); ``./dev bench amqp`` reports it beside its #50 checks
 round trips paced as the SDK's sends were. ``python -m benchmarks.round_trip`` prints
 the floor alone (``--pace`` requests a second; ``--busy N`` beside N spinning
 processes).
+
+The same run also measures the cold factor (:func:`measure`): a bare server that does a
+slice of ``aiosb serve``'s own work on each SDK message (:func:`_work`: the transfer's
+payload read into columns and checked) once a round trip, its cost above the bare
+one's over what that work takes in a loop. A message that comes alone finds the
+server's caches and branch predictors cold (the process slept, or another ran), and
+the same Python takes a few times as long as in the loop a pipelining client keeps
+hot; so one message at a time costs a server about ``cold * pipelined + round trip``,
+a ratio no server whose work on a message is Python could bring under the cold
+factor.
 """
 
 from __future__ import annotations
@@ -32,39 +42,70 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._harness import BusyLoad, cpu_seconds
 
-__all__ = ["BareServer", "bound", "round_trips"]
+__all__ = ["BareServer", "Floor", "bound", "measure", "round_trips"]
 
 #: Bytes a round trip's request and answer carry: an SDK transfer of a 100-byte
 #: message (what ``ServiceBusMessage`` puts on the wire), and a disposition.
 REQUEST = 250
 ANSWER = 30
+#: The payload of the aio SDK's (7.15) transfer of ``ServiceBusMessage(b"x" * 100)``:
+#: its properties (a message id, a uuid string, and twelve nulls), then its body, one
+#: data section.
+SDK_PAYLOAD = (b"\x00Ss\xc0\x33\x0d\xa1\x24" + b"257b15d1-00ac-4c4c-acbc-1651a70bc733"
+               + b"\x40" * 12 + b"\x00Su\xa0\x64" + b"x" * 100)
+#: Times the work is done in a loop, to time it hot.
+_HOT = 20_000
 
 
-def serve() -> None:
-    """The bare server (in its own process): print the port, answer every read with
-    :data:`ANSWER` bytes until stdin closes."""
+def _work() -> None:
+    """A slice of what ``aiosb serve`` does with each message sent to it (the front end's
+    ``_deliver``): :data:`SDK_PAYLOAD` read into columns and checked, as a transfer's."""
+    from aiosb.protocol import check_columns
+    from aiosb.server.amqp._batch_columns import read_columns
+
+    read = read_columns(SDK_PAYLOAD, 0)
+    assert read is not None
+    bodies, columns, _ = read
+    check_columns(bodies, columns)
+
+
+def serve(work: bool = False) -> None:
+    """The bare server (in its own process): print the port, and with ``work`` the CPU
+    microseconds :func:`_work` takes in a loop (else 0); answer every read with
+    :data:`ANSWER` bytes (with ``work``, after doing :func:`_work` once) until stdin
+    closes."""
     try:
         import uvloop
     except ImportError:  # as aiosb serve's --loop auto: asyncio where uvloop is missing
         uvloop = None
 
     answer = b"a" * ANSWER
+    hot = 0.0
+    if work:
+        for _ in range(_HOT // 10):  # imported, and warm
+            _work()
+        started = time.process_time()
+        for _ in range(_HOT):
+            _work()
+        hot = 1e6 * (time.process_time() - started) / _HOT
 
     class Echo(asyncio.Protocol):
         def connection_made(self, transport: Any) -> None:
             self.transport = transport
 
         def data_received(self, data: bytes) -> None:
+            if work:
+                _work()
             self.transport.write(answer)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(Echo, "127.0.0.1", 0)
-        print(server.sockets[0].getsockname()[1], flush=True)
+        print(server.sockets[0].getsockname()[1], hot, flush=True)
         await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes it
         server.close()
 
@@ -81,21 +122,28 @@ PATIENCE = 30.0
 
 class BareServer:
     """``with BareServer() as bare``: the bare server's process (``bare.pid``,
-    ``bare.port``); it ends when the block does."""
+    ``bare.port``); it ends when the block does. With ``work``, it does :func:`_work`
+    once a round trip, and ``bare.hot`` is what that takes in a loop (µs)."""
+
+    def __init__(self, work: bool = False) -> None:
+        self.work = work
+        self.hot = 0.0
 
     def __enter__(self) -> BareServer:
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.round_trip", "--serve"],
+            [sys.executable, "-m", "benchmarks.round_trip",
+             "--serve-work" if self.work else "--serve"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             cwd=Path(__file__).resolve().parent.parent)  # where `benchmarks` is
         assert self._process.stdout is not None
         ready, _, _ = select.select([self._process.stdout], [], [], PATIENCE)
         line = self._process.stdout.readline() if ready else ""
-        if not line.strip().isdigit():
+        said = line.split()
+        if len(said) != 2 or not said[0].isdigit():
             self.__exit__()
             raise RuntimeError(f"the bare server did not start within {PATIENCE:g} s: "
                                f"{line!r}")
-        self.port = int(line)
+        self.port, self.hot = int(said[0]), float(said[1])
         self.pid = self._process.pid
         return self
 
@@ -159,6 +207,32 @@ def round_trips(bare: BareServer, count: int, per_second: float | None = None
     return 1e6 * (after - before) / count
 
 
+class Floor(NamedTuple):
+    """One run's floor (:func:`measure`): a bare round trip's CPU (µs; ``None`` where
+    ``/proc`` cannot tell), the seconds its round trips took, and the cold factor
+    (``None`` likewise)."""
+
+    round_trip: float | None
+    seconds: float
+    cold: float | None
+
+
+def measure(count: int, per_second: float | None = None) -> Floor:
+    """``count`` bare round trips at ``per_second``, then as many with :func:`_work`
+    done once each: the bare one's CPU a round trip, and how many times its loop cost
+    the work costs done once a round trip (the cold factor: on a machine where a
+    woken process finds its caches cold, over 1)."""
+    with BareServer() as bare:
+        started = time.perf_counter()
+        plain = round_trips(bare, count, per_second)
+        seconds = time.perf_counter() - started
+    with BareServer(work=True) as worked:
+        working = round_trips(worked, count, per_second)
+        hot = worked.hot
+    cold = None if plain is None or working is None or hot <= 0 else (working - plain) / hot
+    return Floor(plain, seconds, cold)
+
+
 def bound(pipelined: float, round_trip: float) -> float:
     """The least ratio of one message at a time over pipelined (server CPU per message)
     that a server with this pipelined cost could show: the same work on the message,
@@ -170,6 +244,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-work", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=20_000, help="round trips a run")
     parser.add_argument("--repeat", type=int, default=3, help="runs")
     parser.add_argument("--pace", type=float, default=None,
@@ -179,8 +254,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                              "falls when the cores have other work: a woken idle core "
                              "costs the process it wakes for)")
     args = parser.parse_args(argv)
-    if args.serve:
-        serve()
+    if args.serve or args.serve_work:
+        serve(work=args.serve_work)
         return {}
     costs: dict[str, list[float | None]] = {"quiet": [], "busy": []}
     with BareServer() as bare:
@@ -194,6 +269,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 said = "not measured (no /proc)" if cost is None else f"{cost:.1f} us"
                 print(f"a bare round trip ({label}): {said} of the server's CPU, {rate:,.0f}/s")
                 costs[label].append(cost)
+    floor = measure(args.count, args.pace)  # and the cold factor, quiet
+    if floor.cold is not None:
+        print(f"the cold factor: {floor.cold:.2f} (aiosb's work on an SDK message, once a "
+              "round trip, over the same in a loop)")
+    costs["cold"] = [floor.cold]
     return costs
 
 

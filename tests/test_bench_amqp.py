@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from aiosb.server.process import ServerProcess
-from benchmarks import _harness, amqp
+from benchmarks import _harness, amqp, round_trip
 from benchmarks._harness import run
 
 NODE = shutil.which("node") is not None and shutil.which("npm") is not None
@@ -70,13 +70,16 @@ def test_the_sdk_patterns_and_the_yardstick_are_measured_end_to_end(monkeypatch,
         least = result["summary"][f"{key}_least_possible"]
         assert 1 < least["min"] <= least["median"] <= least["max"]
         assert result["summary"][f"{key}_above_round_trip"]["max"] > 0
+        assert result["summary"][f"{key}_if_cold"]["max"] > 0
+    assert result["summary"]["cold_factor"]["max"] > 0
 
 
 @pytest.fixture
 def stand_ins(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The SDK's cases and the yardstick stood in for, each spending a known server CPU
     per message (rhea: 10 µs a send, 20 a receive, one in flight 40 and 50; the SDK: 30 a
-    send, 60 a receive and complete, 70 gathered, 80 a renewal; a bare round trip 5):
+    send, 60 a receive and complete, 70 gathered, 80 a renewal; a bare round trip 5, a
+    cold factor of 2):
     the order they ran in, as the list returned."""
     ran: list[str] = []
     cost = {"rhea send": 10, "rhea receive": 20, "rhea one send": 40, "rhea one receive": 50,
@@ -117,25 +120,17 @@ def stand_ins(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     async def anything_left(url: str, queues: dict[str, int]) -> None:
         return None
 
-    class Bare:
-        def __enter__(self) -> Bare:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            pass
-
-    def round_trips(bare: Bare, count: int, per_second: float) -> float:
+    def measure(count: int, per_second: float) -> round_trip.Floor:
         assert per_second == 300  # paced as the run's SDK sends went: 300 in 1 s
         ran.append("round trip")
-        return 5.0
+        return round_trip.Floor(5.0, 1.0, 2.0)
 
     monkeypatch.setattr(amqp, "sdk_send_each", send)
     monkeypatch.setattr(amqp, "sdk_receive_each", receive)
     monkeypatch.setattr(amqp, "sdk_renewals", renew)
     monkeypatch.setattr(amqp, "Rhea", Rhea)
     monkeypatch.setattr(amqp, "_left", anything_left)
-    monkeypatch.setattr(amqp, "BareServer", Bare)
-    monkeypatch.setattr(amqp, "round_trips", round_trips)
+    monkeypatch.setattr(amqp, "measure", measure)
     monkeypatch.setattr(amqp, "rhea_missing", lambda: None)
     return ran
 
@@ -165,6 +160,10 @@ def test_rhea_and_the_sdk_take_turns_and_are_judged_pair_by_pair(stand_ins, monk
     assert summary["sdk_each_over_rhea_receive_least_possible"]["min"] == pytest.approx(1.25)
     assert summary["sdk_send_over_rhea_send_above_round_trip"]["median"] == pytest.approx(2.5)
     assert summary["sdk_each_over_rhea_receive_above_round_trip"]["max"] == pytest.approx(2.75)
+    # and what rhea's work done cold, and a round trip, would cost over rhea's
+    assert summary["cold_factor"]["median"] == pytest.approx(2.0)
+    assert summary["sdk_send_over_rhea_send_if_cold"]["min"] == pytest.approx(2.5)
+    assert summary["sdk_each_over_rhea_receive_if_cold"]["max"] == pytest.approx(2.25)
 
 
 def test_without_node_the_yardstick_is_skipped_saying_so(stand_ins, monkeypatch, tmp_path,

@@ -89,3 +89,21 @@ def test_the_bare_server_that_never_starts_is_given_up_on(monkeypatch):
     monkeypatch.setattr(round_trip.sys, "executable", "/bin/cat")  # reads, never prints
     with pytest.raises(RuntimeError, match="did not start"):
         BareServer().__enter__()
+
+
+@pytest.mark.timeout(60)
+def test_the_cold_factor_times_the_same_work_once_a_round_trip_and_in_a_loop():
+    """#50: a bare server doing aiosb's work on an SDK message (the payload read into
+    columns and checked) once a round trip says what that work takes in a loop; the
+    cold factor is its cost a round trip (above the bare one's) over that."""
+    with BareServer(work=True) as worked:
+        assert worked.hot > 0  # µs a message, in a loop
+        working = round_trips(worked, 2_000)
+    with BareServer() as bare:
+        assert bare.hot == 0
+        plain = round_trips(bare, 2_000)
+    assert working is not None and plain is not None
+    assert working - plain > worked.hot / 2  # the work, done each round trip
+    floor = round_trip.measure(2_000, per_second=4000)
+    assert floor.round_trip is not None and floor.round_trip > 0 and floor.seconds > 0
+    assert floor.cold is not None and floor.cold > 0
