@@ -44,8 +44,11 @@ clock, but for rhea's receiver, which attaches in its phase), and the client's o
   sends, its CPU per round trip (``--round-trips``, 5,000 a run). Beside each check the
   summary gives the least ratio a server doing this server's work on a message could
   show in that run (rhea's cost and a round trip, over rhea's: one at a time the work on
-  a message is no less, and the round trip comes on top) and the SDK's cost above its
-  round trips, over rhea's (what is the server's own).
+  a message is no less, and the round trip comes on top), the SDK's cost above its
+  round trips, over rhea's (what is the server's own), and the cold factor (a slice of
+  the server's work on an SDK message done once a round trip at that pace, over the
+  same in a loop) with what rhea's work done that cold and a round trip would cost,
+  over rhea's.
 
 The SDK's cases and rhea's run in turn within each run, against the same server (one of
 their own, not the batch cases', which hold hundreds of thousands of messages by then;
