@@ -12,12 +12,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 
 import pytest
 
 import aiosb
 from aiosb import Message
-from aiosb.emulator.durable import Journal
+from aiosb.emulator.durable import Journal, _directory
 from aiosb.emulator.durable._directory import LOCK_FILE
 from aiosb.errors import InvalidArgument, InvalidOperation
 from aiosb.server.process import ServerProcess
@@ -92,10 +93,13 @@ def _holder(directory: object) -> subprocess.Popen[str]:
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
-async def test_a_journal_is_refused_while_another_process_holds_the_directory(tmp_path):
+async def test_a_journal_is_refused_while_another_process_holds_the_directory(
+        tmp_path, monkeypatch):
     """While another process holds the directory's lock a journal is refused with that
-    process's id; once it has let go, the journal opens, says it holds the directory
-    (its process id in the lock file), and lets it go when it closes."""
+    process's id (once it has waited its WAIT_SECONDS); once it has let go, the journal
+    opens, says it holds the directory (its process id in the lock file), and lets it
+    go when it closes."""
+    monkeypatch.setattr(_directory, "WAIT_SECONDS", 0.3)
     holder = _holder(tmp_path)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
@@ -159,8 +163,6 @@ def test_a_file_system_without_locks_is_its_own_error_not_in_use(tmp_path, monke
     import errno
     import fcntl
 
-    from aiosb.emulator.durable import _directory
-
     (tmp_path / LOCK_FILE).write_text("4242\n")
 
     def flock(handle: int, how: int) -> None:
@@ -188,3 +190,26 @@ def _is_open(handle: int) -> bool:
     except OSError:
         return False
     return True
+
+
+async def test_a_journal_waits_for_a_directory_let_go_of_soon(tmp_path):
+    """A server restarted at once after a ``kill -9`` meets the directory still held by
+    the old writer finishing its frame: it waits (up to WAIT_SECONDS) and opens once
+    the holder has gone, instead of being refused."""
+    holder = _holder(tmp_path)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    threading.Timer(0.5, _let_go, (holder,)).start()
+    journal = Journal(tmp_path)
+    await journal.open()  # within the wait: opened
+    try:
+        assert holder.poll() is not None  # it opened after the holder had gone
+        assert (tmp_path / LOCK_FILE).read_text().strip() == str(os.getpid())
+    finally:
+        await journal.aclose()
+
+
+def _let_go(holder: subprocess.Popen[str]) -> None:
+    assert holder.stdin is not None and holder.stdout is not None
+    holder.stdin.close()
+    holder.wait()
+    holder.stdout.close()

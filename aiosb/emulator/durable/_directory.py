@@ -8,13 +8,17 @@ The lock is the operating system's (``fcntl.flock``), on the lock file as the jo
 opened it: the journal's writer process is handed the same open file
 (:func:`._writer_client.start_writer`), so the lock lasts while either lives, and goes
 with them however they end (a killed server and its writer leave nothing to clean
-up). Where ``fcntl`` is missing (Windows) nothing is locked.
+up). A journal waits :data:`WAIT_SECONDS` for a held directory before it is refused: a
+server restarted at once after a ``kill -9`` waits for the old writer to finish the
+frame it was writing. Where ``fcntl`` is missing (Windows) nothing is locked.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import time
 from pathlib import Path
 
 from ...errors import InvalidOperation
@@ -22,12 +26,19 @@ from ...errors import InvalidOperation
 __all__ = ["LOCK_FILE", "hold", "release"]
 
 LOCK_FILE = "aiosb.lock"
+#: Seconds a journal waits for a directory another holds (a killed server's writer
+#: finishing its frame), then it is refused.
+WAIT_SECONDS = 5.0
 _HELD = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES)
+_POLL = 0.05
+
+log = logging.getLogger("aiosb.emulator")
 
 
 def hold(directory: Path) -> int | None:
-    """Lock ``directory``: the lock file's descriptor, to :func:`release` (``None``
-    where nothing is locked).
+    """Lock ``directory`` (waiting up to :data:`WAIT_SECONDS` while another holds it):
+    the lock file's descriptor, to :func:`release` (``None`` where nothing is locked).
+    It blocks: run it off the event loop.
 
     Raises:
         InvalidOperation: Another journal holds the directory.
@@ -41,15 +52,23 @@ def hold(directory: Path) -> int | None:
     handle = os.open(directory / LOCK_FILE,
                      os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in _HELD:
-                raise
+        deadline = time.monotonic() + WAIT_SECONDS
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in _HELD:
+                    raise
             holder = os.pread(handle, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            raise InvalidOperation(
-                f"{directory} is in use by another aiosb serve (process {holder}); give "
-                "this one a --data-dir of its own, or stop the other first.") from None
+            if time.monotonic() >= deadline:
+                raise InvalidOperation(
+                    f"{directory} is in use by another aiosb serve (process {holder}); give "
+                    "this one a --data-dir of its own, or stop the other first.")
+            if deadline - time.monotonic() > WAIT_SECONDS - _POLL:  # said once
+                log.info("waiting up to %g s for %s (held by process %s)", WAIT_SECONDS,
+                         directory, holder)
+            time.sleep(_POLL)
         os.ftruncate(handle, 0)
         os.pwrite(handle, f"{os.getpid()}\n".encode(), 0)
     except BaseException:

@@ -176,7 +176,7 @@ class Journal:
     async def open(self) -> None:
         """Create or open the database."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._held = hold(self.path.parent)  # one process to a directory
+        self._held = await self._run(hold, self.path.parent)  # one journal to a directory
         try:
             await self._run(self._open)
             await self._writer()
