@@ -1,8 +1,9 @@
 """Durable mode: one server to a data directory (#51's leftover: two ``aiosb serve
 --data-dir DIR`` on one directory both started, each rebuilding the namespaces from the
-database and then writing over the other's rows). The second is refused at once, saying
-which process holds the directory, and the first serves on, its messages whole; once it
-has stopped (or been killed, and its writer with it) the directory opens again."""
+database and then writing over the other's rows). The second is refused (after waiting
+a few seconds for the directory), saying which process holds it, and the first serves
+on, its messages whole; once it has stopped (or been killed, and its writer with it)
+the directory opens again."""
 
 from __future__ import annotations
 
@@ -192,7 +193,7 @@ def _is_open(handle: int) -> bool:
     return True
 
 
-async def test_a_journal_waits_for_a_directory_let_go_of_soon(tmp_path):
+async def test_a_journal_waits_for_a_directory_let_go_of_soon(tmp_path, caplog):
     """A server restarted at once after a ``kill -9`` meets the directory still held by
     the old writer finishing its frame: it waits (up to WAIT_SECONDS) and opens once
     the holder has gone, instead of being refused."""
@@ -200,7 +201,10 @@ async def test_a_journal_waits_for_a_directory_let_go_of_soon(tmp_path):
     assert holder.stdout is not None and holder.stdout.readline() == "held\n"
     threading.Timer(0.5, _let_go, (holder,)).start()
     journal = Journal(tmp_path)
-    await journal.open()  # within the wait: opened
+    with caplog.at_level("INFO", logger="aiosb.emulator"):
+        await journal.open()  # within the wait: opened
+    said = [r.getMessage() for r in caplog.records if "waiting up to" in r.getMessage()]
+    assert len(said) == 1 and f"held by process {holder.pid}" in said[0]  # said once
     try:
         assert holder.poll() is not None  # it opened after the holder had gone
         assert (tmp_path / LOCK_FILE).read_text().strip() == str(os.getpid())
@@ -213,3 +217,23 @@ def _let_go(holder: subprocess.Popen[str]) -> None:
     holder.stdin.close()
     holder.wait()
     holder.stdout.close()
+
+
+async def test_an_open_cancelled_while_it_waits_leaves_nothing_held(tmp_path):
+    """A journal's open cancelled during its wait (a server stopped while it starts):
+    once the holder has gone, the directory is free, not held by the lock the waiting
+    thread took after the cancellation."""
+    holder = _holder(tmp_path)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    opening = asyncio.ensure_future(Journal(tmp_path).open())
+    await asyncio.sleep(0.3)
+    opening.cancel()
+    threading.Timer(0.2, _let_go, (holder,)).start()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    await asyncio.get_running_loop().run_in_executor(None, holder.wait)
+    await asyncio.sleep(0.5)  # ten of the wait's polls: a stray waiting thread has its lock
+    assert _lockable(tmp_path)
+    journal = Journal(tmp_path)
+    await journal.open()
+    await journal.aclose()

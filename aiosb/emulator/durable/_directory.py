@@ -1,8 +1,9 @@
 """One server to a data directory: while a :class:`~._journal.Journal` is open it holds a
 lock on ``aiosb.lock`` in the directory, and another journal that opens the same
 directory (a second ``aiosb serve --data-dir DIR``, or a second in this process) is
-refused at once, saying which process holds it. Two writers of one database would each
-rebuild the namespaces from it and then write over each other's rows.
+refused, once it has waited :data:`WAIT_SECONDS`, saying which process holds it. Two
+writers of one database would each rebuild the namespaces from it and then write over
+each other's rows.
 
 The lock is the operating system's (``fcntl.flock``), on the lock file as the journal
 opened it: the journal's writer process is handed the same open file
@@ -52,7 +53,7 @@ def hold(directory: Path) -> int | None:
     handle = os.open(directory / LOCK_FILE,
                      os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
-        deadline = time.monotonic() + WAIT_SECONDS
+        deadline, logged = time.monotonic() + WAIT_SECONDS, False
         while True:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -65,9 +66,10 @@ def hold(directory: Path) -> int | None:
                 raise InvalidOperation(
                     f"{directory} is in use by another aiosb serve (process {holder}); give "
                     "this one a --data-dir of its own, or stop the other first.")
-            if deadline - time.monotonic() > WAIT_SECONDS - _POLL:  # said once
+            if not logged:
                 log.info("waiting up to %g s for %s (held by process %s)", WAIT_SECONDS,
                          directory, holder)
+                logged = True
             time.sleep(_POLL)
         os.ftruncate(handle, 0)
         os.pwrite(handle, f"{os.getpid()}\n".encode(), 0)

@@ -176,8 +176,7 @@ class Journal:
     async def open(self) -> None:
         """Create or open the database."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._held = await self._run(hold, self.path.parent)  # one journal to a directory
-        try:
+        try:  # on the journal's thread: a cancelled open's _close_db comes after it
             await self._run(self._open)
             await self._writer()
         except BaseException:
@@ -192,6 +191,7 @@ class Journal:
         self._held = None
 
     def _open(self) -> None:
+        self._held = hold(self.path.parent)  # one journal to a directory (it may wait)
         db = connect(self.path, "journal", self.fsync)
         db.executescript(_SCHEMA)
         for table, column, kind in _ADDED_COLUMNS:
