@@ -528,21 +528,21 @@ def patterns(server: ServerProcess, repeat: int, *, rhea_messages: int, each: in
         # What a server doing this work on a message could not go under, run by run:
         # rhea's cost and a bare round trip (benchmarks.round_trip); and the SDK's cost
         # above its round trips, over rhea's.
-        runs = [(_per(a), _per(b), _per(c)) for a, b, c in zip(
-            spans[sdk], spans[rhea_key], spans["round-trip"], strict=True)
+        runs = [(_per(a), _per(b), _per(c), k) for a, b, c, k in zip(
+            spans[sdk], spans[rhea_key], spans["round-trip"], colds, strict=True)
             if None not in (a.server_cpu, b.server_cpu, c.server_cpu)]
         if len(runs) == len(ratios):
-            bounds = [bound(pipelined, trip) for _, pipelined, trip in runs]
-            above = [(mine - trip) / pipelined for mine, pipelined, trip in runs]
+            bounds = [bound(pipelined, trip) for _, pipelined, trip, _ in runs]
+            above = [(mine - trip) / pipelined for mine, pipelined, trip, _ in runs]
             summary[f"{key}_least_possible"] = _spread(bounds)
             summary[f"{key}_above_round_trip"] = _spread(above)
             print(f"  {sdk} / {rhea_key}: at least {min(bounds):.2f}-{max(bounds):.2f} for "
                   f"this work on a message (rhea's cost + a bare round trip, over rhea's); "
                   f"the SDK's cost above its round trips, over rhea's: "
                   f"{min(above):.2f}-{max(above):.2f}")
-            if len(cold) == len(runs):  # rhea's work done cold, and a round trip
-                if_cold = [k + trip / pipelined for k, (_, pipelined, trip) in zip(
-                    cold, runs, strict=True)]
+            if_cold = [k + trip / pipelined for _, pipelined, trip, k in runs
+                       if k is not None]  # rhea's work done cold, and a round trip
+            if len(if_cold) == len(runs):
                 summary[f"{key}_if_cold"] = _spread(if_cold)
                 print(f"  {sdk} / {rhea_key}: rhea's work done cold a message, and a round "
                       f"trip, over rhea's: {min(if_cold):.2f}-{max(if_cold):.2f}")

@@ -21,15 +21,16 @@ round trips paced as the SDK's sends were. ``python -m benchmarks.round_trip`` p
 the floor alone (``--pace`` requests a second; ``--busy N`` beside N spinning
 processes).
 
-The same run also measures the cold factor (:func:`measure`): a bare server that does a
-slice of ``aiosb serve``'s own work on each SDK message (:func:`_work`: the transfer's
-payload read into columns and checked) once a round trip, its cost above the bare
-one's over what that work takes in a loop. A message that comes alone finds the
-server's caches and branch predictors cold (the process slept, or another ran), and
-the same Python takes a few times as long as in the loop a pipelining client keeps
-hot; so one message at a time costs a server about ``cold * pipelined + round trip``,
-a ratio no server whose work on a message is Python could bring under the cold
-factor.
+The same run also measures the cold factor (:func:`measure`): the bare server is asked,
+in blocks taken in turn, for plain round trips and for round trips on which it does a
+slice of ``aiosb serve``'s own work on an SDK message (:func:`_work`: the transfer's
+payload read into columns and checked); the worked ones' cost above the plain ones',
+over what that work takes in a loop in the same process, is the factor. A message that
+comes alone finds the server's caches and branch predictors cold (the process slept,
+or another ran), and the same Python takes a few times as long as in the loop a
+pipelining client keeps hot; so one message at a time costs a server about ``cold *
+work + round trip``. An estimate, not a floor: the factor is measured on one slice of
+the work, and a pipelined cost holds more than the work.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def serve(work: bool = False) -> None:
             self.transport = transport
 
         def data_received(self, data: bytes) -> None:
-            if work:
+            if work and data[:1] == WORKED[:1]:
                 _work()
             self.transport.write(answer)
 
@@ -170,29 +171,35 @@ def _cpu(pid: int) -> float | None:
         return cpu_seconds(pid)
 
 
-def round_trips(bare: BareServer, count: int, per_second: float | None = None
-                ) -> float | None:
-    """The bare server's CPU microseconds per round trip over ``count`` of them, one at
-    a time (after 100 to warm up), each sent once the one before is answered and, with
-    ``per_second``, no sooner than that pace allows (a client's pace: a server woken
-    from a deeper idle costs more a wake-up); ``None`` where ``/proc`` cannot tell."""
-    request = b"r" * REQUEST
-    interval = 1 / per_second if per_second else 0.0
-    with socket.create_connection(("127.0.0.1", bare.port), timeout=PATIENCE) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+#: A request that asks a server with ``work`` to do :func:`_work` (any other: not).
+WORKED = b"w" * REQUEST
+_PLAIN = b"r" * REQUEST
 
-        def one() -> None:
-            sock.sendall(request)
-            got = 0
-            while got < ANSWER:
-                data = sock.recv(ANSWER - got)
-                if not data:
-                    raise ConnectionError("the bare server closed the connection")
-                got += len(data)
 
+class _Client:
+    """A connection to a bare server (warmed by 100 round trips), asking one at a time."""
+
+    def __init__(self, bare: BareServer) -> None:
+        self._bare = bare
+        self._sock = socket.create_connection(("127.0.0.1", bare.port), timeout=PATIENCE)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for _ in range(100):
-            one()
-        before = _cpu(bare.pid)
+            self._one(_PLAIN)
+
+    def _one(self, request: bytes) -> None:
+        self._sock.sendall(request)
+        got = 0
+        while got < ANSWER:
+            data = self._sock.recv(ANSWER - got)
+            if not data:
+                raise ConnectionError("the bare server closed the connection")
+            got += len(data)
+
+    def trips(self, count: int, per_second: float | None, request: bytes = _PLAIN
+              ) -> float | None:
+        """The server's CPU seconds over ``count`` round trips of ``request``."""
+        interval = 1 / per_second if per_second else 0.0
+        before = _cpu(self._bare.pid)
         due = time.perf_counter()
         for _ in range(count):
             if interval:
@@ -200,11 +207,26 @@ def round_trips(bare: BareServer, count: int, per_second: float | None = None
                 wait = due - time.perf_counter()
                 if wait > 0:
                     time.sleep(wait)
-            one()
-        after = _cpu(bare.pid)
-    if before is None or after is None:
-        return None
-    return 1e6 * (after - before) / count
+            self._one(request)
+        after = _cpu(self._bare.pid)
+        return None if before is None or after is None else after - before
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def round_trips(bare: BareServer, count: int, per_second: float | None = None
+                ) -> float | None:
+    """The bare server's CPU microseconds per round trip over ``count`` of them, one at
+    a time (after 100 to warm up), each sent once the one before is answered and, with
+    ``per_second``, no sooner than that pace allows (a client's pace: a server woken
+    from a deeper idle costs more a wake-up); ``None`` where ``/proc`` cannot tell."""
+    client = _Client(bare)
+    try:
+        spent = client.trips(count, per_second)
+    finally:
+        client.close()
+    return None if spent is None else 1e6 * spent / count
 
 
 class Floor(NamedTuple):
@@ -217,20 +239,33 @@ class Floor(NamedTuple):
     cold: float | None
 
 
+#: Blocks :func:`measure` takes its round trips in, plain and worked in turn.
+BLOCKS = 10
+
+
 def measure(count: int, per_second: float | None = None) -> Floor:
-    """``count`` bare round trips at ``per_second``, then as many with :func:`_work`
-    done once each: the bare one's CPU a round trip, and how many times its loop cost
-    the work costs done once a round trip (the cold factor: on a machine where a
-    woken process finds its caches cold, over 1)."""
-    with BareServer() as bare:
-        started = time.perf_counter()
-        plain = round_trips(bare, count, per_second)
-        seconds = time.perf_counter() - started
-    with BareServer(work=True) as worked:
-        working = round_trips(worked, count, per_second)
-        hot = worked.hot
-    cold = None if plain is None or working is None or hot <= 0 else (working - plain) / hot
-    return Floor(plain, seconds, cold)
+    """``count`` bare round trips at ``per_second`` and as many with :func:`_work` done
+    once each, to one server, in blocks taken in turn (what the machine does meanwhile
+    falls on both alike): the bare one's CPU a round trip, and how many times what the
+    work takes in a loop it takes done once a round trip (the cold factor: over 1 on a
+    machine where a woken process finds its caches cold)."""
+    block = max(count // BLOCKS, 1)
+    plain = worked = seconds = 0.0
+    with BareServer(work=True) as bare:
+        client = _Client(bare)
+        try:
+            for _ in range(BLOCKS):
+                started = time.perf_counter()
+                one = client.trips(block, per_second)
+                seconds += time.perf_counter() - started
+                two = client.trips(block, per_second, WORKED)
+                if one is None or two is None:  # no /proc
+                    return Floor(None, seconds, None)
+                plain, worked = plain + one, worked + two
+        finally:
+            client.close()
+    floor, working = 1e6 * plain / (block * BLOCKS), 1e6 * worked / (block * BLOCKS)
+    return Floor(floor, seconds, (working - floor) / bare.hot if bare.hot > 0 else None)
 
 
 def bound(pipelined: float, round_trip: float) -> float:
